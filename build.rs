@@ -1,0 +1,23 @@
+//! Generates the wire contract from `proto/` with protox (no system `protoc` needed) and writes the
+//! encoded file descriptor set that server reflection serves.
+
+use std::{env, fs, path::PathBuf};
+
+use prost::Message;
+
+const PROTO_ROOT: &str = "proto";
+const PROTO_FILE: &str = "proto/trestle/v1/trestle.proto";
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed={PROTO_ROOT}");
+    let descriptors = protox::compile([PROTO_FILE], [PROTO_ROOT])?;
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(
+        out_dir.join("trestle_descriptor.bin"),
+        descriptors.encode_to_vec(),
+    )?;
+    tonic_prost_build::configure()
+        .btree_map(".trestle.v1.Entity.properties")
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! The Trestle wire contract: the `trestle.v1` gRPC types and stubs generated from
+//! `proto/trestle/v1/trestle.proto`, and the encoded descriptor set that server reflection serves.
+//!
+//! Both the server and the SDK depend on this crate, so the contract is compiled once and can never
+//! drift between them.
+
+/// Generated `trestle.v1` messages, client and server stubs.
+pub mod pb {
+    #![allow(missing_docs, unreachable_pub, missing_debug_implementations)]
+    #![allow(clippy::all, clippy::pedantic)]
+
+    tonic::include_proto!("trestle.v1");
+
+    /// The encoded `FileDescriptorSet` of `trestle.v1`, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/trestle_descriptor.bin"));
+}

@@ -1,0 +1,215 @@
+//! The service's error type, [`TableError`], and the Azure error codes it maps to.
+//!
+//! No tonic here: `grpc::status` turns a `TableError` into a `tonic::Status`.
+
+use thiserror::Error;
+
+use crate::model::ValidationError;
+use crate::storage::StorageError;
+
+/// Azure Table's error codes: the `reason` of every error Trestle returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A request input is not valid.
+    InvalidInput,
+    /// A request input is out of range (an invalid table name, a page size, a DateTime).
+    OutOfRangeInput,
+    /// No such table.
+    TableNotFound,
+    /// A table of that name exists.
+    TableAlreadyExists,
+    /// A table of that name is still being deleted.
+    TableBeingDeleted,
+    /// No such entity.
+    ResourceNotFound,
+    /// An entity with those keys exists.
+    EntityAlreadyExists,
+    /// The entity's ETag does not match `if_match`.
+    UpdateConditionNotSatisfied,
+    /// A property has no value.
+    PropertiesNeedValue,
+    /// A string or binary value is over 64 KiB.
+    PropertyValueTooLarge,
+    /// The entity is over 1 MiB.
+    EntityTooLarge,
+    /// More than 252 custom properties.
+    TooManyProperties,
+    /// A property name is not allowed.
+    PropertyNameInvalid,
+    /// A property name is over 255 characters.
+    PropertyNameTooLong,
+    /// A key is over 1 KiB.
+    KeyValueTooLarge,
+    /// Two operations of a transaction act on the same row.
+    InvalidDuplicateRow,
+    /// An operation of a transaction acts on another partition.
+    CommandsInBatchActOnDifferentPartitions,
+    /// The request is over its size limit (4 MiB for a transaction).
+    RequestBodyTooLarge,
+    /// The feature is not implemented.
+    NotImplemented,
+    /// The server failed; the details are in its log.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// The code as Azure spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidInput => "InvalidInput",
+            ErrorCode::OutOfRangeInput => "OutOfRangeInput",
+            ErrorCode::TableNotFound => "TableNotFound",
+            ErrorCode::TableAlreadyExists => "TableAlreadyExists",
+            ErrorCode::TableBeingDeleted => "TableBeingDeleted",
+            ErrorCode::ResourceNotFound => "ResourceNotFound",
+            ErrorCode::EntityAlreadyExists => "EntityAlreadyExists",
+            ErrorCode::UpdateConditionNotSatisfied => "UpdateConditionNotSatisfied",
+            ErrorCode::PropertiesNeedValue => "PropertiesNeedValue",
+            ErrorCode::PropertyValueTooLarge => "PropertyValueTooLarge",
+            ErrorCode::EntityTooLarge => "EntityTooLarge",
+            ErrorCode::TooManyProperties => "TooManyProperties",
+            ErrorCode::PropertyNameInvalid => "PropertyNameInvalid",
+            ErrorCode::PropertyNameTooLong => "PropertyNameTooLong",
+            ErrorCode::KeyValueTooLarge => "KeyValueTooLarge",
+            ErrorCode::InvalidDuplicateRow => "InvalidDuplicateRow",
+            ErrorCode::CommandsInBatchActOnDifferentPartitions => {
+                "CommandsInBatchActOnDifferentPartitions"
+            }
+            ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
+            ErrorCode::NotImplemented => "NotImplemented",
+            ErrorCode::InternalError => "InternalError",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything a table operation can fail with.
+#[derive(Debug, Error)]
+pub enum TableError {
+    /// Bad input.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// No such table.
+    #[error("table '{0}' does not exist")]
+    TableNotFound(String),
+    /// The table exists.
+    #[error("table '{0}' already exists")]
+    TableAlreadyExists(String),
+    /// The table of that name is being deleted.
+    #[error("table '{0}' is being deleted; try again once its data is reclaimed")]
+    TableBeingDeleted(String),
+    /// No such entity.
+    #[error("entity (PartitionKey '{partition_key}', RowKey '{row_key}') does not exist")]
+    EntityNotFound {
+        partition_key: String,
+        row_key: String,
+    },
+    /// The entity exists.
+    #[error("entity (PartitionKey '{partition_key}', RowKey '{row_key}') already exists")]
+    EntityAlreadyExists {
+        partition_key: String,
+        row_key: String,
+    },
+    /// The entity's ETag is not the one required.
+    #[error("the update condition was not satisfied: entity (PartitionKey '{partition_key}', RowKey '{row_key}') has changed since the given ETag")]
+    ConditionNotSatisfied {
+        partition_key: String,
+        row_key: String,
+    },
+    /// A transaction with no operations.
+    #[error("a transaction needs at least one operation")]
+    EmptyTransaction,
+    /// A transaction with more than 100 operations.
+    #[error("the transaction has {count} operations; the limit is {max}", max = crate::model::MAX_TRANSACTION_OPERATIONS)]
+    TooManyOperations { count: usize },
+    /// An operation on another partition than the transaction's.
+    #[error("PartitionKey '{found}' differs from the transaction's '{expected}': all operations of a transaction must act on one partition")]
+    DifferentPartitions { expected: String, found: String },
+    /// Two operations on one row.
+    #[error("RowKey '{row_key}' appears more than once; an entity can appear only once in a transaction")]
+    DuplicateRow { row_key: String },
+    /// A request over its size limit.
+    #[error("the request is {bytes} bytes; the limit is {max} bytes")]
+    RequestTooLarge { bytes: usize, max: usize },
+    /// A feature not implemented yet.
+    #[error("{0} is not implemented")]
+    NotImplemented(&'static str),
+    /// An operation of a transaction failed; `source` says why.
+    #[error("operation {index} failed: {source}")]
+    Operation {
+        index: usize,
+        source: Box<TableError>,
+    },
+    /// A storage fault (never shown to clients).
+    #[error("storage fault: {0}")]
+    Storage(#[from] StorageError),
+}
+
+impl TableError {
+    /// The Azure error code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TableError::Invalid(invalid) => validation_code(invalid),
+            TableError::TableNotFound(_) => ErrorCode::TableNotFound,
+            TableError::TableAlreadyExists(_) => ErrorCode::TableAlreadyExists,
+            TableError::TableBeingDeleted(_) => ErrorCode::TableBeingDeleted,
+            TableError::EntityNotFound { .. } => ErrorCode::ResourceNotFound,
+            TableError::EntityAlreadyExists { .. } => ErrorCode::EntityAlreadyExists,
+            TableError::ConditionNotSatisfied { .. } => ErrorCode::UpdateConditionNotSatisfied,
+            TableError::EmptyTransaction | TableError::TooManyOperations { .. } => {
+                ErrorCode::InvalidInput
+            }
+            TableError::DifferentPartitions { .. } => {
+                ErrorCode::CommandsInBatchActOnDifferentPartitions
+            }
+            TableError::DuplicateRow { .. } => ErrorCode::InvalidDuplicateRow,
+            TableError::RequestTooLarge { .. } => ErrorCode::RequestBodyTooLarge,
+            TableError::NotImplemented(_) => ErrorCode::NotImplemented,
+            TableError::Operation { source, .. } => source.code(),
+            TableError::Storage(_) => ErrorCode::InternalError,
+        }
+    }
+
+    /// The failing operation's index, for errors inside a transaction.
+    pub fn operation_index(&self) -> Option<usize> {
+        match self {
+            TableError::Operation { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+
+    /// Attributes the error to operation `index` of a transaction.
+    pub fn at_operation(self, index: usize) -> TableError {
+        TableError::Operation {
+            index,
+            source: Box::new(self),
+        }
+    }
+}
+
+fn validation_code(invalid: &ValidationError) -> ErrorCode {
+    match invalid {
+        ValidationError::TableNameInvalid { .. }
+        | ValidationError::TableNameReserved { .. }
+        | ValidationError::DateTimeOutOfRange { .. }
+        | ValidationError::OutOfRange { .. } => ErrorCode::OutOfRangeInput,
+        ValidationError::KeyTooLarge { .. } => ErrorCode::KeyValueTooLarge,
+        ValidationError::PropertyNameInvalid { .. } => ErrorCode::PropertyNameInvalid,
+        ValidationError::PropertyNameTooLong { .. } => ErrorCode::PropertyNameTooLong,
+        ValidationError::TooManyProperties { .. } => ErrorCode::TooManyProperties,
+        ValidationError::PropertyValueTooLarge { .. } => ErrorCode::PropertyValueTooLarge,
+        ValidationError::EntityTooLarge { .. } => ErrorCode::EntityTooLarge,
+        ValidationError::PropertyValueMissing { .. } => ErrorCode::PropertiesNeedValue,
+        ValidationError::KeyCharacterInvalid { .. }
+        | ValidationError::GuidInvalid { .. }
+        | ValidationError::ETagInvalid { .. }
+        | ValidationError::IfMatchMissing
+        | ValidationError::EntityMissing
+        | ValidationError::Argument(_) => ErrorCode::InvalidInput,
+    }
+}

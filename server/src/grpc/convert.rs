@@ -1,0 +1,193 @@
+//! Conversions between the wire types (`pb`) and the model, validating on the way in.
+
+use prost_types::Timestamp;
+use trestle_proto::pb;
+use uuid::Uuid;
+
+use crate::model::{
+    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, Properties,
+    StoredEntity, Ticks, UpsertMode, ValidationError, Value,
+};
+
+/// A request's entity, validated.
+pub(crate) fn new_entity(entity: Option<pb::Entity>) -> Result<NewEntity, ValidationError> {
+    let entity = entity.ok_or(ValidationError::EntityMissing)?;
+    let key = EntityKey::new(entity.partition_key, entity.row_key)?;
+    let properties = entity
+        .properties
+        .into_iter()
+        .map(|(name, value)| {
+            let value = value_from_pb(&name, value.kind)?;
+            Ok((name, value))
+        })
+        .collect::<Result<Properties, ValidationError>>()?;
+    NewEntity::new(key, properties)
+}
+
+fn value_from_pb(name: &str, kind: Option<pb::value::Kind>) -> Result<Value, ValidationError> {
+    use pb::value::Kind;
+    let kind = kind.ok_or_else(|| ValidationError::PropertyValueMissing {
+        name: name.to_owned(),
+    })?;
+    Ok(match kind {
+        Kind::StringValue(s) => Value::String(s),
+        Kind::Int32Value(v) => Value::Int32(v),
+        Kind::Int64Value(v) => Value::Int64(v),
+        Kind::DoubleValue(v) => Value::Double(v),
+        Kind::BoolValue(v) => Value::Bool(v),
+        Kind::DatetimeValue(t) => {
+            Value::DateTime(Ticks::from_unix(t.seconds, t.nanos).ok_or_else(|| {
+                ValidationError::DateTimeOutOfRange {
+                    name: name.to_owned(),
+                }
+            })?)
+        }
+        Kind::GuidValue(text) => Value::Guid(parse_guid(name, &text)?),
+        Kind::BinaryValue(bytes) => Value::Binary(bytes),
+    })
+}
+
+/// Only the canonical hyphenated form (`8-4-4-4-12` hex digits) is a GUID on the wire.
+fn parse_guid(name: &str, text: &str) -> Result<Uuid, ValidationError> {
+    let canonical = text.len() == 36
+        && text.char_indices().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    canonical
+        .then(|| Uuid::try_parse(text).ok())
+        .flatten()
+        .ok_or_else(|| ValidationError::GuidInvalid {
+            name: name.to_owned(),
+            value: text.to_owned(),
+        })
+}
+
+/// An entity's keys from a request, validated.
+pub(crate) fn entity_key(
+    partition_key: String,
+    row_key: String,
+) -> Result<EntityKey, ValidationError> {
+    EntityKey::new(partition_key, row_key)
+}
+
+/// An upsert mode from its wire number.
+pub(crate) fn upsert_mode(mode: i32) -> Result<UpsertMode, ValidationError> {
+    match pb::UpsertMode::try_from(mode) {
+        Ok(pb::UpsertMode::Replace) => Ok(UpsertMode::Replace),
+        Ok(pb::UpsertMode::Merge) => Ok(UpsertMode::Merge),
+        Err(_) => Err(ValidationError::Argument(format!(
+            "upsert mode {mode} is unknown: use REPLACE or MERGE"
+        ))),
+    }
+}
+
+/// One transaction operation, validated on its own (the transaction's rules come later).
+pub(crate) fn operation(operation: pb::TransactionOperation) -> Result<Operation, ValidationError> {
+    use pb::transaction_operation::Operation as Op;
+    let operation = operation.operation.ok_or_else(|| {
+        ValidationError::Argument(
+            "the operation has no kind: set one of insert, update, merge, upsert, delete, check"
+                .into(),
+        )
+    })?;
+    Ok(match operation {
+        Op::Insert(op) => Operation::Insert(new_entity(op.entity)?),
+        Op::Update(op) => Operation::Update(new_entity(op.entity)?, IfMatch::parse(&op.if_match)?),
+        Op::Merge(op) => Operation::Merge(new_entity(op.entity)?, IfMatch::parse(&op.if_match)?),
+        Op::Upsert(op) => Operation::Upsert(new_entity(op.entity)?, upsert_mode(op.mode)?),
+        Op::Delete(op) => {
+            validate_key(KeyKind::Row, &op.row_key)?;
+            Operation::Delete {
+                if_match: IfMatch::parse(&op.if_match)?,
+                row_key: op.row_key,
+            }
+        }
+        Op::Check(op) => {
+            validate_key(KeyKind::Row, &op.row_key)?;
+            let condition = match (op.if_match.as_str(), op.must_not_exist) {
+                ("", true) => CheckCondition::NotExists,
+                ("", false) => CheckCondition::Exists(IfMatch::Any),
+                (tag, false) => CheckCondition::Exists(IfMatch::parse(tag)?),
+                (_, true) => {
+                    return Err(ValidationError::Argument(
+                        "a check takes if_match or must_not_exist, not both".into(),
+                    ))
+                }
+            };
+            Operation::Check {
+                row_key: op.row_key,
+                condition,
+            }
+        }
+    })
+}
+
+/// A stored entity on the wire.
+pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
+    let etag = entity.etag().as_str().to_owned();
+    pb::Entity {
+        partition_key: entity.key.partition_key,
+        row_key: entity.key.row_key,
+        properties: entity
+            .properties
+            .into_iter()
+            .map(|(name, value)| (name, value_to_pb(value)))
+            .collect(),
+        timestamp: Some(timestamp(entity.timestamp)),
+        etag,
+    }
+}
+
+fn value_to_pb(value: Value) -> pb::Value {
+    use pb::value::Kind;
+    let kind = match value {
+        Value::String(s) => Kind::StringValue(s),
+        Value::Int32(v) => Kind::Int32Value(v),
+        Value::Int64(v) => Kind::Int64Value(v),
+        Value::Double(v) => Kind::DoubleValue(v),
+        Value::Bool(v) => Kind::BoolValue(v),
+        Value::DateTime(t) => Kind::DatetimeValue(timestamp(t)),
+        Value::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
+        Value::Binary(b) => Kind::BinaryValue(b),
+    };
+    pb::Value { kind: Some(kind) }
+}
+
+/// A transaction result on the wire: the stored entity's new version.
+pub(crate) fn operation_result(stored: Option<StoredEntity>) -> pb::OperationResult {
+    match stored {
+        Some(entity) => pb::OperationResult {
+            etag: entity.etag().as_str().to_owned(),
+            timestamp: Some(timestamp(entity.timestamp)),
+        },
+        None => pb::OperationResult::default(),
+    }
+}
+
+fn timestamp(ticks: Ticks) -> Timestamp {
+    let (seconds, nanos) = ticks.to_unix();
+    Timestamp { seconds, nanos }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guids_must_be_canonical() {
+        assert!(parse_guid("g", "a455c695-df98-5678-aaaa-81d3367e5a34").is_ok());
+        assert!(parse_guid("g", "A455C695-DF98-5678-AAAA-81D3367E5A34").is_ok());
+        for bad in [
+            "a455c695df985678aaaa81d3367e5a34",
+            "{a455c695-df98-5678-aaaa-81d3367e5a34}",
+            "x",
+            "",
+        ] {
+            assert!(parse_guid("g", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The gRPC edge, and the only module that names tonic or `pb`: each handler converts its request,
+//! runs the engine on the blocking pool, and converts the answer or the error.
+
+mod convert;
+mod status;
+
+use std::sync::Arc;
+
+use prost::Message;
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+use trestle_proto::pb;
+
+pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
+
+use crate::engine::Engine;
+use crate::error::{ErrorCode, TableError};
+use crate::model::{IfMatch, Operation};
+use crate::query::QuerySpec;
+
+/// The `trestle.v1.TableService` implementation.
+#[derive(Debug, Clone)]
+pub struct TableApi {
+    engine: Arc<Engine>,
+}
+
+impl TableApi {
+    /// Serves `engine`.
+    pub fn new(engine: Arc<Engine>) -> TableApi {
+        TableApi { engine }
+    }
+
+    /// Runs `op` on the blocking pool. The task runs to completion even if the client goes away,
+    /// so a write is never cut in half by a cancelled RPC.
+    async fn run<T, F>(&self, op: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
+    {
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || op(&engine)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => {
+                if error.code() == ErrorCode::InternalError {
+                    tracing::error!(%error, "request failed");
+                } else {
+                    tracing::debug!(%error, reason = error.code().as_str(), "request refused");
+                }
+                Err(status::to_status(&error))
+            }
+            Err(panicked) => {
+                tracing::error!(error = %panicked, "request task failed");
+                Err(Status::internal(
+                    "internal error; the server log has the details",
+                ))
+            }
+        }
+    }
+
+    async fn write_entity(
+        &self,
+        table: String,
+        operation: Operation,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let stored = self
+            .run(move |engine| engine.write(&table, operation))
+            .await?;
+        let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
+        Ok(Response::new(convert::entity_to_pb(stored)))
+    }
+}
+
+fn invalid(error: crate::model::ValidationError) -> Status {
+    status::to_status(&TableError::Invalid(error))
+}
+
+#[tonic::async_trait]
+impl pb::table_service_server::TableService for TableApi {
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn create_table(
+        &self,
+        request: Request<pb::CreateTableRequest>,
+    ) -> Result<Response<pb::Table>, Status> {
+        let table = request.into_inner().table;
+        let name = self.run(move |engine| engine.create_table(&table)).await?;
+        tracing::info!(table = %name, "created table");
+        Ok(Response::new(pb::Table {
+            name: name.to_string(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn delete_table(
+        &self,
+        request: Request<pb::DeleteTableRequest>,
+    ) -> Result<Response<pb::DeleteTableResponse>, Status> {
+        let table = request.into_inner().table;
+        self.run(move |engine| engine.delete_table(&table)).await?;
+        tracing::info!("deleted table");
+        Ok(Response::new(pb::DeleteTableResponse {}))
+    }
+
+    #[instrument(skip_all, fields(prefix = %request.get_ref().prefix))]
+    async fn list_tables(
+        &self,
+        request: Request<pb::ListTablesRequest>,
+    ) -> Result<Response<pb::ListTablesResponse>, Status> {
+        let req = request.into_inner();
+        let page = self
+            .run(move |engine| engine.list_tables(&req.prefix, req.page_size, &req.page_token))
+            .await?;
+        Ok(Response::new(pb::ListTablesResponse {
+            tables: page
+                .tables
+                .into_iter()
+                .map(|name| pb::Table {
+                    name: name.to_string(),
+                })
+                .collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn insert_entity(
+        &self,
+        request: Request<pb::InsertEntityRequest>,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let req = request.into_inner();
+        let entity = convert::new_entity(req.entity).map_err(invalid)?;
+        self.write_entity(req.table, Operation::Insert(entity))
+            .await
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn update_entity(
+        &self,
+        request: Request<pb::UpdateEntityRequest>,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let req = request.into_inner();
+        let entity = convert::new_entity(req.entity).map_err(invalid)?;
+        let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
+        self.write_entity(req.table, Operation::Update(entity, if_match))
+            .await
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn merge_entity(
+        &self,
+        request: Request<pb::MergeEntityRequest>,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let req = request.into_inner();
+        let entity = convert::new_entity(req.entity).map_err(invalid)?;
+        let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
+        self.write_entity(req.table, Operation::Merge(entity, if_match))
+            .await
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    async fn upsert_entity(
+        &self,
+        request: Request<pb::UpsertEntityRequest>,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let req = request.into_inner();
+        let entity = convert::new_entity(req.entity).map_err(invalid)?;
+        let mode = convert::upsert_mode(req.mode).map_err(invalid)?;
+        self.write_entity(req.table, Operation::Upsert(entity, mode))
+            .await
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
+    async fn delete_entity(
+        &self,
+        request: Request<pb::DeleteEntityRequest>,
+    ) -> Result<Response<pb::DeleteEntityResponse>, Status> {
+        let req = request.into_inner();
+        let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
+        let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
+        self.run(move |engine| engine.delete(&req.table, key, if_match))
+            .await?;
+        Ok(Response::new(pb::DeleteEntityResponse {}))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
+    async fn get_entity(
+        &self,
+        request: Request<pb::GetEntityRequest>,
+    ) -> Result<Response<pb::Entity>, Status> {
+        let req = request.into_inner();
+        let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
+        let entity = self
+            .run(move |engine| engine.get(&req.table, key, req.select))
+            .await?;
+        Ok(Response::new(convert::entity_to_pb(entity)))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    async fn query_entities(
+        &self,
+        request: Request<pb::QueryEntitiesRequest>,
+    ) -> Result<Response<pb::QueryEntitiesResponse>, Status> {
+        let req = request.into_inner();
+        let spec = QuerySpec {
+            partition_key: req.partition_key,
+            row_key_start: req.row_key_start,
+            row_key_end: req.row_key_end,
+            row_key_prefix: req.row_key_prefix,
+            reverse: req.reverse,
+            select: req.select,
+            page_size: req.page_size,
+            filter: req.filter,
+        };
+        let continuation = req.continuation_token;
+        let page = self
+            .run(move |engine| engine.query(&req.table, spec, &continuation))
+            .await?;
+        Ok(Response::new(pb::QueryEntitiesResponse {
+            entities: page
+                .entities
+                .into_iter()
+                .map(convert::entity_to_pb)
+                .collect(),
+            continuation_token: page.continuation_token.unwrap_or_default(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, ops = request.get_ref().operations.len()))]
+    async fn submit_transaction(
+        &self,
+        request: Request<pb::SubmitTransactionRequest>,
+    ) -> Result<Response<pb::SubmitTransactionResponse>, Status> {
+        let req = request.into_inner();
+        let request_bytes = req.encoded_len();
+        let operations = req
+            .operations
+            .into_iter()
+            .enumerate()
+            .map(|(index, op)| {
+                convert::operation(op).map_err(|e| TableError::Invalid(e).at_operation(index))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| status::to_status(&error))?;
+        let (table, partition_key) = (req.table, req.partition_key);
+        let results = self
+            .run(move |engine| engine.transact(&table, &partition_key, operations, request_bytes))
+            .await?;
+        Ok(Response::new(pb::SubmitTransactionResponse {
+            results: results.into_iter().map(convert::operation_result).collect(),
+        }))
+    }
+}

@@ -1,0 +1,54 @@
+//! The mapping from [`TableError`] to `tonic::Status`: a gRPC code, a plain-words message and a
+//! `google.rpc.ErrorInfo` detail with Azure's error code as `reason`. No side effects here: the
+//! caller logs.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::{ErrorCode, TableError};
+
+/// The `ErrorInfo.domain` of every Trestle error.
+pub const ERROR_DOMAIN: &str = "trestle";
+/// The `ErrorInfo.metadata` key that names the failing operation of a transaction.
+pub const OPERATION_INDEX_KEY: &str = "operationIndex";
+
+/// Converts an error into the status sent to the client.
+pub(crate) fn to_status(error: &TableError) -> Status {
+    let code = error.code();
+    let message = match code {
+        // Internal detail stays in the server log.
+        ErrorCode::InternalError => "internal error; the server log has the details".to_owned(),
+        _ => error.to_string(),
+    };
+    let mut metadata = HashMap::new();
+    if let Some(index) = error.operation_index() {
+        metadata.insert(OPERATION_INDEX_KEY.to_owned(), index.to_string());
+    }
+    let details = ErrorDetails::with_error_info(code.as_str(), ERROR_DOMAIN, metadata);
+    Status::with_error_details(grpc_code(code), message, details)
+}
+
+fn grpc_code(code: ErrorCode) -> Code {
+    match code {
+        ErrorCode::TableNotFound | ErrorCode::ResourceNotFound => Code::NotFound,
+        ErrorCode::TableAlreadyExists
+        | ErrorCode::TableBeingDeleted
+        | ErrorCode::EntityAlreadyExists => Code::AlreadyExists,
+        ErrorCode::UpdateConditionNotSatisfied => Code::FailedPrecondition,
+        ErrorCode::EntityTooLarge | ErrorCode::RequestBodyTooLarge => Code::ResourceExhausted,
+        ErrorCode::InvalidInput
+        | ErrorCode::OutOfRangeInput
+        | ErrorCode::PropertiesNeedValue
+        | ErrorCode::PropertyValueTooLarge
+        | ErrorCode::TooManyProperties
+        | ErrorCode::PropertyNameInvalid
+        | ErrorCode::PropertyNameTooLong
+        | ErrorCode::KeyValueTooLarge
+        | ErrorCode::InvalidDuplicateRow
+        | ErrorCode::CommandsInBatchActOnDifferentPartitions => Code::InvalidArgument,
+        ErrorCode::NotImplemented => Code::Unimplemented,
+        ErrorCode::InternalError => Code::Internal,
+    }
+}

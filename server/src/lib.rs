@@ -1,0 +1,83 @@
+//! Trestle's server: a durable partitioned entity store with the data model and guarantees of
+//! Azure Table Storage, served over gRPC.
+//!
+//! Layers, each importing only those below it:
+//! - [`model`]: tables, keys, entities, values, ETags and operations, with Azure's rules (pure);
+//! - [`storage`]: sled, the single commit path, partition locks, group commit, reclamation;
+//! - [`query`], [`transaction`]: query and transaction rules;
+//! - [`engine`]: Azure Table semantics over the store, with [`error::TableError`];
+//! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`.
+
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod grpc;
+pub mod model;
+pub mod query;
+pub mod storage;
+pub mod transaction;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{Args, Config};
+pub use engine::Engine;
+use tonic::transport::server::TcpIncoming;
+use trestle_proto::pb::table_service_server::TableServiceServer;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened or flushed.
+    #[error("store: {0}")]
+    Store(#[from] error::TableError),
+    /// Reflection could not load the descriptor sets.
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A startup task failed.
+    #[error("startup: {0}")]
+    Startup(#[from] tokio::task::JoinError),
+}
+
+/// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha) on
+/// `listener` until `shutdown` completes; then finishes in-flight requests, flushes, and returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let engine = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Engine::open(&config.data_dir, config.store)).await??
+    };
+    let engine = Arc::new(engine);
+    let table_service = TableServiceServer::new(grpc::TableApi::new(engine.clone()))
+        .max_decoding_message_size(config::MAX_MESSAGE_BYTES);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<TableServiceServer<grpc::TableApi>>()
+        .await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(trestle_proto::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    tracing::info!(addr = ?listener.local_addr().ok(), data_dir = %config.data_dir.display(), "serving");
+    tonic::transport::Server::builder()
+        .add_service(table_service)
+        .add_service(health_service)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await?;
+    tracing::info!("stopped accepting; flushing");
+    tokio::task::spawn_blocking(move || engine.flush()).await??;
+    Ok(())
+}

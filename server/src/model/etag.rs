@@ -1,0 +1,89 @@
+//! ETags and `If-Match` preconditions.
+
+use super::{Ticks, ValidationError};
+
+/// An opaque version tag. Trestle derives it from the entity's timestamp, as Azure does:
+/// `W/"datetime'2024-01-02T03%3A04%3A05.1234567Z'"`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ETag(String);
+
+impl ETag {
+    /// The ETag of an entity written at `timestamp`.
+    pub fn for_timestamp(timestamp: Ticks) -> ETag {
+        let encoded = timestamp.to_rfc3339().replace(':', "%3A");
+        ETag(format!("W/\"datetime'{encoded}'\""))
+    }
+
+    /// The tag as sent on the wire.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The precondition of an update, merge or delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    /// `*`: any existing version.
+    Any,
+    /// Exactly this version.
+    Tag(ETag),
+}
+
+impl IfMatch {
+    /// Parses a required `if_match`: `*` or a well-formed weak ETag (`W/"…"`).
+    pub fn parse(value: &str) -> Result<IfMatch, ValidationError> {
+        match value {
+            "" => Err(ValidationError::IfMatchMissing),
+            "*" => Ok(IfMatch::Any),
+            tag if is_weak_etag(tag) => Ok(IfMatch::Tag(ETag(tag.to_owned()))),
+            other => Err(ValidationError::ETagInvalid {
+                value: other.to_owned(),
+            }),
+        }
+    }
+
+    /// Whether an entity with `current` satisfies the precondition.
+    pub fn matches(&self, current: &ETag) -> bool {
+        match self {
+            IfMatch::Any => true,
+            IfMatch::Tag(tag) => tag == current,
+        }
+    }
+}
+
+fn is_weak_etag(value: &str) -> bool {
+    value
+        .strip_prefix("W/\"")
+        .and_then(|rest| rest.strip_suffix('"'))
+        .is_some_and(|inner| !inner.is_empty() && !inner.contains('"'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_derives_from_the_timestamp() {
+        let tag = ETag::for_timestamp(Ticks(0));
+        assert_eq!(
+            tag.as_str(),
+            "W/\"datetime'1970-01-01T00%3A00%3A00.0000000Z'\""
+        );
+        assert_eq!(IfMatch::parse(tag.as_str()), Ok(IfMatch::Tag(tag)));
+    }
+
+    #[test]
+    fn if_match_refuses_malformed_tags() {
+        assert_eq!(IfMatch::parse(""), Err(ValidationError::IfMatchMissing));
+        assert_eq!(IfMatch::parse("*"), Ok(IfMatch::Any));
+        for bad in ["x", "\"x\"", "W/x", "W/\"\"", "datetime'2020'"] {
+            assert!(
+                matches!(
+                    IfMatch::parse(bad),
+                    Err(ValidationError::ETagInvalid { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! The data model: tables, keys, entities, typed values, ETags and write operations, with Azure's
+//! validation rules. Pure data, no I/O.
+
+mod entity;
+mod error;
+mod etag;
+mod names;
+mod operation;
+mod time;
+mod value;
+
+pub use entity::{billed_size, validate_shape, NewEntity, Properties, StoredEntity};
+pub use error::{KeyKind, ValidationError};
+pub use etag::{ETag, IfMatch};
+pub use names::{validate_key, EntityKey, TableName};
+pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
+pub use time::{Ticks, TICKS_PER_SECOND};
+pub use value::{utf16_bytes, Value};
+
+/// Longest PartitionKey or RowKey, in bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Most custom properties in one entity (255 including the three system properties).
+pub const MAX_PROPERTIES: usize = 252;
+/// Longest property name, in characters.
+pub const MAX_PROPERTY_NAME_CHARS: usize = 255;
+/// Largest string (as UTF-16) or binary value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// Largest entity, in bytes of Azure's size formula ([`billed_size`]).
+pub const MAX_ENTITY_BYTES: usize = 1024 * 1024;
+/// Most operations in one transaction.
+pub const MAX_TRANSACTION_OPERATIONS: usize = 100;
+/// Largest transaction request, in encoded bytes.
+pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+/// Most entities or tables in one page.
+pub const MAX_PAGE_SIZE: u32 = 1000;

@@ -1,0 +1,235 @@
+//! Write operations: what a single-entity write or one step of a transaction asks for.
+
+#[cfg(test)]
+use super::ETag;
+use super::{validate_shape, IfMatch, NewEntity, StoredEntity, Ticks, ValidationError};
+
+/// How an upsert treats an existing entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpsertMode {
+    /// Insert-or-replace.
+    Replace,
+    /// Insert-or-merge.
+    Merge,
+}
+
+/// What a `check` operation asserts about its row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckCondition {
+    /// The row exists and matches (any version for `IfMatch::Any`).
+    Exists(IfMatch),
+    /// The row does not exist.
+    NotExists,
+}
+
+/// One write, on a row of the operation's partition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operation {
+    /// Insert an entity that must not exist.
+    Insert(NewEntity),
+    /// Replace an existing entity.
+    Update(NewEntity, IfMatch),
+    /// Merge into an existing entity.
+    Merge(NewEntity, IfMatch),
+    /// Insert, or replace / merge an existing entity.
+    Upsert(NewEntity, UpsertMode),
+    /// Delete an existing entity.
+    Delete { row_key: String, if_match: IfMatch },
+    /// Assert a precondition without writing.
+    Check {
+        row_key: String,
+        condition: CheckCondition,
+    },
+}
+
+impl Operation {
+    /// The partition the operation acts on, when it names one itself (entity operations do).
+    pub fn partition_key(&self) -> Option<&str> {
+        match self {
+            Operation::Insert(e)
+            | Operation::Update(e, _)
+            | Operation::Merge(e, _)
+            | Operation::Upsert(e, _) => Some(&e.key.partition_key),
+            Operation::Delete { .. } | Operation::Check { .. } => None,
+        }
+    }
+
+    /// The row the operation acts on.
+    pub fn row_key(&self) -> &str {
+        match self {
+            Operation::Insert(e)
+            | Operation::Update(e, _)
+            | Operation::Merge(e, _)
+            | Operation::Upsert(e, _) => &e.key.row_key,
+            Operation::Delete { row_key, .. } | Operation::Check { row_key, .. } => row_key,
+        }
+    }
+}
+
+/// What an operation does to its row, once its precondition holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Store this entity.
+    Put(StoredEntity),
+    /// Remove the row.
+    Remove,
+    /// Leave the row alone (a check).
+    Nothing,
+}
+
+/// Why an operation cannot apply to the row as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The row must exist and does not.
+    NotFound,
+    /// The row must not exist and does.
+    AlreadyExists,
+    /// The row's ETag is not the one required.
+    ConditionNotSatisfied,
+    /// The merged entity breaks a limit.
+    Invalid(ValidationError),
+}
+
+impl Operation {
+    /// Decides the operation's effect on its row given the row's `current` content, Azure's way.
+    ///
+    /// A written entity gets `now`, or one tick past its previous timestamp if that is not
+    /// earlier, so that each entity's timestamp (and so its ETag) strictly increases.
+    pub fn resolve(&self, current: Option<StoredEntity>, now: Ticks) -> Result<Effect, Refusal> {
+        let put = |entity: &NewEntity, properties, previous: Option<&StoredEntity>| {
+            let timestamp = previous.map_or(now, |p| now.max(Ticks(p.timestamp.0 + 1)));
+            Effect::Put(StoredEntity {
+                key: entity.key.clone(),
+                properties,
+                timestamp,
+            })
+        };
+        match (self, current) {
+            (Operation::Insert(_), Some(_)) => Err(Refusal::AlreadyExists),
+            (Operation::Insert(new), None) => Ok(put(new, new.properties.clone(), None)),
+            (
+                Operation::Update(_, _)
+                | Operation::Merge(_, _)
+                | Operation::Delete { .. }
+                | Operation::Check {
+                    condition: CheckCondition::Exists(_),
+                    ..
+                },
+                None,
+            ) => Err(Refusal::NotFound),
+            (
+                Operation::Update(_, if_match)
+                | Operation::Merge(_, if_match)
+                | Operation::Delete { if_match, .. }
+                | Operation::Check {
+                    condition: CheckCondition::Exists(if_match),
+                    ..
+                },
+                Some(old),
+            ) if !if_match.matches(&old.etag()) => Err(Refusal::ConditionNotSatisfied),
+            (Operation::Update(new, _), Some(old)) => {
+                Ok(put(new, new.properties.clone(), Some(&old)))
+            }
+            (Operation::Upsert(new, UpsertMode::Replace), old) => {
+                Ok(put(new, new.properties.clone(), old.as_ref()))
+            }
+            (Operation::Merge(new, _) | Operation::Upsert(new, UpsertMode::Merge), Some(old)) => {
+                let mut merged = old.properties.clone();
+                merged.extend(new.properties.clone());
+                validate_shape(&new.key, &merged).map_err(Refusal::Invalid)?;
+                Ok(put(new, merged, Some(&old)))
+            }
+            (Operation::Upsert(new, UpsertMode::Merge), None) => {
+                Ok(put(new, new.properties.clone(), None))
+            }
+            (Operation::Delete { .. }, Some(_)) => Ok(Effect::Remove),
+            (
+                Operation::Check {
+                    condition: CheckCondition::NotExists,
+                    ..
+                },
+                Some(_),
+            ) => Err(Refusal::AlreadyExists),
+            (Operation::Check { .. }, _) => Ok(Effect::Nothing),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EntityKey, Properties, Value};
+
+    fn entity(props: &[(&str, i32)]) -> NewEntity {
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        let properties: Properties = props
+            .iter()
+            .map(|(n, v)| (n.to_string(), Value::Int32(*v)))
+            .collect();
+        NewEntity::new(key, properties).unwrap()
+    }
+
+    fn stored(props: &[(&str, i32)], timestamp: i64) -> StoredEntity {
+        let new = entity(props);
+        StoredEntity {
+            key: new.key,
+            properties: new.properties,
+            timestamp: Ticks(timestamp),
+        }
+    }
+
+    #[test]
+    fn merge_keeps_and_replace_drops_absent_properties() {
+        let old = stored(&[("a", 1), ("b", 2)], 10);
+        let merged = Operation::Merge(entity(&[("b", 3)]), IfMatch::Any)
+            .resolve(Some(old.clone()), Ticks(20));
+        assert_eq!(merged, Ok(Effect::Put(stored(&[("a", 1), ("b", 3)], 20))));
+        let replaced =
+            Operation::Update(entity(&[("b", 3)]), IfMatch::Any).resolve(Some(old), Ticks(20));
+        assert_eq!(replaced, Ok(Effect::Put(stored(&[("b", 3)], 20))));
+    }
+
+    #[test]
+    fn timestamps_strictly_increase_even_if_the_clock_lags() {
+        let old = stored(&[], 50);
+        let written =
+            Operation::Upsert(entity(&[]), UpsertMode::Replace).resolve(Some(old), Ticks(20));
+        assert_eq!(written, Ok(Effect::Put(stored(&[], 51))));
+    }
+
+    #[test]
+    fn preconditions_are_checked() {
+        let old = stored(&[], 10);
+        let stale = IfMatch::Tag(ETag::for_timestamp(Ticks(9)));
+        let fresh = IfMatch::Tag(old.etag());
+        let delete = |if_match| Operation::Delete {
+            row_key: "r".into(),
+            if_match,
+        };
+        assert_eq!(
+            delete(stale.clone()).resolve(Some(old.clone()), Ticks(11)),
+            Err(Refusal::ConditionNotSatisfied)
+        );
+        assert_eq!(
+            delete(fresh).resolve(Some(old.clone()), Ticks(11)),
+            Ok(Effect::Remove)
+        );
+        assert_eq!(
+            delete(IfMatch::Any).resolve(None, Ticks(11)),
+            Err(Refusal::NotFound)
+        );
+        assert_eq!(
+            Operation::Insert(entity(&[])).resolve(Some(old.clone()), Ticks(11)),
+            Err(Refusal::AlreadyExists)
+        );
+        let must_not_exist = Operation::Check {
+            row_key: "r".into(),
+            condition: CheckCondition::NotExists,
+        };
+        assert_eq!(
+            must_not_exist.resolve(Some(old), Ticks(11)),
+            Err(Refusal::AlreadyExists)
+        );
+        assert_eq!(must_not_exist.resolve(None, Ticks(11)), Ok(Effect::Nothing));
+    }
+}

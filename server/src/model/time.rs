@@ -1,0 +1,116 @@
+//! Azure's DateTime: 100 ns ticks, UTC, between 1601-01-01 and 9999-12-31.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Ticks (100 ns units) in one second.
+pub const TICKS_PER_SECOND: i64 = 10_000_000;
+const NANOS_PER_TICK: u32 = 100;
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// A UTC instant in 100 ns ticks since the Unix epoch (negative before 1970).
+///
+/// Ordering is chronological; the valid Azure range is [`Ticks::MIN`]..=[`Ticks::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticks(pub i64);
+
+impl Ticks {
+    /// 1601-01-01T00:00:00Z, the earliest DateTime Azure accepts.
+    pub const MIN: Ticks = Ticks(-11_644_473_600 * TICKS_PER_SECOND);
+    /// 9999-12-31T23:59:59.9999999Z, the latest DateTime Azure accepts.
+    pub const MAX: Ticks = Ticks(253_402_300_799 * TICKS_PER_SECOND + TICKS_PER_SECOND - 1);
+
+    /// The current system time.
+    pub fn now() -> Ticks {
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Ticks(
+            since_epoch.as_secs() as i64 * TICKS_PER_SECOND
+                + i64::from(since_epoch.subsec_nanos() / NANOS_PER_TICK),
+        )
+    }
+
+    /// From Unix seconds and nanoseconds (0..1e9), truncating to 100 ns. `None` when the nanos are
+    /// out of range or the instant is outside [`Ticks::MIN`]..=[`Ticks::MAX`].
+    pub fn from_unix(seconds: i64, nanos: i32) -> Option<Ticks> {
+        let nanos = u32::try_from(nanos).ok().filter(|n| *n < 1_000_000_000)?;
+        let ticks = seconds
+            .checked_mul(TICKS_PER_SECOND)?
+            .checked_add(i64::from(nanos / NANOS_PER_TICK))?;
+        let ticks = Ticks(ticks);
+        (Ticks::MIN..=Ticks::MAX).contains(&ticks).then_some(ticks)
+    }
+
+    /// Unix seconds and nanoseconds, as `google.protobuf.Timestamp` wants them.
+    pub fn to_unix(self) -> (i64, i32) {
+        let seconds = self.0.div_euclid(TICKS_PER_SECOND);
+        let ticks = self.0.rem_euclid(TICKS_PER_SECOND);
+        (seconds, (ticks as i32) * NANOS_PER_TICK as i32)
+    }
+
+    /// ISO 8601 with seven fractional digits, as Azure prints it: `2013-08-22T01:12:06.2608595Z`.
+    pub fn to_rfc3339(self) -> String {
+        let seconds = self.0.div_euclid(TICKS_PER_SECOND);
+        let fraction = self.0.rem_euclid(TICKS_PER_SECOND);
+        let days = seconds.div_euclid(SECONDS_PER_DAY);
+        let second_of_day = seconds.rem_euclid(SECONDS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:07}Z",
+            second_of_day / 3600,
+            second_of_day / 60 % 60,
+            second_of_day % 60
+        )
+    }
+}
+
+/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_the_azure_range_ends() {
+        assert_eq!(Ticks::MIN.to_rfc3339(), "1601-01-01T00:00:00.0000000Z");
+        assert_eq!(Ticks::MAX.to_rfc3339(), "9999-12-31T23:59:59.9999999Z");
+        assert_eq!(Ticks(0).to_rfc3339(), "1970-01-01T00:00:00.0000000Z");
+    }
+
+    #[test]
+    fn unix_round_trip_truncates_to_100ns() {
+        let ticks = Ticks::from_unix(1_700_000_000, 123_456_789).unwrap();
+        assert_eq!(ticks.to_unix(), (1_700_000_000, 123_456_700));
+        let before_epoch = Ticks::from_unix(-1, 999_999_900).unwrap();
+        assert_eq!(before_epoch.to_unix(), (-1, 999_999_900));
+        assert_eq!(before_epoch.to_rfc3339(), "1969-12-31T23:59:59.9999999Z");
+    }
+
+    #[test]
+    fn rejects_out_of_range_instants() {
+        let (min_seconds, _) = Ticks::MIN.to_unix();
+        assert!(Ticks::from_unix(min_seconds, 0).is_some());
+        assert!(Ticks::from_unix(min_seconds - 1, 999_999_999).is_none());
+        assert!(Ticks::from_unix(253_402_300_800, 0).is_none());
+        assert!(Ticks::from_unix(0, -1).is_none());
+        assert!(Ticks::from_unix(0, 1_000_000_000).is_none());
+    }
+}

@@ -1,0 +1,55 @@
+//! Typed property values: the eight Azure Table (EDM) types.
+
+use uuid::Uuid;
+
+use super::Ticks;
+
+/// One property value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Edm.String.
+    String(String),
+    /// Edm.Int32.
+    Int32(i32),
+    /// Edm.Int64.
+    Int64(i64),
+    /// Edm.Double.
+    Double(f64),
+    /// Edm.Boolean.
+    Bool(bool),
+    /// Edm.DateTime, in 100 ns ticks.
+    DateTime(Ticks),
+    /// Edm.Guid.
+    Guid(Uuid),
+    /// Edm.Binary.
+    Binary(Vec<u8>),
+}
+
+impl Value {
+    /// The bytes that count against the 64 KiB value limit: strings as UTF-16, binaries as is;
+    /// `None` for fixed-size types.
+    pub fn limited_size(&self) -> Option<usize> {
+        match self {
+            Value::String(s) => Some(utf16_bytes(s)),
+            Value::Binary(b) => Some(b.len()),
+            _ => None,
+        }
+    }
+
+    /// The value's size in Azure's published entity-size formula.
+    pub fn billed_size(&self) -> usize {
+        match self {
+            Value::String(s) => utf16_bytes(s) + 4,
+            Value::Binary(b) => b.len() + 4,
+            Value::Int32(_) => 4,
+            Value::Int64(_) | Value::Double(_) | Value::DateTime(_) => 8,
+            Value::Bool(_) => 1,
+            Value::Guid(_) => 16,
+        }
+    }
+}
+
+/// The size of a string in UTF-16, in bytes: how Azure measures strings.
+pub fn utf16_bytes(s: &str) -> usize {
+    s.encode_utf16().count() * 2
+}

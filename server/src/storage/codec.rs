@@ -1,0 +1,176 @@
+//! The versioned binary encoding of stored entities (the sled value; the key holds the keys).
+//!
+//! Layout, little-endian: `[format u8 = 1][timestamp i64][count u16]`, then per property
+//! `[name length u16][name][type tag u8][payload]`. Strings and binaries carry a `u32` length.
+
+use uuid::Uuid;
+
+use super::StorageError;
+use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+
+const FORMAT_V1: u8 = 1;
+
+const TAG_STRING: u8 = 1;
+const TAG_INT32: u8 = 2;
+const TAG_INT64: u8 = 3;
+const TAG_DOUBLE: u8 = 4;
+const TAG_BOOL: u8 = 5;
+const TAG_DATETIME: u8 = 6;
+const TAG_GUID: u8 = 7;
+const TAG_BINARY: u8 = 8;
+
+/// Encodes an entity's timestamp and properties.
+pub(crate) fn encode(timestamp: Ticks, properties: &Properties) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + properties.len() * 24);
+    out.push(FORMAT_V1);
+    out.extend_from_slice(&timestamp.0.to_le_bytes());
+    out.extend_from_slice(&(properties.len() as u16).to_le_bytes());
+    for (name, value) in properties {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        encode_value(value, &mut out);
+    }
+    out
+}
+
+fn encode_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::String(s) => put_bytes(out, TAG_STRING, s.as_bytes()),
+        Value::Binary(b) => put_bytes(out, TAG_BINARY, b),
+        Value::Int32(v) => put_fixed(out, TAG_INT32, &v.to_le_bytes()),
+        Value::Int64(v) => put_fixed(out, TAG_INT64, &v.to_le_bytes()),
+        Value::Double(v) => put_fixed(out, TAG_DOUBLE, &v.to_le_bytes()),
+        Value::Bool(v) => put_fixed(out, TAG_BOOL, &[u8::from(*v)]),
+        Value::DateTime(t) => put_fixed(out, TAG_DATETIME, &t.0.to_le_bytes()),
+        Value::Guid(g) => put_fixed(out, TAG_GUID, g.as_bytes()),
+    }
+}
+
+fn put_fixed(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(payload);
+}
+
+fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Decodes a stored value back into the entity with the given keys.
+pub(crate) fn decode(key: EntityKey, bytes: &[u8]) -> Result<StoredEntity, StorageError> {
+    let mut reader = Reader { bytes };
+    let format = reader.take::<1>()?[0];
+    if format != FORMAT_V1 {
+        return Err(StorageError::Corrupt(format!(
+            "unknown entity format {format}"
+        )));
+    }
+    let timestamp = Ticks(i64::from_le_bytes(reader.take()?));
+    let count = u16::from_le_bytes(reader.take()?);
+    let mut properties = Properties::new();
+    for _ in 0..count {
+        let name_len = usize::from(u16::from_le_bytes(reader.take()?));
+        let name = reader.text(name_len)?;
+        let value = decode_value(&mut reader)?;
+        properties.insert(name, value);
+    }
+    Ok(StoredEntity {
+        key,
+        properties,
+        timestamp,
+    })
+}
+
+fn decode_value(reader: &mut Reader<'_>) -> Result<Value, StorageError> {
+    let tag = reader.take::<1>()?[0];
+    Ok(match tag {
+        TAG_STRING => {
+            let len = reader.length()?;
+            Value::String(reader.text(len)?)
+        }
+        TAG_BINARY => {
+            let len = reader.length()?;
+            Value::Binary(reader.slice(len)?.to_vec())
+        }
+        TAG_INT32 => Value::Int32(i32::from_le_bytes(reader.take()?)),
+        TAG_INT64 => Value::Int64(i64::from_le_bytes(reader.take()?)),
+        TAG_DOUBLE => Value::Double(f64::from_le_bytes(reader.take()?)),
+        TAG_BOOL => Value::Bool(reader.take::<1>()?[0] != 0),
+        TAG_DATETIME => Value::DateTime(Ticks(i64::from_le_bytes(reader.take()?))),
+        TAG_GUID => Value::Guid(Uuid::from_bytes(reader.take()?)),
+        other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
+    })
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn slice(&mut self, len: usize) -> Result<&'a [u8], StorageError> {
+        if self.bytes.len() < len {
+            return Err(StorageError::Corrupt("truncated entity".into()));
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], StorageError> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.slice(N)?);
+        Ok(out)
+    }
+
+    fn length(&mut self) -> Result<usize, StorageError> {
+        Ok(u32::from_le_bytes(self.take()?) as usize)
+    }
+
+    fn text(&mut self, len: usize) -> Result<String, StorageError> {
+        String::from_utf8(self.slice(len)?.to_vec())
+            .map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_round_trips() {
+        let properties = Properties::from([
+            ("s".to_owned(), Value::String("héllo".into())),
+            ("i".to_owned(), Value::Int32(-7)),
+            ("l".to_owned(), Value::Int64(i64::MIN)),
+            ("d".to_owned(), Value::Double(f64::NEG_INFINITY)),
+            ("b".to_owned(), Value::Bool(true)),
+            ("t".to_owned(), Value::DateTime(Ticks::MIN)),
+            ("g".to_owned(), Value::Guid(Uuid::from_u128(42))),
+            ("x".to_owned(), Value::Binary(vec![0, 255, 7])),
+        ]);
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        let bytes = encode(Ticks(123), &properties);
+        let entity = decode(key.clone(), &bytes).unwrap();
+        assert_eq!(
+            entity,
+            StoredEntity {
+                key,
+                properties,
+                timestamp: Ticks(123)
+            }
+        );
+    }
+
+    #[test]
+    fn truncated_records_are_corrupt_not_panics() {
+        let bytes = encode(
+            Ticks(1),
+            &Properties::from([("s".to_owned(), Value::String("abc".into()))]),
+        );
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        for len in 0..bytes.len() {
+            assert!(decode(key.clone(), &bytes[..len]).is_err());
+        }
+    }
+}

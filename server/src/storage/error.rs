@@ -1,0 +1,34 @@
+//! Storage faults (I/O, corruption) and the expected refusals of a commit.
+
+use thiserror::Error;
+
+use crate::model::Refusal;
+
+/// A fault of the store itself: never the client's doing, always worth logging.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// sled failed (I/O, or a corruption it detected).
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    /// A stored record could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+/// Why a commit refused an operation (an expected outcome, not a fault).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RejectReason {
+    /// The operation's precondition or limits do not hold for its row.
+    Refused(Refusal),
+    /// The table was deleted while the request was in flight.
+    TableGone,
+}
+
+/// A refused commit: the 0-based index of the operation that failed, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// Index of the failing operation.
+    pub index: usize,
+    /// Why it failed.
+    pub reason: RejectReason,
+}

@@ -1,0 +1,316 @@
+//! The storage layer, and the only module that names sled: one tree per table plus a catalog,
+//! per-partition locks around the single commit path, group-committed flushes, and background
+//! reclamation of deleted tables.
+
+mod catalog;
+mod clock;
+mod codec;
+mod durability;
+mod error;
+mod key;
+mod locks;
+mod table;
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+use catalog::{TableRecord, TableState};
+pub use durability::Durability;
+pub use error::{RejectReason, Rejection, StorageError};
+pub use key::KeyRange;
+pub use table::{PageLimit, ScanPage, Table};
+
+use crate::model::TableName;
+
+const CATALOG_TREE: &str = "catalog";
+const TABLE_TREE_PREFIX: &str = "t/";
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// sled's page cache bound, in bytes.
+    pub cache_bytes: u64,
+    /// When writes are acknowledged.
+    pub durability: Durability,
+    /// Reclaim deleted tables in the background. Off only in tests that need to observe a table
+    /// while it is being deleted; reclamation then waits for the next open.
+    pub reclaim_deleted_tables: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_bytes: 128 * 1024 * 1024,
+            durability: Durability::Sync,
+            reclaim_deleted_tables: true,
+        }
+    }
+}
+
+/// Why a table cannot be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateRefusal {
+    /// A table of that name (ignoring case) exists.
+    AlreadyExists,
+    /// A table of that name is still being reclaimed.
+    BeingDeleted,
+}
+
+/// State shared by every table of the store.
+#[derive(Debug)]
+struct Shared {
+    locks: locks::PartitionLocks,
+    durability: durability::GroupCommit,
+    clock: clock::Clock,
+}
+
+/// The store: a sled database holding every table.
+#[derive(Debug)]
+pub struct Store {
+    db: sled::Db,
+    catalog: sled::Tree,
+    /// Serialises table creation and deletion.
+    catalog_writes: Mutex<()>,
+    /// Live tables by folded name.
+    tables: RwLock<HashMap<String, Arc<Table>>>,
+    shared: Arc<Shared>,
+    reclaimer: Option<Reclaimer>,
+}
+
+#[derive(Debug)]
+struct Reclaimer {
+    queue: mpsc::Sender<TableRecord>,
+    worker: JoinHandle<()>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path`, and resumes reclaiming tables whose deletion a
+    /// crash interrupted.
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StorageError> {
+        let mut config = sled::Config::new()
+            .path(path)
+            .cache_capacity(options.cache_bytes);
+        if let Durability::Periodic { flush_every_ms } = options.durability {
+            config = config.flush_every_ms(Some(flush_every_ms));
+        }
+        let db = config.open()?;
+        let catalog = db.open_tree(CATALOG_TREE)?;
+        let shared = Arc::new(Shared {
+            locks: locks::PartitionLocks::default(),
+            durability: durability::GroupCommit::new(db.clone(), options.durability),
+            clock: clock::Clock::default(),
+        });
+        let mut tables = HashMap::new();
+        let mut deleting = Vec::new();
+        for item in catalog.iter() {
+            let (folded, bytes) = item?;
+            let record = TableRecord::decode(&bytes)?;
+            match record.state {
+                TableState::Active => {
+                    let tree = db.open_tree(Table::tree_name(record.id))?;
+                    let table = Table::new(record.id, record.name, tree, shared.clone());
+                    tables.insert(
+                        String::from_utf8_lossy(&folded).into_owned(),
+                        Arc::new(table),
+                    );
+                }
+                TableState::Deleting => deleting.push(record),
+            }
+        }
+        drop_orphan_trees(&db, &tables, &deleting)?;
+        let reclaimer = options
+            .reclaim_deleted_tables
+            .then(|| Reclaimer::start(db.clone(), catalog.clone()));
+        if let Some(reclaimer) = &reclaimer {
+            for record in deleting {
+                reclaimer.enqueue(record);
+            }
+        }
+        Ok(Store {
+            db,
+            catalog,
+            catalog_writes: Mutex::new(()),
+            tables: RwLock::new(tables),
+            shared,
+            reclaimer,
+        })
+    }
+
+    /// The live table called `name` (ignoring case), if any.
+    pub fn table(&self, name: &TableName) -> Option<Arc<Table>> {
+        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+        tables.get(name.folded()).cloned()
+    }
+
+    /// Creates a table, durably.
+    pub fn create_table(
+        &self,
+        name: &TableName,
+    ) -> Result<Result<Arc<Table>, CreateRefusal>, StorageError> {
+        let _serial = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(bytes) = self.catalog.get(name.folded())? {
+            return Ok(Err(match TableRecord::decode(&bytes)?.state {
+                TableState::Active => CreateRefusal::AlreadyExists,
+                TableState::Deleting => CreateRefusal::BeingDeleted,
+            }));
+        }
+        let record = TableRecord {
+            id: self.db.generate_id()?,
+            state: TableState::Active,
+            name: name.clone(),
+        };
+        let tree = self.db.open_tree(Table::tree_name(record.id))?;
+        self.catalog.insert(name.folded(), record.encode())?;
+        self.wait_durable()?;
+        let table = Arc::new(Table::new(
+            record.id,
+            name.clone(),
+            tree,
+            self.shared.clone(),
+        ));
+        self.tables
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.folded().to_owned(), table.clone());
+        Ok(Ok(table))
+    }
+
+    /// Deletes a table: it disappears at once, durably, and its data is reclaimed in the
+    /// background. `Ok(false)` if there is no such table.
+    pub fn delete_table(&self, name: &TableName) -> Result<bool, StorageError> {
+        let _serial = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(table) = self.table(name) else {
+            return Ok(false);
+        };
+        let record = TableRecord {
+            id: table.id(),
+            state: TableState::Deleting,
+            name: table.name().clone(),
+        };
+        self.catalog.insert(name.folded(), record.encode())?;
+        self.wait_durable()?;
+        self.tables
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name.folded());
+        table.retire();
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.enqueue(record);
+        }
+        Ok(true)
+    }
+
+    /// Live tables whose folded name starts with `folded_prefix`, in folded-name order, starting
+    /// after `after` (a folded name). Returns at most `limit` names and whether more follow.
+    pub fn list_tables(
+        &self,
+        folded_prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<TableName>, bool), StorageError> {
+        let start = match after {
+            Some(after) => Bound::Excluded(after.as_bytes().to_vec()),
+            None => Bound::Included(folded_prefix.as_bytes().to_vec()),
+        };
+        let mut names = Vec::new();
+        for item in self.catalog.range((start, Bound::Unbounded)) {
+            let (folded, bytes) = item?;
+            if !folded.starts_with(folded_prefix.as_bytes()) {
+                break;
+            }
+            let record = TableRecord::decode(&bytes)?;
+            if record.state == TableState::Deleting {
+                continue;
+            }
+            if names.len() == limit {
+                return Ok((names, true));
+            }
+            names.push(record.name);
+        }
+        Ok((names, false))
+    }
+
+    /// Flushes everything to disk.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn wait_durable(&self) -> Result<(), StorageError> {
+        let ticket = self.shared.durability.record_write();
+        self.shared.durability.wait_durable(ticket)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(Reclaimer { queue, worker }) = self.reclaimer.take() {
+            drop(queue);
+            // The worker finishes the table in hand; the rest resume at the next open.
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Drops `t/…` trees no catalog record names: left by a crash between creating a table's tree and
+/// recording it.
+fn drop_orphan_trees(
+    db: &sled::Db,
+    live: &HashMap<String, Arc<Table>>,
+    deleting: &[TableRecord],
+) -> Result<(), StorageError> {
+    let known: Vec<String> = live
+        .values()
+        .map(|t| Table::tree_name(t.id()))
+        .chain(deleting.iter().map(|r| Table::tree_name(r.id)))
+        .collect();
+    for tree_name in db.tree_names() {
+        let tree_name = String::from_utf8_lossy(&tree_name).into_owned();
+        if tree_name.starts_with(TABLE_TREE_PREFIX) && !known.contains(&tree_name) {
+            db.drop_tree(tree_name.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+impl Reclaimer {
+    fn start(db: sled::Db, catalog: sled::Tree) -> Reclaimer {
+        let (queue, pending) = mpsc::channel::<TableRecord>();
+        let worker = std::thread::Builder::new()
+            .name("trestle-reclaim".into())
+            .spawn(move || {
+                for record in pending {
+                    if let Err(error) = reclaim(&db, &catalog, &record) {
+                        tracing::error!(table = %record.name, %error, "reclaiming a deleted table failed; it resumes at the next start");
+                    }
+                }
+            })
+            .expect("spawning the reclaimer thread");
+        Reclaimer { queue, worker }
+    }
+
+    fn enqueue(&self, record: TableRecord) {
+        // The worker only stops when the store drops, and the store owns this sender.
+        let _ = self.queue.send(record);
+    }
+}
+
+/// Drops a deleted table's tree, then its catalog record (only if it still is that deletion's).
+fn reclaim(db: &sled::Db, catalog: &sled::Tree, record: &TableRecord) -> Result<(), StorageError> {
+    let started = std::time::Instant::now();
+    db.drop_tree(Table::tree_name(record.id).as_bytes())?;
+    let folded = record.name.folded();
+    let _ = catalog.compare_and_swap(folded, Some(record.encode()), None::<Vec<u8>>)?;
+    db.flush()?;
+    tracing::info!(table = %record.name, elapsed_ms = started.elapsed().as_millis() as u64, "reclaimed deleted table");
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! One table's entities in its own sled tree: point reads, the single commit path, and scans that
+//! see each partition at one instant.
+
+use std::ops::Bound;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use super::key::{self, KeyRange};
+use super::{codec, RejectReason, Rejection, Shared, StorageError};
+use crate::model::{Effect, EntityKey, Operation, StoredEntity, TableName};
+
+/// A live table: its identity, its tree, and a gate that deletion closes.
+#[derive(Debug)]
+pub struct Table {
+    id: u64,
+    name: TableName,
+    tree: sled::Tree,
+    /// `true` once the table is deleted: every operation holds the read side while it touches the
+    /// tree, so after deletion takes the write side no write can land in the dropped tree.
+    retired: RwLock<bool>,
+    shared: Arc<Shared>,
+}
+
+/// One page of a scan.
+#[derive(Debug)]
+pub struct ScanPage {
+    /// Entities in scan order.
+    pub entities: Vec<StoredEntity>,
+    /// The encoded key to resume from (inclusive), or `None` when the range is exhausted.
+    pub resume_at: Option<Vec<u8>>,
+}
+
+/// How much one scan page may return.
+#[derive(Debug, Clone, Copy)]
+pub struct PageLimit {
+    /// Most entities.
+    pub entities: usize,
+    /// Stop adding entities once this many stored bytes are collected.
+    pub bytes: usize,
+}
+
+type Gate<'a> = RwLockReadGuard<'a, bool>;
+
+impl Table {
+    pub(super) fn new(id: u64, name: TableName, tree: sled::Tree, shared: Arc<Shared>) -> Table {
+        Table {
+            id,
+            name,
+            tree,
+            retired: RwLock::new(false),
+            shared,
+        }
+    }
+
+    /// The table's name as created.
+    pub fn name(&self) -> &TableName {
+        &self.name
+    }
+
+    /// A number that identifies this incarnation of the table (a re-created table gets a new one).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(super) fn tree_name(id: u64) -> String {
+        format!("t/{id:016x}")
+    }
+
+    /// Closes the gate: waits for operations in flight, then refuses all others.
+    pub(super) fn retire(&self) {
+        *self.retired.write().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+
+    fn gate(&self) -> Option<Gate<'_>> {
+        let gate = self.retired.read().unwrap_or_else(|e| e.into_inner());
+        (!*gate).then_some(gate)
+    }
+
+    /// Reads one entity; `Ok(None)` if it does not exist or the table is gone.
+    pub fn get(&self, key: &EntityKey) -> Result<Option<StoredEntity>, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(None);
+        };
+        self.read(key)
+    }
+
+    fn read(&self, key: &EntityKey) -> Result<Option<StoredEntity>, StorageError> {
+        let encoded = key::encode(&key.partition_key, &key.row_key);
+        match self.tree.get(encoded)? {
+            Some(bytes) => Ok(Some(codec::decode(key.clone(), &bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The only path that writes entities: applies `operations` on one partition atomically.
+    ///
+    /// Under the partition's lock every operation's precondition is checked against the current
+    /// rows, then all effects go to sled in one `apply_batch`, so readers see all of them or none.
+    /// The call returns once the batch is durable (group commit), with the entity each operation
+    /// stored (`None` for deletes and checks). Each row appears at most once in
+    /// `operations` (the caller validates that), so no operation needs to see another's effect.
+    pub fn commit(
+        &self,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<Result<Vec<Option<StoredEntity>>, Rejection>, StorageError> {
+        let Some(gate) = self.gate() else {
+            return Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::TableGone,
+            }));
+        };
+        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
+        let now = self.shared.clock.next();
+        let mut batch = sled::Batch::default();
+        let mut results = Vec::with_capacity(operations.len());
+        let mut writes = 0;
+        for (index, operation) in operations.iter().enumerate() {
+            let key = EntityKey {
+                partition_key: partition_key.to_owned(),
+                row_key: operation.row_key().to_owned(),
+            };
+            let current = self.read(&key)?;
+            let encoded_key = key::encode(&key.partition_key, &key.row_key);
+            match operation.resolve(current, now) {
+                Err(refusal) => {
+                    return Ok(Err(Rejection {
+                        index,
+                        reason: RejectReason::Refused(refusal),
+                    }))
+                }
+                Ok(Effect::Put(entity)) => {
+                    batch.insert(
+                        encoded_key,
+                        codec::encode(entity.timestamp, &entity.properties),
+                    );
+                    results.push(Some(entity));
+                    writes += 1;
+                }
+                Ok(Effect::Remove) => {
+                    batch.remove(encoded_key);
+                    results.push(None);
+                    writes += 1;
+                }
+                Ok(Effect::Nothing) => results.push(None),
+            }
+        }
+        if writes == 0 {
+            return Ok(Ok(results));
+        }
+        self.tree.apply_batch(batch)?;
+        let ticket = self.shared.durability.record_write();
+        drop(partition);
+        drop(gate);
+        self.shared.durability.wait_durable(ticket)?;
+        Ok(Ok(results))
+    }
+
+    /// Reads up to `limit` entities of `range` in key order (descending if `reverse`).
+    ///
+    /// Each partition's part of the page is read under that partition's lock, so a page never holds
+    /// half of a transaction.
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        reverse: bool,
+        limit: PageLimit,
+    ) -> Result<ScanPage, StorageError> {
+        let mut page = ScanPage {
+            entities: Vec::new(),
+            resume_at: None,
+        };
+        let Some(_gate) = self.gate() else {
+            return Ok(page);
+        };
+        let mut remaining = range.clone();
+        let mut bytes = 0;
+        while let Some(next_key) = self.first_key(&remaining, reverse)? {
+            if page.entities.len() >= limit.entities || bytes >= limit.bytes {
+                page.resume_at = Some(next_key);
+                break;
+            }
+            let partition_key = key::partition_of(&next_key).to_vec();
+            let part = remaining.within_partition(&partition_key);
+            let _partition = self.shared.locks.lock(self.id, &partition_key);
+            for item in self.iter(&part, reverse) {
+                let (encoded_key, value) = item?;
+                if page.entities.len() >= limit.entities || bytes >= limit.bytes {
+                    page.resume_at = Some(encoded_key.to_vec());
+                    return Ok(page);
+                }
+                let (pk, rk) = key::decode(&encoded_key)?;
+                bytes += value.len();
+                let key = EntityKey {
+                    partition_key: pk,
+                    row_key: rk,
+                };
+                page.entities.push(codec::decode(key, &value)?);
+            }
+            if reverse {
+                remaining.end = Bound::Excluded(key::partition_start(&partition_key));
+            } else {
+                remaining.start = Bound::Included(key::partition_end(&partition_key));
+            }
+        }
+        Ok(page)
+    }
+
+    fn first_key(&self, range: &KeyRange, reverse: bool) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.iter(range, reverse).next() {
+            Some(item) => Ok(Some(item?.0.to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    fn iter(
+        &self,
+        range: &KeyRange,
+        reverse: bool,
+    ) -> Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + '_> {
+        if range.is_empty() {
+            return Box::new(std::iter::empty());
+        }
+        let iter = self.tree.range(range.bounds());
+        if reverse {
+            Box::new(iter.rev())
+        } else {
+            Box::new(iter)
+        }
+    }
+}

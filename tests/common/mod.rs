@@ -1,0 +1,261 @@
+//! The end-to-end test harness: a real Trestle server in-process on an ephemeral loopback port over
+//! a temporary data directory, and helpers to build requests and read errors.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+
+use tokio::sync::oneshot;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use trestle_client::{pb, RawClient};
+
+/// A running server; shuts down when dropped.
+pub struct TestServer {
+    pub addr: std::net::SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Binds 127.0.0.1:0 first, then serves: no port races, no sleeps.
+    pub async fn start() -> TestServer {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let config = trestle_server::Config::new(data_dir.path());
+        tokio::spawn(async move {
+            trestle_server::serve(listener, config, async {
+                let _ = stop.await;
+            })
+            .await
+            .expect("server failed");
+        });
+        TestServer {
+            addr,
+            shutdown: Some(shutdown),
+            _data_dir: data_dir,
+        }
+    }
+
+    /// A client connected to this server.
+    pub async fn client(&self) -> RawClient {
+        trestle_client::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+
+    /// A client with a fresh table of the given name.
+    pub async fn client_with_table(&self, table: &str) -> RawClient {
+        let mut client = self.client().await;
+        client
+            .create_table(pb::CreateTableRequest {
+                table: table.into(),
+            })
+            .await
+            .expect("create table");
+        client
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Builds a property value.
+pub fn string(s: &str) -> pb::Value {
+    pb::Value {
+        kind: Some(pb::value::Kind::StringValue(s.into())),
+    }
+}
+
+pub fn int32(v: i32) -> pb::Value {
+    pb::Value {
+        kind: Some(pb::value::Kind::Int32Value(v)),
+    }
+}
+
+pub fn int64(v: i64) -> pb::Value {
+    pb::Value {
+        kind: Some(pb::value::Kind::Int64Value(v)),
+    }
+}
+
+pub fn binary(v: Vec<u8>) -> pb::Value {
+    pb::Value {
+        kind: Some(pb::value::Kind::BinaryValue(v)),
+    }
+}
+
+/// An entity with the given properties.
+pub fn entity(pk: &str, rk: &str, properties: &[(&str, pb::Value)]) -> pb::Entity {
+    pb::Entity {
+        partition_key: pk.into(),
+        row_key: rk.into(),
+        properties: properties
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+pub fn insert_request(table: &str, entity: pb::Entity) -> pb::InsertEntityRequest {
+    pb::InsertEntityRequest {
+        table: table.into(),
+        entity: Some(entity),
+    }
+}
+
+pub fn get_request(table: &str, pk: &str, rk: &str) -> pb::GetEntityRequest {
+    pb::GetEntityRequest {
+        table: table.into(),
+        partition_key: pk.into(),
+        row_key: rk.into(),
+        select: vec![],
+    }
+}
+
+/// The `ErrorInfo.reason` of a status.
+pub fn reason(status: &Status) -> String {
+    status
+        .get_error_details()
+        .error_info()
+        .map(|info| info.reason.clone())
+        .unwrap_or_default()
+}
+
+/// The `operationIndex` of a transaction error.
+pub fn operation_index(status: &Status) -> Option<usize> {
+    let details = status.get_error_details();
+    let info = details.error_info()?;
+    info.metadata
+        .get("operationIndex")
+        .map(|i| i.parse().expect("numeric index"))
+}
+
+/// Asserts the status code, the Azure reason and the `trestle` domain of an error.
+#[track_caller]
+pub fn assert_error<T: std::fmt::Debug>(
+    result: Result<T, Status>,
+    code: Code,
+    expected_reason: &str,
+) -> Status {
+    let status = result.expect_err("expected an error");
+    assert_eq!(status.code(), code, "code of {status:?}");
+    assert_eq!(reason(&status), expected_reason, "reason of {status:?}");
+    let details = status.get_error_details();
+    assert_eq!(details.error_info().expect("ErrorInfo").domain, "trestle");
+    status
+}
+
+/// A transaction operation.
+pub fn tx_insert(entity: pb::Entity) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Insert(pb::InsertOperation {
+            entity: Some(entity),
+        })),
+    }
+}
+
+pub fn tx_update(entity: pb::Entity, if_match: &str) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Update(pb::UpdateOperation {
+            entity: Some(entity),
+            if_match: if_match.into(),
+        })),
+    }
+}
+
+pub fn tx_merge(entity: pb::Entity, if_match: &str) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Merge(pb::MergeOperation {
+            entity: Some(entity),
+            if_match: if_match.into(),
+        })),
+    }
+}
+
+pub fn tx_upsert(entity: pb::Entity, mode: pb::UpsertMode) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Upsert(pb::UpsertOperation {
+            entity: Some(entity),
+            mode: mode as i32,
+        })),
+    }
+}
+
+pub fn tx_delete(row_key: &str, if_match: &str) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Delete(pb::DeleteOperation {
+            row_key: row_key.into(),
+            if_match: if_match.into(),
+        })),
+    }
+}
+
+pub fn tx_check(row_key: &str, if_match: &str, must_not_exist: bool) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    pb::TransactionOperation {
+        operation: Some(Operation::Check(pb::CheckOperation {
+            row_key: row_key.into(),
+            if_match: if_match.into(),
+            must_not_exist,
+        })),
+    }
+}
+
+pub fn transaction(
+    table: &str,
+    pk: &str,
+    operations: Vec<pb::TransactionOperation>,
+) -> pb::SubmitTransactionRequest {
+    pb::SubmitTransactionRequest {
+        table: table.into(),
+        partition_key: pk.into(),
+        operations,
+    }
+}
+
+/// Follows continuation tokens to the end of a query; returns every entity and the page sizes.
+pub async fn query_all(
+    client: &mut RawClient,
+    request: pb::QueryEntitiesRequest,
+) -> (Vec<pb::Entity>, Vec<usize>) {
+    let mut request = request;
+    let mut entities = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = client
+            .query_entities(request.clone())
+            .await
+            .expect("query page")
+            .into_inner();
+        pages.push(page.entities.len());
+        entities.extend(page.entities);
+        if page.continuation_token.is_empty() {
+            return (entities, pages);
+        }
+        request.continuation_token = page.continuation_token;
+    }
+}
+
+/// The (PartitionKey, RowKey) pairs of entities.
+pub fn keys(entities: &[pb::Entity]) -> Vec<(String, String)> {
+    entities
+        .iter()
+        .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        .collect()
+}

