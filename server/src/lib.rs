@@ -37,6 +37,9 @@ pub enum ServeError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The listener is unusable.
+    #[error("listener: {0}")]
+    Listener(#[from] std::io::Error),
     /// A startup task failed.
     #[error("startup: {0}")]
     Startup(#[from] tokio::task::JoinError),
@@ -66,7 +69,8 @@ pub async fn serve(
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    tracing::info!(addr = ?listener.local_addr().ok(), data_dir = %config.data_dir.display(), "serving");
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
     tonic::transport::Server::builder()
         .add_service(table_service)
         .add_service(health_service)

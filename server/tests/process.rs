@@ -1,0 +1,285 @@
+//! The built `trestle-server` binary as a child process: acknowledged writes survive SIGKILL with
+//! no transaction partly applied, and SIGTERM shuts down cleanly with exit code 0.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use trestle_proto::pb;
+
+type Client = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
+
+/// A `trestle-server` child process on an ephemeral port.
+struct ServerProcess {
+    child: Child,
+    addr: String,
+}
+
+impl ServerProcess {
+    /// Starts the binary on `data_dir` and reads the address it bound from its log.
+    fn start(data_dir: &Path) -> ServerProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trestle-server"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start trestle-server");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("server exited before serving")
+                .expect("log line");
+            if let Some(rest) = line.split("addr=").nth(1) {
+                break rest.split_whitespace().next().expect("address").to_owned();
+            }
+        };
+        // Keep draining the log so the child never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        ServerProcess { child, addr }
+    }
+
+    async fn client(&self) -> Client {
+        Client::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+
+    fn kill_9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+}
+
+fn entity(pk: &str, rk: &str, properties: &[(&str, i64)]) -> pb::Entity {
+    pb::Entity {
+        partition_key: pk.into(),
+        row_key: rk.into(),
+        properties: properties
+            .iter()
+            .map(|(name, v)| {
+                (
+                    name.to_string(),
+                    pb::Value {
+                        kind: Some(pb::value::Kind::Int64Value(*v)),
+                    },
+                )
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
+    pb::TransactionOperation {
+        operation: Some(pb::transaction_operation::Operation::Insert(
+            pb::InsertOperation {
+                entity: Some(entity),
+            },
+        )),
+    }
+}
+
+const TABLE: &str = "Durable";
+const TX_ROWS: usize = 5;
+
+/// What the load acknowledged: single inserts (pk, rk, value) and committed transactions.
+#[derive(Default)]
+struct Acknowledged {
+    inserts: Vec<(String, String, i64)>,
+    transactions: Vec<(String, u64)>,
+}
+
+/// Inserts and transactions from `writer` until the server dies, recording each acknowledgement.
+async fn load(mut client: Client, cycle: u32, writer: u32, acked: Arc<Mutex<Acknowledged>>) {
+    for n in 0u64.. {
+        let pk = format!("c{cycle}-w{writer}");
+        let result = if n % 2 == 0 {
+            let request = pb::InsertEntityRequest {
+                table: TABLE.into(),
+                entity: Some(entity(
+                    &pk,
+                    &format!("single-{n:06}"),
+                    &[("Value", n as i64 * 7)],
+                )),
+            };
+            client.insert_entity(request).await.map(|_| {
+                acked.lock().unwrap().inserts.push((
+                    pk.clone(),
+                    format!("single-{n:06}"),
+                    n as i64 * 7,
+                ));
+            })
+        } else {
+            let operations = (0..TX_ROWS)
+                .map(|i| {
+                    insert_op(entity(
+                        &pk,
+                        &format!("tx-{n:06}-{i}"),
+                        &[("Tx", n as i64), ("Part", i as i64)],
+                    ))
+                })
+                .collect();
+            let request = pb::SubmitTransactionRequest {
+                table: TABLE.into(),
+                partition_key: pk.clone(),
+                operations,
+            };
+            client.submit_transaction(request).await.map(|_| {
+                acked.lock().unwrap().transactions.push((pk.clone(), n));
+            })
+        };
+        if result.is_err() {
+            return;
+        }
+    }
+}
+
+/// Every entity of the table, by (pk, rk).
+async fn all_entities(client: &mut Client) -> BTreeMap<(String, String), pb::Entity> {
+    let mut all = BTreeMap::new();
+    let mut request = pb::QueryEntitiesRequest {
+        table: TABLE.into(),
+        ..Default::default()
+    };
+    loop {
+        let page = client
+            .query_entities(request.clone())
+            .await
+            .expect("query")
+            .into_inner();
+        for e in page.entities {
+            all.insert((e.partition_key.clone(), e.row_key.clone()), e);
+        }
+        if page.continuation_token.is_empty() {
+            return all;
+        }
+        request.continuation_token = page.continuation_token;
+    }
+}
+
+fn int64(entity: &pb::Entity, name: &str) -> i64 {
+    match entity.properties[name].kind {
+        Some(pb::value::Kind::Int64Value(v)) => v,
+        ref other => panic!("{name} is {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigkill_and_no_transaction_is_partial() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data_dir.path());
+    server
+        .client()
+        .await
+        .create_table(pb::CreateTableRequest {
+            table: TABLE.into(),
+        })
+        .await
+        .unwrap();
+    let acked = Arc::new(Mutex::new(Acknowledged::default()));
+    let mut server = Some(server);
+
+    for cycle in 0..3 {
+        let running = server.take().expect("running server");
+        let mut writers = Vec::new();
+        for writer in 0..8 {
+            writers.push(tokio::spawn(load(
+                running.client().await,
+                cycle,
+                writer,
+                acked.clone(),
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(400 + 200 * u64::from(cycle))).await;
+        running.kill_9();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+
+        let restarted = ServerProcess::start(data_dir.path());
+        let stored = all_entities(&mut restarted.client().await).await;
+        let acked = acked.lock().unwrap();
+        assert!(
+            acked.inserts.len() > 10 && acked.transactions.len() > 10,
+            "the load made progress"
+        );
+        for (pk, rk, value) in &acked.inserts {
+            let entity = stored
+                .get(&(pk.clone(), rk.clone()))
+                .unwrap_or_else(|| panic!("lost acknowledged {pk}/{rk}"));
+            assert_eq!(entity.properties.len(), 1);
+            assert_eq!(int64(entity, "Value"), *value);
+        }
+        for (pk, n) in &acked.transactions {
+            for i in 0..TX_ROWS {
+                let entity = stored
+                    .get(&(pk.clone(), format!("tx-{n:06}-{i}")))
+                    .expect("lost acknowledged transaction row");
+                assert_eq!(
+                    (int64(entity, "Tx"), int64(entity, "Part")),
+                    (*n as i64, i as i64)
+                );
+            }
+        }
+        // Transactions in flight at the kill are all there or not at all.
+        let mut rows_per_tx: BTreeMap<(String, i64), usize> = BTreeMap::new();
+        for ((pk, rk), entity) in &stored {
+            if rk.starts_with("tx-") {
+                *rows_per_tx
+                    .entry((pk.clone(), int64(entity, "Tx")))
+                    .or_default() += 1;
+            }
+        }
+        for (tx, rows) in rows_per_tx {
+            assert_eq!(rows, TX_ROWS, "transaction {tx:?} is partly applied");
+        }
+        server = Some(restarted);
+    }
+    server.unwrap().kill_9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_flushes_and_exits_zero() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(data_dir.path());
+    let mut client = server.client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: TABLE.into(),
+        })
+        .await
+        .unwrap();
+    let request = pb::InsertEntityRequest {
+        table: TABLE.into(),
+        entity: Some(entity("p", "r", &[("V", 1)])),
+    };
+    client.insert_entity(request).await.unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = server.child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
+
+    let restarted = ServerProcess::start(data_dir.path());
+    let got = restarted
+        .client()
+        .await
+        .get_entity(pb::GetEntityRequest {
+            table: TABLE.into(),
+            partition_key: "p".into(),
+            row_key: "r".into(),
+            select: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(int64(&got, "V"), 1);
+    restarted.kill_9();
+}
