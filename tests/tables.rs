@@ -265,3 +265,36 @@ async fn deleting_a_large_table_makes_it_disappear_at_once() {
         .entities
         .is_empty());
 }
+
+#[tokio::test]
+async fn creating_a_table_while_its_namesake_is_reclaimed_is_table_being_deleted() {
+    // Reclamation paused, so the deleted table stays "being deleted" for the whole test.
+    let server = TestServer::start_with(|config| config.store.reclaim_deleted_tables = false).await;
+    let mut client = server.client_with_table("Events").await;
+    client
+        .insert_entity(insert_request("Events", entity("p", "r", &[])))
+        .await
+        .unwrap();
+    client
+        .delete_table(pb::DeleteTableRequest {
+            table: "Events".into(),
+        })
+        .await
+        .unwrap();
+    let status = assert_error(
+        client.create_table(create("events")).await,
+        Code::AlreadyExists,
+        "TableBeingDeleted",
+    );
+    assert!(
+        status.message().contains("being deleted"),
+        "{}",
+        status.message()
+    );
+    assert_error(
+        client.get_entity(get_request("Events", "p", "r")).await,
+        Code::NotFound,
+        "TableNotFound",
+    );
+    client.create_table(create("Other")).await.unwrap();
+}

@@ -1,6 +1,6 @@
 //! The service's error type, [`TableError`], and the Azure error codes it maps to.
 //!
-//! No tonic here: `grpc::status` turns a `TableError` into a `tonic::Status`.
+//! Nothing here knows gRPC: `grpc::status` turns a `TableError` into a status for the wire.
 
 use thiserror::Error;
 

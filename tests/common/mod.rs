@@ -20,13 +20,19 @@ pub struct TestServer {
 impl TestServer {
     /// Binds 127.0.0.1:0 first, then serves: no port races, no sleeps.
     pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// Starts a server whose configuration `configure` adjusts.
+    pub async fn start_with(configure: impl FnOnce(&mut trestle_server::Config)) -> TestServer {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, stop) = oneshot::channel::<()>();
-        let config = trestle_server::Config::new(data_dir.path());
+        let mut config = trestle_server::Config::new(data_dir.path());
+        configure(&mut config);
         tokio::spawn(async move {
             trestle_server::serve(listener, config, async {
                 let _ = stop.await;
