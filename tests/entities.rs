@@ -440,19 +440,3 @@ async fn malformed_values_are_refused_and_change_nothing() {
         "ResourceNotFound",
     );
 }
-
-#[tokio::test]
-async fn query_with_a_filter_is_not_implemented_yet() {
-    let server = TestServer::start().await;
-    let mut client = server.client_with_table(T).await;
-    let request = pb::QueryEntitiesRequest {
-        table: T.into(),
-        filter: "A eq 1".into(),
-        ..Default::default()
-    };
-    assert_error(
-        client.query_entities(request).await,
-        Code::Unimplemented,
-        "NotImplemented",
-    );
-}

@@ -113,6 +113,17 @@ async fn grpcurl_session() {
         "{out}"
     );
 
+    let query = r#"{"table": "Demo", "filter": "PartitionKey eq 'dept-1' and Name ge 'B'"}"#;
+    let (ok, out) = run(&["-d", query, "trestle.v1.TableService/QueryEntities"]);
+    assert!(
+        ok && out.contains("Grace")
+            && !out.contains("Ada")
+            && out.contains(r#""plan": "partition""#),
+        "{out}"
+    );
+    let (ok, out) = run(&["-d", query, "trestle.v1.TableService/CountEntities"]);
+    assert!(ok && out.contains(r#""count": "1""#), "{out}");
+
     let (ok, out) = run(&["-d", insert, "trestle.v1.TableService/InsertEntity"]);
     assert!(!ok, "inserting twice must fail: {out}");
     assert!(

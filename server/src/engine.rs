@@ -1,18 +1,14 @@
 //! Azure Table semantics over the store: the operations the service offers, on validated model
 //! types, synchronous (the gRPC layer runs them on the blocking pool).
 
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::TableError;
-use crate::model::{
-    EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableName, ValidationError,
-};
-use crate::query::{self, ContinuationToken, QuerySpec, TablesToken};
-use crate::storage::{
-    CreateRefusal, PageLimit, RejectReason, Rejection, Store, StoreOptions, Table,
-};
+use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableName};
+use crate::query::{self, PlanKind, QuerySpec, TablesToken};
+use crate::scan::Scan;
+use crate::storage::{CreateRefusal, RejectReason, Rejection, Store, StoreOptions, Table};
 
 /// Stop filling a query page after this many stored bytes, so that a page of large entities stays
 /// well under gRPC's default 4 MiB message limit.
@@ -34,6 +30,10 @@ pub struct EntityPage {
     pub entities: Vec<StoredEntity>,
     /// Token of the next page, if any.
     pub continuation_token: Option<String>,
+    /// The kind of plan the query ran with.
+    pub plan: PlanKind,
+    /// Entities read to fill the page (matches and non-matches).
+    pub examined: usize,
 }
 
 /// The table service's semantics.
@@ -191,49 +191,59 @@ impl Engine {
         spec: QuerySpec,
         continuation: &str,
     ) -> Result<EntityPage, TableError> {
-        let spec = spec.validate()?;
-        if !spec.filter.is_empty() {
-            return Err(TableError::NotImplemented("the filter language"));
-        }
-        let table = self.table(table)?;
-        let shape = spec.shape();
-        let mut range = spec.key_range();
-        if !continuation.is_empty() {
-            let token = ContinuationToken::decode(continuation, table.id(), shape)?;
-            if !range.contains(&token.resume_at) {
-                return Err(ValidationError::Argument(
-                    "continuation token points outside the query's key range".into(),
-                )
-                .into());
-            }
-            if spec.reverse {
-                range.end = Bound::Included(token.resume_at);
-            } else {
-                range.start = Bound::Included(token.resume_at);
-            }
-        }
-        let limit = PageLimit {
-            entities: spec.page_size as usize,
-            bytes: PAGE_BYTE_BUDGET,
-        };
-        let page = table.scan(&range, spec.reverse, limit)?;
-        let entities = page
-            .entities
-            .into_iter()
-            .map(|entity| entity.project(&spec.select))
-            .collect();
-        let continuation_token = page.resume_at.map(|resume_at| {
-            ContinuationToken {
-                table_id: table.id(),
-                shape,
-                resume_at,
-            }
-            .encode()
-        });
+        let scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        let mut entities = Vec::new();
+        let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| entities.push(entity))?;
         Ok(EntityPage {
             entities,
-            continuation_token,
+            continuation_token: chunk.resume_at.map(|key| scan.token(key)),
+            plan: scan.plan.kind,
+            examined: chunk.examined,
         })
+    }
+
+    /// Streams every match of a query in order, a batch of at most `page_size` entities at a
+    /// time, until `sink` returns `false` (the reader went away) or the query is complete. No lock
+    /// is held while `sink` runs, so a slow reader holds up no writer.
+    pub fn stream(
+        &self,
+        table: &str,
+        spec: QuerySpec,
+        continuation: &str,
+        sink: &mut dyn FnMut(Vec<StoredEntity>) -> bool,
+    ) -> Result<(), TableError> {
+        let mut scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        loop {
+            let mut batch = Vec::new();
+            let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| batch.push(entity))?;
+            if !batch.is_empty() && !sink(batch) {
+                return Ok(());
+            }
+            match chunk.resume_at {
+                Some(key) => scan.resume_at(key),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Counts the matches of a query without returning them.
+    pub fn count(
+        &self,
+        table: &str,
+        mut spec: QuerySpec,
+        continuation: &str,
+    ) -> Result<u64, TableError> {
+        spec.select.clear();
+        let mut scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        scan.spec.page_size = u32::MAX;
+        let mut count = 0u64;
+        loop {
+            let chunk = scan.read(usize::MAX, &mut |_| count += 1)?;
+            match chunk.resume_at {
+                Some(key) => scan.resume_at(key),
+                None => return Ok(count),
+            }
+        }
     }
 
     /// Flushes everything to disk (for shutdown).

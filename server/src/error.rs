@@ -46,8 +46,6 @@ pub enum ErrorCode {
     CommandsInBatchActOnDifferentPartitions,
     /// The request is over its size limit (4 MiB for a transaction).
     RequestBodyTooLarge,
-    /// The feature is not implemented.
-    NotImplemented,
     /// The server failed; the details are in its log.
     InternalError,
 }
@@ -76,7 +74,6 @@ impl ErrorCode {
                 "CommandsInBatchActOnDifferentPartitions"
             }
             ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
-            ErrorCode::NotImplemented => "NotImplemented",
             ErrorCode::InternalError => "InternalError",
         }
     }
@@ -136,9 +133,6 @@ pub enum TableError {
     /// A request over its size limit.
     #[error("the request is {bytes} bytes; the limit is {max} bytes")]
     RequestTooLarge { bytes: usize, max: usize },
-    /// A feature not implemented yet.
-    #[error("{0} is not implemented")]
-    NotImplemented(&'static str),
     /// An operation of a transaction failed; `source` says why.
     #[error("operation {index} failed: {source}")]
     Operation {
@@ -169,7 +163,6 @@ impl TableError {
             }
             TableError::DuplicateRow { .. } => ErrorCode::InvalidDuplicateRow,
             TableError::RequestTooLarge { .. } => ErrorCode::RequestBodyTooLarge,
-            TableError::NotImplemented(_) => ErrorCode::NotImplemented,
             TableError::Operation { source, .. } => source.code(),
             TableError::Storage(_) => ErrorCode::InternalError,
         }
@@ -210,6 +203,7 @@ fn validation_code(invalid: &ValidationError) -> ErrorCode {
         | ValidationError::ETagInvalid { .. }
         | ValidationError::IfMatchMissing
         | ValidationError::EntityMissing
+        | ValidationError::Filter { .. }
         | ValidationError::Argument(_) => ErrorCode::InvalidInput,
     }
 }

@@ -5,7 +5,8 @@
 //! - [`model`]: tables, keys, entities, values, ETags and operations, with Azure's rules (pure);
 //! - [`storage`]: sled, the single commit path, partition locks, group commit, reclamation;
 //! - [`query`], [`transaction`]: query and transaction rules;
-//! - [`engine`]: Azure Table semantics over the store, with [`error::TableError`];
+//! - [`engine`]: Azure Table semantics over the store (queries run by `scan`), with
+//!   [`error::TableError`];
 //! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`.
 
 pub mod config;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod grpc;
 pub mod model;
 pub mod query;
+pub mod scan;
 pub mod storage;
 pub mod transaction;
 

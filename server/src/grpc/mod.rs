@@ -7,6 +7,7 @@ mod status;
 use std::sync::Arc;
 
 use prost::Message;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 use trestle_proto::pb;
@@ -41,11 +42,7 @@ impl TableApi {
         match tokio::task::spawn_blocking(move || op(&engine)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
-                if error.code() == ErrorCode::InternalError {
-                    tracing::error!(%error, "request failed");
-                } else {
-                    tracing::debug!(%error, reason = error.code().as_str(), "request refused");
-                }
+                log_failure(&error);
                 Err(status::to_status(&error))
             }
             Err(panicked) => {
@@ -67,6 +64,34 @@ impl TableApi {
             .await?;
         let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
         Ok(Response::new(convert::entity_to_pb(stored)))
+    }
+}
+
+/// Batches a streamed scan may have ready ahead of the reader: the backpressure bound.
+const STREAM_BUFFERED_BATCHES: usize = 2;
+
+/// The query a `QueryEntitiesRequest` describes: table, spec and continuation token.
+fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
+    let spec = QuerySpec {
+        partition_key: req.partition_key,
+        row_key_start: req.row_key_start,
+        row_key_end: req.row_key_end,
+        row_key_prefix: req.row_key_prefix,
+        reverse: req.reverse,
+        select: req.select,
+        page_size: req.page_size,
+        filter: req.filter,
+        filter_expr: None,
+    };
+    (req.table, spec, req.continuation_token)
+}
+
+/// Logs a failed request once: faults as errors, refusals of bad input at debug level.
+fn log_failure(error: &TableError) {
+    if error.code() == ErrorCode::InternalError {
+        tracing::error!(%error, "request failed");
+    } else {
+        tracing::debug!(%error, reason = error.code().as_str(), "request refused");
     }
 }
 
@@ -199,21 +224,16 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<pb::QueryEntitiesResponse>, Status> {
-        let req = request.into_inner();
-        let spec = QuerySpec {
-            partition_key: req.partition_key,
-            row_key_start: req.row_key_start,
-            row_key_end: req.row_key_end,
-            row_key_prefix: req.row_key_prefix,
-            reverse: req.reverse,
-            select: req.select,
-            page_size: req.page_size,
-            filter: req.filter,
-        };
-        let continuation = req.continuation_token;
+        let (table, spec, continuation) = query_spec(request.into_inner());
         let page = self
-            .run(move |engine| engine.query(&req.table, spec, &continuation))
+            .run(move |engine| engine.query(&table, spec, &continuation))
             .await?;
+        tracing::debug!(
+            plan = page.plan.as_str(),
+            examined = page.examined,
+            returned = page.entities.len(),
+            "query page"
+        );
         Ok(Response::new(pb::QueryEntitiesResponse {
             entities: page
                 .entities
@@ -221,7 +241,50 @@ impl pb::table_service_server::TableService for TableApi {
                 .map(convert::entity_to_pb)
                 .collect(),
             continuation_token: page.continuation_token.unwrap_or_default(),
+            stats: Some(pb::QueryStats {
+                plan: page.plan.as_str().to_owned(),
+                entities_examined: page.examined as u64,
+            }),
         }))
+    }
+
+    type ScanEntitiesStream = ReceiverStream<Result<pb::ScanEntitiesResponse, Status>>;
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    async fn scan_entities(
+        &self,
+        request: Request<pb::QueryEntitiesRequest>,
+    ) -> Result<Response<Self::ScanEntitiesStream>, Status> {
+        let (table, spec, continuation) = query_spec(request.into_inner());
+        let (sender, receiver) = tokio::sync::mpsc::channel(STREAM_BUFFERED_BATCHES);
+        let engine = self.engine.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let mut send = |batch: Vec<crate::model::StoredEntity>| {
+                let entities = batch.into_iter().map(convert::entity_to_pb).collect();
+                sender
+                    .blocking_send(Ok(pb::ScanEntitiesResponse { entities }))
+                    .is_ok()
+            };
+            if let Err(error) = engine.stream(&table, spec, &continuation, &mut send) {
+                log_failure(&error);
+                let _ = sender.blocking_send(Err(status::to_status(&error)));
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    async fn count_entities(
+        &self,
+        request: Request<pb::QueryEntitiesRequest>,
+    ) -> Result<Response<pb::CountEntitiesResponse>, Status> {
+        let (table, spec, continuation) = query_spec(request.into_inner());
+        let count = self
+            .run(move |engine| engine.count(&table, spec, &continuation))
+            .await?;
+        Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
 
     #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, ops = request.get_ref().operations.len()))]

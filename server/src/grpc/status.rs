@@ -48,7 +48,6 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::KeyValueTooLarge
         | ErrorCode::InvalidDuplicateRow
         | ErrorCode::CommandsInBatchActOnDifferentPartitions => Code::InvalidArgument,
-        ErrorCode::NotImplemented => Code::Unimplemented,
         ErrorCode::InternalError => Code::Internal,
     }
 }

@@ -72,6 +72,13 @@ pub enum ValidationError {
     /// A request that needs an entity has none.
     #[error("the request has no entity")]
     EntityMissing,
+    /// A filter that does not parse.
+    #[error("filter \"{filter}\" is invalid at byte {offset}: {message}")]
+    Filter {
+        filter: String,
+        offset: usize,
+        message: String,
+    },
     /// Any other malformed argument, described in full.
     #[error("{0}")]
     Argument(String),

@@ -1,15 +1,19 @@
 //! Queries: what a `QueryEntities` request asks for, the key range it covers, and the opaque
 //! continuation tokens of its pages.
 
+pub mod filter;
+pub mod plan;
 mod token;
 
+pub use filter::Expr;
+pub use plan::{plan, PlanKind, ScanPlan};
 pub use token::{ContinuationToken, TablesToken};
 
 use crate::model::{validate_key, KeyKind, ValidationError, MAX_PAGE_SIZE};
 use crate::storage::KeyRange;
 
 /// A validated entity query.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct QuerySpec {
     /// Only this partition, when set.
     pub partition_key: Option<String>,
@@ -25,8 +29,10 @@ pub struct QuerySpec {
     pub select: Vec<String>,
     /// Entities per page (1..=1000).
     pub page_size: u32,
-    /// Azure $filter text (reserved for the filter language).
+    /// Azure `$filter` text; empty = every entity.
     pub filter: String,
+    /// The parsed `filter`, set by [`QuerySpec::validate`].
+    pub filter_expr: Option<Expr>,
 }
 
 impl QuerySpec {
@@ -54,6 +60,14 @@ impl QuerySpec {
             ));
         }
         self.page_size = page_size(self.page_size)?;
+        if !self.filter.trim().is_empty() {
+            let expr = Expr::parse(&self.filter).map_err(|error| ValidationError::Filter {
+                filter: self.filter.clone(),
+                offset: error.offset,
+                message: error.message,
+            })?;
+            self.filter_expr = Some(expr);
+        }
         self.select = validate_select(self.select)?;
         Ok(self)
     }

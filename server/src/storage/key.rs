@@ -5,6 +5,7 @@
 //! and byte order equals (PartitionKey, RowKey) order with each part in UTF-8 byte order (which is
 //! Unicode code point order). A partition is the tight range `[pk ++ 0x00, pk ++ 0x01)`.
 
+use std::cmp::Ordering;
 use std::ops::Bound;
 
 use super::StorageError;
@@ -13,7 +14,7 @@ const SEPARATOR: u8 = 0x00;
 const PARTITION_END: u8 = 0x01;
 
 /// Encodes an entity's keys.
-pub(crate) fn encode(partition_key: &str, row_key: &str) -> Vec<u8> {
+pub fn encode(partition_key: &str, row_key: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(partition_key.len() + 1 + row_key.len());
     key.extend_from_slice(partition_key.as_bytes());
     key.push(SEPARATOR);
@@ -44,13 +45,13 @@ pub(crate) fn partition_of(key: &[u8]) -> &[u8] {
 }
 
 /// The first possible key of a partition (inclusive).
-pub(crate) fn partition_start(partition_key: &[u8]) -> Vec<u8> {
-    [partition_key, &[SEPARATOR]].concat()
+pub fn partition_start(partition_key: impl AsRef<[u8]>) -> Vec<u8> {
+    [partition_key.as_ref(), &[SEPARATOR]].concat()
 }
 
 /// The bound just past a partition (exclusive).
-pub(crate) fn partition_end(partition_key: &[u8]) -> Vec<u8> {
-    [partition_key, &[PARTITION_END]].concat()
+pub fn partition_end(partition_key: impl AsRef<[u8]>) -> Vec<u8> {
+    [partition_key.as_ref(), &[PARTITION_END]].concat()
 }
 
 /// A range of encoded keys.
@@ -101,9 +102,72 @@ impl KeyRange {
     /// The part of this range inside one partition.
     pub(crate) fn within_partition(&self, partition_key: &[u8]) -> KeyRange {
         KeyRange {
-            start: tighter_lower(&self.start, Bound::Included(partition_start(partition_key))),
-            end: tighter_upper(&self.end, Bound::Excluded(partition_end(partition_key))),
+            start: tighter(
+                &self.start,
+                &Bound::Included(partition_start(partition_key)),
+                Ordering::Greater,
+            ),
+            end: tighter(
+                &self.end,
+                &Bound::Excluded(partition_end(partition_key)),
+                Ordering::Less,
+            ),
         }
+    }
+
+    /// The keys in both ranges.
+    pub fn intersect(&self, other: &KeyRange) -> KeyRange {
+        KeyRange {
+            start: tighter(&self.start, &other.start, Ordering::Greater),
+            end: tighter(&self.end, &other.end, Ordering::Less),
+        }
+    }
+
+    /// Whether `next`, which starts no earlier than `self`, overlaps `self` or continues it with no
+    /// key in between.
+    pub fn overlaps_or_touches(&self, next: &KeyRange) -> bool {
+        match (&self.end, &next.start) {
+            (Bound::Unbounded, _) | (_, Bound::Unbounded) => true,
+            (Bound::Excluded(end), Bound::Excluded(start)) => start < end,
+            (
+                Bound::Included(end) | Bound::Excluded(end),
+                Bound::Included(start) | Bound::Excluded(start),
+            ) => start <= end,
+        }
+    }
+
+    /// The looser of this range's end and `other`.
+    pub fn wider_end(&self, other: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {
+        let tight = tighter(&self.end, other, Ordering::Less);
+        match (&self.end, other) {
+            (Bound::Unbounded, _) | (_, Bound::Unbounded) => Bound::Unbounded,
+            _ if tight == self.end => other.clone(),
+            _ => self.end.clone(),
+        }
+    }
+
+    /// The PartitionKey (raw bytes) of the one partition this range lies in, if it lies in one.
+    pub fn single_partition(&self) -> Option<&[u8]> {
+        let start = match &self.start {
+            Bound::Included(key) | Bound::Excluded(key) => key,
+            Bound::Unbounded => return None,
+        };
+        let partition = partition_of(start);
+        if partition.len() == start.len() {
+            return None;
+        }
+        let limit = partition_end(partition);
+        let inside = match &self.end {
+            Bound::Excluded(end) => *end <= limit,
+            Bound::Included(end) => *end < limit,
+            Bound::Unbounded => false,
+        };
+        inside.then_some(partition)
+    }
+
+    /// Whether the range holds exactly one key.
+    pub fn is_single_key(&self) -> bool {
+        matches!((&self.start, &self.end), (Bound::Included(a), Bound::Included(b)) if a == b)
     }
 
     /// Whether `key` lies in the range.
@@ -148,31 +212,17 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn tighter_lower(a: &Bound<Vec<u8>>, b: Bound<Vec<u8>>) -> Bound<Vec<u8>> {
-    match (a, &b) {
-        (Bound::Unbounded, _) => b,
-        (_, Bound::Unbounded) => a.clone(),
+/// The tighter of two bounds: the greater lower bound (`prefer` Greater) or the lesser upper bound
+/// (`prefer` Less); at equal keys an exclusive bound is tighter.
+fn tighter(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>, prefer: Ordering) -> Bound<Vec<u8>> {
+    match (a, b) {
+        (Bound::Unbounded, other) | (other, Bound::Unbounded) => other.clone(),
         (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
             match x.cmp(y) {
-                std::cmp::Ordering::Greater => a.clone(),
-                std::cmp::Ordering::Less => b,
-                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
-                std::cmp::Ordering::Equal => b,
-            }
-        }
-    }
-}
-
-fn tighter_upper(a: &Bound<Vec<u8>>, b: Bound<Vec<u8>>) -> Bound<Vec<u8>> {
-    match (a, &b) {
-        (Bound::Unbounded, _) => b,
-        (_, Bound::Unbounded) => a.clone(),
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            match x.cmp(y) {
-                std::cmp::Ordering::Less => a.clone(),
-                std::cmp::Ordering::Greater => b,
-                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
-                std::cmp::Ordering::Equal => b,
+                Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
+                Ordering::Equal => b.clone(),
+                ordering if ordering == prefer => a.clone(),
+                _ => b.clone(),
             }
         }
     }

@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 use catalog::{TableRecord, TableState};
 pub use durability::Durability;
 pub use error::{RejectReason, Rejection, StorageError};
-pub use key::KeyRange;
-pub use table::{PageLimit, ScanPage, Table};
+pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
+pub use table::{decode_entity, Table, Visit, Visitor};
 
 use crate::model::TableName;
 

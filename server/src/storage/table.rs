@@ -20,22 +20,28 @@ pub struct Table {
     shared: Arc<Shared>,
 }
 
-/// One page of a scan.
-#[derive(Debug)]
-pub struct ScanPage {
-    /// Entities in scan order.
-    pub entities: Vec<StoredEntity>,
-    /// The encoded key to resume from (inclusive), or `None` when the range is exhausted.
-    pub resume_at: Option<Vec<u8>>,
+/// A visitor's answer for the entity it was shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// Go on to the next entity.
+    Next,
+    /// Stop before this entity: the scan resumes here next time.
+    Stop,
 }
 
-/// How much one scan page may return.
-#[derive(Debug, Clone, Copy)]
-pub struct PageLimit {
-    /// Most entities.
-    pub entities: usize,
-    /// Stop adding entities once this many stored bytes are collected.
-    pub bytes: usize,
+/// Sees each entity of a scan as (encoded key, stored bytes) and says whether to go on.
+pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<Visit, StorageError> + 'a;
+
+/// Decodes an entity from the encoded key and stored bytes a [`Table::visit`] visitor is shown.
+pub fn decode_entity(encoded_key: &[u8], value: &[u8]) -> Result<StoredEntity, StorageError> {
+    let (partition_key, row_key) = key::decode(encoded_key)?;
+    codec::decode(
+        EntityKey {
+            partition_key,
+            row_key,
+        },
+        value,
+    )
 }
 
 type Gate<'a> = RwLockReadGuard<'a, bool>;
@@ -155,46 +161,51 @@ impl Table {
         Ok(Ok(results))
     }
 
-    /// Reads up to `limit` entities of `range` in key order (descending if `reverse`).
+    /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
+    /// `reverse`, until the visitor says [`Visit::Stop`]; returns the key it stopped at (to resume
+    /// from, inclusive), or `None` when every range is exhausted.
     ///
-    /// Each partition's part of the page is read under that partition's lock, so a page never holds
-    /// half of a transaction.
-    pub fn scan(
+    /// The visitor gets each entity's encoded key and stored bytes ([`decode_entity`] reads them),
+    /// and runs under that entity's partition lock: each partition's part of a scan sees the
+    /// partition at one instant, never half a transaction. Keep the visitor short.
+    pub fn visit(
+        &self,
+        ranges: &[KeyRange],
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(None);
+        };
+        let ordered: Box<dyn Iterator<Item = &KeyRange>> = if reverse {
+            Box::new(ranges.iter().rev())
+        } else {
+            Box::new(ranges.iter())
+        };
+        for range in ordered {
+            if let Some(resume_at) = self.visit_range(range, reverse, visitor)? {
+                return Ok(Some(resume_at));
+            }
+        }
+        Ok(None)
+    }
+
+    fn visit_range(
         &self,
         range: &KeyRange,
         reverse: bool,
-        limit: PageLimit,
-    ) -> Result<ScanPage, StorageError> {
-        let mut page = ScanPage {
-            entities: Vec::new(),
-            resume_at: None,
-        };
-        let Some(_gate) = self.gate() else {
-            return Ok(page);
-        };
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
         let mut remaining = range.clone();
-        let mut bytes = 0;
         while let Some(next_key) = self.first_key(&remaining, reverse)? {
-            if page.entities.len() >= limit.entities || bytes >= limit.bytes {
-                page.resume_at = Some(next_key);
-                break;
-            }
             let partition_key = key::partition_of(&next_key).to_vec();
             let part = remaining.within_partition(&partition_key);
             let _partition = self.shared.locks.lock(self.id, &partition_key);
             for item in self.iter(&part, reverse) {
                 let (encoded_key, value) = item?;
-                if page.entities.len() >= limit.entities || bytes >= limit.bytes {
-                    page.resume_at = Some(encoded_key.to_vec());
-                    return Ok(page);
+                if visitor(&encoded_key, &value)? == Visit::Stop {
+                    return Ok(Some(encoded_key.to_vec()));
                 }
-                let (pk, rk) = key::decode(&encoded_key)?;
-                bytes += value.len();
-                let key = EntityKey {
-                    partition_key: pk,
-                    row_key: rk,
-                };
-                page.entities.push(codec::decode(key, &value)?);
             }
             if reverse {
                 remaining.end = Bound::Excluded(key::partition_start(&partition_key));
@@ -202,7 +213,7 @@ impl Table {
                 remaining.start = Bound::Included(key::partition_end(&partition_key));
             }
         }
-        Ok(page)
+        Ok(None)
     }
 
     fn first_key(&self, range: &KeyRange, reverse: bool) -> Result<Option<Vec<u8>>, StorageError> {

@@ -1,0 +1,118 @@
+//! Azure's `$filter` language: the expression tree, its parser and its evaluation with Azure's type
+//! semantics.
+//!
+//! Grammar (precedence `not` > comparison > `and` > `or`, keywords lower-case as on Azure):
+//! `or := and ("or" and)*`, `and := unary ("and" unary)*`, `unary := "not" unary | "(" or ")" |
+//! comparison`, `comparison := operand op operand` where exactly one operand is a property.
+
+mod eval;
+mod lexer;
+mod parser;
+
+use crate::model::Value;
+
+/// Most comparisons one filter may hold (Azure's limit).
+pub const MAX_COMPARISONS: usize = 15;
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    /// `eq`
+    Eq,
+    /// `ne`
+    Ne,
+    /// `gt`
+    Gt,
+    /// `ge`
+    Ge,
+    /// `lt`
+    Lt,
+    /// `le`
+    Le,
+}
+
+impl CompareOp {
+    /// The operator that gives the same answer with the operands swapped (`5 lt X` is `X gt 5`).
+    pub fn mirrored(self) -> CompareOp {
+        match self {
+            CompareOp::Gt => CompareOp::Lt,
+            CompareOp::Ge => CompareOp::Le,
+            CompareOp::Lt => CompareOp::Gt,
+            CompareOp::Le => CompareOp::Ge,
+            CompareOp::Eq | CompareOp::Ne => self,
+        }
+    }
+
+    /// The operator true exactly when this one is false, for totally ordered operands.
+    pub fn negated(self) -> CompareOp {
+        match self {
+            CompareOp::Eq => CompareOp::Ne,
+            CompareOp::Ne => CompareOp::Eq,
+            CompareOp::Gt => CompareOp::Le,
+            CompareOp::Ge => CompareOp::Lt,
+            CompareOp::Lt => CompareOp::Ge,
+            CompareOp::Le => CompareOp::Gt,
+        }
+    }
+}
+
+/// What a comparison reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Property {
+    /// The PartitionKey.
+    PartitionKey,
+    /// The RowKey.
+    RowKey,
+    /// The server-set Timestamp.
+    Timestamp,
+    /// A custom property.
+    Custom(String),
+}
+
+/// A parsed filter expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// Both hold.
+    And(Box<Expr>, Box<Expr>),
+    /// Either holds.
+    Or(Box<Expr>, Box<Expr>),
+    /// The inner expression does not hold.
+    Not(Box<Expr>),
+    /// `property op literal`.
+    Compare {
+        /// The property compared.
+        property: Property,
+        /// The operator.
+        op: CompareOp,
+        /// The constant.
+        literal: Value,
+    },
+}
+
+/// A filter that failed to parse: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterError {
+    /// Byte offset in the filter text.
+    pub offset: usize,
+    /// What is wrong there.
+    pub message: String,
+}
+
+impl FilterError {
+    fn new(offset: usize, message: impl Into<String>) -> FilterError {
+        FilterError {
+            offset,
+            message: message.into(),
+        }
+    }
+}
+
+impl Expr {
+    /// Parses a filter.
+    pub fn parse(text: &str) -> Result<Expr, FilterError> {
+        parser::parse(text)
+    }
+}
+
+#[cfg(test)]
+mod tests;

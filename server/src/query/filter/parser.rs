@@ -1,0 +1,197 @@
+//! Recursive-descent parser from tokens to [`Expr`].
+
+use super::lexer::{tokenize, Spanned, Token};
+use super::{CompareOp, Expr, FilterError, Property, MAX_COMPARISONS};
+use crate::model::Value;
+
+/// Words that cannot be property names.
+const KEYWORDS: &[&str] = &[
+    "and", "or", "not", "eq", "ne", "gt", "ge", "lt", "le", "true", "false", "null",
+];
+
+pub(super) fn parse(text: &str) -> Result<Expr, FilterError> {
+    let tokens = tokenize(text)?;
+    if tokens.is_empty() {
+        return Err(FilterError::new(0, "the filter is empty"));
+    }
+    let mut parser = Parser {
+        tokens,
+        pos: 0,
+        end: text.len(),
+        comparisons: 0,
+    };
+    let expr = parser.or()?;
+    match parser.tokens.get(parser.pos) {
+        None => Ok(expr),
+        Some(Spanned {
+            token: Token::RightParen,
+            offset,
+        }) => Err(FilterError::new(*offset, "')' without a matching '('")),
+        Some(Spanned { offset, .. }) => Err(FilterError::new(
+            *offset,
+            "expected 'and', 'or' or the end of the filter",
+        )),
+    }
+}
+
+struct Parser {
+    tokens: Vec<Spanned>,
+    pos: usize,
+    end: usize,
+    comparisons: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Spanned> {
+        self.tokens.get(self.pos)
+    }
+
+    fn offset(&self) -> usize {
+        self.peek().map_or(self.end, |t| t.offset)
+    }
+
+    fn at_word(&self, word: &str) -> bool {
+        matches!(self.peek(), Some(Spanned { token: Token::Word(w), .. }) if w == word)
+    }
+
+    fn or(&mut self) -> Result<Expr, FilterError> {
+        let mut left = self.and()?;
+        while self.at_word("or") {
+            self.pos += 1;
+            left = Expr::Or(Box::new(left), Box::new(self.and()?));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<Expr, FilterError> {
+        let mut left = self.unary()?;
+        while self.at_word("and") {
+            self.pos += 1;
+            left = Expr::And(Box::new(left), Box::new(self.unary()?));
+        }
+        Ok(left)
+    }
+
+    fn unary(&mut self) -> Result<Expr, FilterError> {
+        if self.at_word("not") {
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.unary()?)));
+        }
+        if let Some(Spanned {
+            token: Token::LeftParen,
+            offset,
+        }) = self.peek()
+        {
+            let open = *offset;
+            self.pos += 1;
+            let inner = self.or()?;
+            return match self.peek() {
+                Some(Spanned {
+                    token: Token::RightParen,
+                    ..
+                }) => {
+                    self.pos += 1;
+                    Ok(inner)
+                }
+                _ => Err(FilterError::new(open, "'(' is never closed")),
+            };
+        }
+        self.comparison()
+    }
+
+    fn comparison(&mut self) -> Result<Expr, FilterError> {
+        let start = self.offset();
+        let left = self.operand()?;
+        let op = self.operator()?;
+        let right = self.operand()?;
+        self.comparisons += 1;
+        if self.comparisons > MAX_COMPARISONS {
+            return Err(FilterError::new(
+                start,
+                format!("a filter may hold at most {MAX_COMPARISONS} comparisons"),
+            ));
+        }
+        match (left, right) {
+            (Operand::Property(property), Operand::Literal(literal)) => Ok(Expr::Compare {
+                property,
+                op,
+                literal,
+            }),
+            (Operand::Literal(literal), Operand::Property(property)) => Ok(Expr::Compare {
+                property,
+                op: op.mirrored(),
+                literal,
+            }),
+            (Operand::Property(_), Operand::Property(_)) => Err(FilterError::new(
+                start,
+                "one side of a comparison must be a constant",
+            )),
+            (Operand::Literal(_), Operand::Literal(_)) => Err(FilterError::new(
+                start,
+                "one side of a comparison must be a property",
+            )),
+        }
+    }
+
+    fn operand(&mut self) -> Result<Operand, FilterError> {
+        let offset = self.offset();
+        let Some(Spanned { token, .. }) = self.peek().cloned() else {
+            return Err(FilterError::new(
+                offset,
+                "expected a property or a value, found the end of the filter",
+            ));
+        };
+        self.pos += 1;
+        match token {
+            Token::Literal(value) => Ok(Operand::Literal(value)),
+            Token::Word(word) => match word.as_str() {
+                "true" => Ok(Operand::Literal(Value::Bool(true))),
+                "false" => Ok(Operand::Literal(Value::Bool(false))),
+                "null" => Err(FilterError::new(offset, "null is not allowed in a filter")),
+                keyword if KEYWORDS.contains(&keyword) => Err(FilterError::new(
+                    offset,
+                    format!("expected a property or a value, found '{keyword}'"),
+                )),
+                "PartitionKey" => Ok(Operand::Property(Property::PartitionKey)),
+                "RowKey" => Ok(Operand::Property(Property::RowKey)),
+                "Timestamp" => Ok(Operand::Property(Property::Timestamp)),
+                _ => Ok(Operand::Property(Property::Custom(word))),
+            },
+            Token::LeftParen | Token::RightParen => {
+                Err(FilterError::new(offset, "expected a property or a value"))
+            }
+        }
+    }
+
+    fn operator(&mut self) -> Result<CompareOp, FilterError> {
+        let offset = self.offset();
+        let op = match self.peek() {
+            Some(Spanned {
+                token: Token::Word(word),
+                ..
+            }) => match word.as_str() {
+                "eq" => Some(CompareOp::Eq),
+                "ne" => Some(CompareOp::Ne),
+                "gt" => Some(CompareOp::Gt),
+                "ge" => Some(CompareOp::Ge),
+                "lt" => Some(CompareOp::Lt),
+                "le" => Some(CompareOp::Le),
+                _ => None,
+            },
+            _ => None,
+        };
+        let op = op.ok_or_else(|| {
+            FilterError::new(
+                offset,
+                "expected a comparison operator (eq, ne, gt, ge, lt, le)",
+            )
+        })?;
+        self.pos += 1;
+        Ok(op)
+    }
+}
+
+enum Operand {
+    Property(Property),
+    Literal(Value),
+}

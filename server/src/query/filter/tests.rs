@@ -1,0 +1,363 @@
+//! Lexer, parser and evaluation tests: every literal form, escaping, precedence, malformed input
+//! with its offset, and Azure's type semantics for every pair of types.
+
+use uuid::Uuid;
+
+use super::*;
+use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+
+fn compare(property: &str, op: CompareOp, literal: Value) -> Expr {
+    let property = match property {
+        "PartitionKey" => Property::PartitionKey,
+        "RowKey" => Property::RowKey,
+        "Timestamp" => Property::Timestamp,
+        other => Property::Custom(other.to_owned()),
+    };
+    Expr::Compare {
+        property,
+        op,
+        literal,
+    }
+}
+
+fn literal_of(filter: &str) -> Value {
+    match Expr::parse(filter).unwrap() {
+        Expr::Compare { literal, .. } => literal,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn error_at(filter: &str) -> (usize, String) {
+    let error = Expr::parse(filter).expect_err(filter);
+    (error.offset, error.message)
+}
+
+#[test]
+fn every_literal_form_parses() {
+    assert_eq!(literal_of("A eq 'text'"), Value::String("text".into()));
+    assert_eq!(
+        literal_of("A eq 'O''Brien'"),
+        Value::String("O'Brien".into())
+    );
+    assert_eq!(literal_of("A eq ''"), Value::String(String::new()));
+    assert_eq!(literal_of("A eq 42"), Value::Int32(42));
+    assert_eq!(literal_of("A eq -42"), Value::Int32(-42));
+    assert_eq!(literal_of("A eq 2147483647"), Value::Int32(i32::MAX));
+    assert_eq!(literal_of("A eq 42L"), Value::Int64(42));
+    assert_eq!(
+        literal_of("A eq -9223372036854775808L"),
+        Value::Int64(i64::MIN)
+    );
+    assert_eq!(literal_of("A eq 4.25"), Value::Double(4.25));
+    assert_eq!(literal_of("A eq -1.5e3"), Value::Double(-1500.0));
+    assert_eq!(literal_of("A eq true"), Value::Bool(true));
+    assert_eq!(literal_of("A eq false"), Value::Bool(false));
+    let (seconds, _) = Ticks(0).to_unix();
+    assert_eq!(seconds, 0);
+    assert_eq!(
+        literal_of("A eq datetime'1970-01-01T00:00:00Z'"),
+        Value::DateTime(Ticks(0))
+    );
+    assert_eq!(
+        literal_of("A eq datetime'1970-01-01T00:00:00.1234567Z'"),
+        Value::DateTime(Ticks(1_234_567))
+    );
+    assert_eq!(
+        literal_of("A eq datetime'1970-01-01T00:00:01.5Z'"),
+        Value::DateTime(Ticks(15_000_000))
+    );
+    assert_eq!(
+        literal_of("A eq datetime'1601-01-01T00:00:00Z'"),
+        Value::DateTime(Ticks::MIN)
+    );
+    let guid = Uuid::parse_str("a455c695-df98-5678-aaaa-81d3367e5a34").unwrap();
+    assert_eq!(
+        literal_of("A eq guid'a455c695-df98-5678-aaaa-81d3367e5a34'"),
+        Value::Guid(guid)
+    );
+    assert_eq!(literal_of("A eq X'0a1B'"), Value::Binary(vec![0x0a, 0x1b]));
+    assert_eq!(
+        literal_of("A eq binary'ff00'"),
+        Value::Binary(vec![0xff, 0])
+    );
+    assert_eq!(literal_of("A eq X''"), Value::Binary(vec![]));
+}
+
+#[test]
+fn identifiers_and_operators() {
+    assert_eq!(
+        Expr::parse("PartitionKey eq 'a'").unwrap(),
+        compare("PartitionKey", CompareOp::Eq, Value::String("a".into()))
+    );
+    assert_eq!(
+        Expr::parse("_x ne 1").unwrap(),
+        compare("_x", CompareOp::Ne, Value::Int32(1))
+    );
+    for (text, op) in [
+        ("gt", CompareOp::Gt),
+        ("ge", CompareOp::Ge),
+        ("lt", CompareOp::Lt),
+        ("le", CompareOp::Le),
+    ] {
+        assert_eq!(
+            Expr::parse(&format!("Age {text} 3")).unwrap(),
+            compare("Age", op, Value::Int32(3))
+        );
+    }
+    // A constant on the left is mirrored.
+    assert_eq!(
+        Expr::parse("'x' eq PartitionKey").unwrap(),
+        compare("PartitionKey", CompareOp::Eq, Value::String("x".into()))
+    );
+    assert_eq!(
+        Expr::parse("3 lt Age").unwrap(),
+        compare("Age", CompareOp::Gt, Value::Int32(3))
+    );
+    assert_eq!(
+        Expr::parse("  ( Age ge 3 )  ").unwrap(),
+        compare("Age", CompareOp::Ge, Value::Int32(3))
+    );
+}
+
+#[test]
+fn precedence_is_not_then_comparison_then_and_then_or() {
+    let a = || Box::new(compare("A", CompareOp::Eq, Value::Int32(1)));
+    let b = || Box::new(compare("B", CompareOp::Eq, Value::Int32(2)));
+    let c = || Box::new(compare("C", CompareOp::Eq, Value::Int32(3)));
+    assert_eq!(
+        Expr::parse("A eq 1 or B eq 2 and C eq 3").unwrap(),
+        Expr::Or(a(), Box::new(Expr::And(b(), c())))
+    );
+    assert_eq!(
+        Expr::parse("A eq 1 and B eq 2 or C eq 3").unwrap(),
+        Expr::Or(Box::new(Expr::And(a(), b())), c())
+    );
+    assert_eq!(
+        Expr::parse("(A eq 1 or B eq 2) and C eq 3").unwrap(),
+        Expr::And(Box::new(Expr::Or(a(), b())), c())
+    );
+    assert_eq!(
+        Expr::parse("not A eq 1 and B eq 2").unwrap(),
+        Expr::And(Box::new(Expr::Not(a())), b())
+    );
+    assert_eq!(
+        Expr::parse("not not (A eq 1)").unwrap(),
+        Expr::Not(Box::new(Expr::Not(a())))
+    );
+    assert_eq!(
+        Expr::parse("A eq 1 or B eq 2 or C eq 3").unwrap(),
+        Expr::Or(Box::new(Expr::Or(a(), b())), c())
+    );
+}
+
+#[test]
+fn malformed_filters_point_at_the_offending_byte() {
+    assert_eq!(error_at("Big eq 5454161346626").0, 7);
+    assert!(error_at("Big eq 5454161346626").1.contains("append L"));
+    assert_eq!(error_at("Big eq 99999999999999999999L").0, 7);
+    assert_eq!(error_at("A eq 'open").0, 5);
+    assert_eq!(error_at("(A eq 1").0, 0);
+    assert_eq!(error_at("A eq 1)").0, 6);
+    assert_eq!(error_at("A eq null").0, 5);
+    assert!(error_at("A eq null").1.contains("null"));
+    assert_eq!(error_at("startswith(Name, 'a')").0, 0);
+    assert!(error_at("startswith(Name, 'a')").1.contains("startswith"));
+    assert_eq!(error_at("A eq 1 && B eq 2").0, 7);
+    assert_eq!(error_at("A eq $1").0, 5);
+    assert_eq!(error_at("A eq").0, 4);
+    assert_eq!(error_at("A 1").0, 2);
+    assert_eq!(error_at("A eq B").0, 0);
+    assert_eq!(error_at("1 eq 1").0, 0);
+    assert_eq!(error_at("A eq 1 eq 2").0, 7);
+    assert_eq!(error_at("A EQ 1").0, 2);
+    assert_eq!(error_at("").0, 0);
+    assert_eq!(error_at("A eq 1 and").0, 10);
+    assert_eq!(error_at("A eq datetime'2024-13-01T00:00:00Z'").0, 5);
+    assert_eq!(
+        error_at("A eq datetime'2024-01-01T00:00:00.12345678Z'").0,
+        5
+    );
+    assert_eq!(error_at("A eq guid'nope'").0, 5);
+    assert_eq!(error_at("A eq X'abc'").0, 5);
+    assert_eq!(error_at("A eq time'x'").0, 5);
+    assert_eq!(error_at("A eq 1.").0, 7);
+    assert_eq!(error_at("A eq 12abc").0, 7);
+}
+
+#[test]
+fn at_most_15_comparisons() {
+    let fifteen = vec!["A eq 1"; 15].join(" or ");
+    assert!(Expr::parse(&fifteen).is_ok());
+    let sixteen = format!("{fifteen} or A eq 1");
+    assert_eq!(error_at(&sixteen).0, fifteen.len() + 4);
+}
+
+fn entity(properties: &[(&str, Value)]) -> StoredEntity {
+    StoredEntity {
+        key: EntityKey::new("pk".into(), "rk".into()).unwrap(),
+        properties: properties
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.clone()))
+            .collect::<Properties>(),
+        timestamp: Ticks(1_000),
+    }
+}
+
+/// The outcome of `P <op> literal` for each operator, in the order eq ne gt ge lt le.
+fn outcomes(property: Value, literal: &str) -> [bool; 6] {
+    let e = entity(&[("P", property)]);
+    ["eq", "ne", "gt", "ge", "lt", "le"].map(|op| {
+        Expr::parse(&format!("P {op} {literal}"))
+            .unwrap()
+            .matches(&e)
+    })
+}
+
+const EQUAL: [bool; 6] = [true, false, false, true, false, true];
+const LESS: [bool; 6] = [false, true, false, false, true, true];
+const GREATER: [bool; 6] = [false, true, true, true, false, false];
+/// Azure's answer for a type mismatch: not equal, and "less than".
+const MISMATCH: [bool; 6] = [false, true, false, false, true, true];
+
+#[test]
+fn same_types_compare_naturally() {
+    assert_eq!(outcomes(Value::String("b".into()), "'b'"), EQUAL);
+    assert_eq!(
+        outcomes(Value::String("B".into()), "'b'"),
+        LESS,
+        "ordinal, case-sensitive"
+    );
+    assert_eq!(outcomes(Value::String("ab".into()), "'a'"), GREATER);
+    assert_eq!(outcomes(Value::Int32(5), "5"), EQUAL);
+    assert_eq!(outcomes(Value::Int32(-5), "5"), LESS);
+    assert_eq!(outcomes(Value::Int64(1 << 40), "1099511627776L"), EQUAL);
+    assert_eq!(outcomes(Value::Double(2.5), "2.5"), EQUAL);
+    assert_eq!(outcomes(Value::Double(2.5), "3.0"), LESS);
+    assert_eq!(outcomes(Value::Bool(true), "false"), GREATER);
+    assert_eq!(
+        outcomes(
+            Value::Guid(Uuid::from_u128(1)),
+            "guid'00000000-0000-0000-0000-000000000001'"
+        ),
+        EQUAL
+    );
+    assert_eq!(
+        outcomes(
+            Value::Guid(Uuid::from_u128(1)),
+            "guid'00000000-0000-0000-0000-000000000002'"
+        ),
+        LESS
+    );
+    assert_eq!(outcomes(Value::Binary(vec![1, 2]), "X'0102'"), EQUAL);
+    assert_eq!(outcomes(Value::Binary(vec![1, 2]), "X'0103'"), LESS);
+    assert_eq!(outcomes(Value::Binary(vec![1, 2, 0]), "X'0102'"), GREATER);
+}
+
+#[test]
+fn datetimes_compare_at_100ns() {
+    let t = Value::DateTime(Ticks(1_234_567));
+    assert_eq!(
+        outcomes(t.clone(), "datetime'1970-01-01T00:00:00.1234567Z'"),
+        EQUAL
+    );
+    assert_eq!(
+        outcomes(t.clone(), "datetime'1970-01-01T00:00:00.1234568Z'"),
+        LESS
+    );
+    assert_eq!(
+        outcomes(t, "datetime'1970-01-01T00:00:00.1234566Z'"),
+        GREATER
+    );
+}
+
+#[test]
+fn int32_literals_widen_to_int64_and_double_but_never_narrow() {
+    assert_eq!(outcomes(Value::Int64(3), "3"), EQUAL);
+    assert_eq!(outcomes(Value::Int64(3), "4"), LESS);
+    assert_eq!(outcomes(Value::Double(3.0), "3"), EQUAL);
+    assert_eq!(outcomes(Value::Double(3.0), "3L"), EQUAL);
+    assert_eq!(outcomes(Value::Double(2.5), "3"), LESS);
+    assert_eq!(outcomes(Value::Int32(3), "3L"), MISMATCH);
+    assert_eq!(outcomes(Value::Int32(3), "3.0"), MISMATCH);
+    assert_eq!(outcomes(Value::Int64(3), "3.0"), MISMATCH);
+}
+
+#[test]
+fn type_mismatches_are_unequal_and_less() {
+    let values = [
+        Value::String("3".into()),
+        Value::Int32(3),
+        Value::Int64(3),
+        Value::Double(3.0),
+        Value::Bool(true),
+        Value::DateTime(Ticks(0)),
+        Value::Guid(Uuid::from_u128(3)),
+        Value::Binary(vec![3]),
+    ];
+    let literals = [
+        ("'3'", 0),
+        ("3", 1),
+        ("3L", 2),
+        ("3.0", 3),
+        ("true", 4),
+        ("datetime'1970-01-01T00:00:00Z'", 5),
+        ("guid'00000000-0000-0000-0000-000000000003'", 6),
+        ("X'03'", 7),
+    ];
+    for (p, property) in values.iter().enumerate() {
+        for (literal, l) in literals {
+            let widens = matches!((p, l), (2, 1) | (3, 1) | (3, 2));
+            let expected = if p == l || widens { EQUAL } else { MISMATCH };
+            assert_eq!(
+                outcomes(property.clone(), literal),
+                expected,
+                "{property:?} vs {literal}"
+            );
+        }
+    }
+}
+
+#[test]
+fn missing_properties_never_match_not_even_ne() {
+    let e = entity(&[]);
+    for op in ["eq", "ne", "gt", "ge", "lt", "le"] {
+        for literal in [
+            "''",
+            "1",
+            "1L",
+            "1.0",
+            "true",
+            "datetime'2020-01-01T00:00:00Z'",
+            "guid'00000000-0000-0000-0000-000000000000'",
+            "X'00'",
+        ] {
+            assert!(!Expr::parse(&format!("Missing {op} {literal}"))
+                .unwrap()
+                .matches(&e));
+        }
+    }
+    assert!(Expr::parse("not Missing eq 1").unwrap().matches(&e));
+}
+
+#[test]
+fn nan_is_unordered() {
+    assert_eq!(
+        outcomes(Value::Double(f64::NAN), "1.0"),
+        [false, true, false, false, false, false]
+    );
+}
+
+#[test]
+fn system_properties_are_comparable() {
+    let e = entity(&[]);
+    assert!(Expr::parse("PartitionKey eq 'pk' and RowKey gt 'a'")
+        .unwrap()
+        .matches(&e));
+    assert!(
+        Expr::parse("Timestamp eq datetime'1970-01-01T00:00:00.0001Z'")
+            .unwrap()
+            .matches(&e)
+    );
+    assert!(!Expr::parse("PartitionKey eq 1").unwrap().matches(&e));
+    assert!(Expr::parse("PartitionKey lt 1").unwrap().matches(&e));
+}

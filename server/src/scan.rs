@@ -1,0 +1,134 @@
+//! Running a planned query: reading the planned key ranges a bounded chunk at a time, evaluating
+//! the filter, and resuming from continuation tokens.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::TableError;
+use crate::model::{StoredEntity, ValidationError};
+use crate::query::{plan, ContinuationToken, QuerySpec, ScanPlan};
+use crate::storage::{decode_entity, KeyRange, Table, Visit};
+
+/// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
+/// table returns a short or empty page with a continuation instead of stalling.
+pub const MAX_EXAMINED_PER_CHUNK: usize = 10_000;
+/// Longest time one chunk spends reading.
+pub const CHUNK_TIME_BUDGET: Duration = Duration::from_millis(500);
+
+/// A query bound to its table and plan, positioned at the next entity to read.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    table: Arc<Table>,
+    pub(crate) spec: QuerySpec,
+    pub(crate) plan: ScanPlan,
+    /// The planned ranges still to read.
+    ranges: Vec<KeyRange>,
+}
+
+/// What one chunk read.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    /// Where the next chunk starts, or `None` when the query is complete.
+    pub(crate) resume_at: Option<Vec<u8>>,
+    /// Entities examined.
+    pub(crate) examined: usize,
+}
+
+impl Scan {
+    /// Plans `spec` on `table` and positions it at `continuation` (empty = the start).
+    pub(crate) fn prepare(
+        table: Arc<Table>,
+        spec: QuerySpec,
+        continuation: &str,
+    ) -> Result<Scan, TableError> {
+        let plan = plan(spec.filter_expr.as_ref(), &spec.key_range());
+        let mut scan = Scan {
+            ranges: plan.ranges.clone(),
+            table,
+            spec,
+            plan,
+        };
+        if !continuation.is_empty() {
+            let token =
+                ContinuationToken::decode(continuation, scan.table.id(), scan.spec.shape())?;
+            if !scan.ranges.iter().any(|r| r.contains(&token.resume_at)) {
+                return Err(ValidationError::Argument(
+                    "continuation token points outside the query's key range".into(),
+                )
+                .into());
+            }
+            scan.resume_at(token.resume_at);
+        }
+        Ok(scan)
+    }
+
+    /// Moves the scan to `key` (inclusive, in the scan's direction).
+    pub(crate) fn resume_at(&mut self, key: Vec<u8>) {
+        let rest = if self.spec.reverse {
+            KeyRange {
+                start: Bound::Unbounded,
+                end: Bound::Included(key),
+            }
+        } else {
+            KeyRange {
+                start: Bound::Included(key),
+                end: Bound::Unbounded,
+            }
+        };
+        self.ranges = self
+            .ranges
+            .iter()
+            .map(|r| r.intersect(&rest))
+            .filter(|r| !r.is_empty())
+            .collect();
+    }
+
+    /// The continuation token that resumes this query at `key`.
+    pub(crate) fn token(&self, key: Vec<u8>) -> String {
+        ContinuationToken {
+            table_id: self.table.id(),
+            shape: self.spec.shape(),
+            resume_at: key,
+        }
+        .encode()
+    }
+
+    /// Reads one chunk: up to `page_size` matches (projected), `byte_budget` stored bytes,
+    /// [`MAX_EXAMINED_PER_CHUNK`] entities examined and [`CHUNK_TIME_BUDGET`] of time, whichever
+    /// comes first. Each match goes to `on_match`.
+    pub(crate) fn read(
+        &self,
+        byte_budget: usize,
+        on_match: &mut dyn FnMut(StoredEntity),
+    ) -> Result<Chunk, TableError> {
+        let started = Instant::now();
+        let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
+        let limit = self.spec.page_size as usize;
+        let filter = self.spec.filter_expr.as_ref();
+        let resume_at = self
+            .table
+            .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
+                let over_time = examined % 256 == 255 && started.elapsed() > CHUNK_TIME_BUDGET;
+                if matches >= limit
+                    || bytes >= byte_budget
+                    || examined >= MAX_EXAMINED_PER_CHUNK
+                    || over_time
+                {
+                    return Ok(Visit::Stop);
+                }
+                examined += 1;
+                let entity = decode_entity(key, value)?;
+                if filter.is_none_or(|f| f.matches(&entity)) {
+                    matches += 1;
+                    bytes += value.len();
+                    on_match(entity.project(&self.spec.select));
+                }
+                Ok(Visit::Next)
+            })?;
+        Ok(Chunk {
+            resume_at,
+            examined,
+        })
+    }
+}
