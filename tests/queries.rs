@@ -539,3 +539,91 @@ async fn a_200k_entity_scan_streams_end_to_end_and_cancelling_frees_the_server()
         "the server is not busy with the abandoned scan"
     );
 }
+
+#[tokio::test]
+async fn a_filter_may_read_properties_the_select_drops() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table("Proj").await;
+    for i in 0..10 {
+        client
+            .insert_entity(insert_request(
+                "Proj",
+                entity(
+                    "p",
+                    &format!("{i}"),
+                    &[("A", int32(i)), ("B", int32(i * 10)), ("C", string("x"))],
+                ),
+            ))
+            .await
+            .unwrap();
+    }
+    let request = pb::QueryEntitiesRequest {
+        select: vec!["A".into()],
+        ..filtered("Proj", "B ge 70 and C eq 'x'", 0)
+    };
+    let (found, _, _, _) = run_query(&mut client, request.clone()).await;
+    assert_eq!(
+        found
+            .iter()
+            .map(|e| e.properties["A"].clone())
+            .collect::<Vec<_>>(),
+        [int32(7), int32(8), int32(9)]
+    );
+    assert!(found.iter().all(|e| e.properties.len() == 1));
+    assert_eq!(stream_all(&mut client, request).await.len(), 3);
+}
+
+/// The resident memory of this process (client and in-process server), in bytes.
+fn resident_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_does_not_make_the_server_buffer_the_table() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table("Wide").await;
+    // 3,000 entities of 40 KiB: 120 MiB, far more than the stream may buffer.
+    for chunk in 0..60 {
+        let ops = (0..50)
+            .map(|i| {
+                tx_insert(entity(
+                    "p",
+                    &format!("{chunk:03}-{i:02}"),
+                    &[("Blob", binary(vec![i as u8; 40 * 1024]))],
+                ))
+            })
+            .collect();
+        client
+            .submit_transaction(transaction("Wide", "p", ops))
+            .await
+            .unwrap();
+    }
+    let request = pb::QueryEntitiesRequest {
+        table: "Wide".into(),
+        page_size: 10,
+        ..Default::default()
+    };
+    let before = resident_bytes();
+    let mut stream = client.scan_entities(request).await.unwrap().into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.entities.len(), 10);
+    // Give the server every chance to run ahead of the reader.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let growth = resident_bytes().saturating_sub(before);
+    assert!(
+        growth < 48 << 20,
+        "the server buffered {} MiB for a reader that stopped",
+        growth >> 20
+    );
+    let mut rest = 10;
+    while let Some(batch) = stream.next().await {
+        rest += batch.unwrap().entities.len();
+    }
+    assert_eq!(rest, 3000);
+}

@@ -84,6 +84,19 @@ impl Scan {
             .collect();
     }
 
+    /// The properties a scan must decode: the selected ones and those the filter reads, or `None`
+    /// (all) when nothing is selected.
+    fn needed_properties(&self) -> Option<Vec<String>> {
+        if self.spec.select.is_empty() {
+            return None;
+        }
+        let mut needed = self.spec.select.clone();
+        if let Some(filter) = &self.spec.filter_expr {
+            filter.custom_properties(&mut needed);
+        }
+        Some(needed)
+    }
+
     /// The continuation token that resumes this query at `key`.
     pub(crate) fn token(&self, key: Vec<u8>) -> String {
         ContinuationToken {
@@ -106,6 +119,7 @@ impl Scan {
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
+        let needed = self.needed_properties();
         let resume_at = self
             .table
             .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
@@ -118,7 +132,7 @@ impl Scan {
                     return Ok(Visit::Stop);
                 }
                 examined += 1;
-                let entity = decode_entity(key, value)?;
+                let entity = decode_entity(key, value, needed.as_deref())?;
                 if filter.is_none_or(|f| f.matches(&entity)) {
                     matches += 1;
                     bytes += value.len();

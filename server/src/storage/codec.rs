@@ -59,6 +59,16 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
 
 /// Decodes a stored value back into the entity with the given keys.
 pub(crate) fn decode(key: EntityKey, bytes: &[u8]) -> Result<StoredEntity, StorageError> {
+    decode_selected(key, bytes, None)
+}
+
+/// Decodes only the properties named in `keep` (all when `None`); the others are skipped over
+/// without being materialised.
+pub(crate) fn decode_selected(
+    key: EntityKey,
+    bytes: &[u8],
+    keep: Option<&[String]>,
+) -> Result<StoredEntity, StorageError> {
     let mut reader = Reader { bytes };
     let format = reader.take::<1>()?[0];
     if format != FORMAT_V1 {
@@ -71,9 +81,15 @@ pub(crate) fn decode(key: EntityKey, bytes: &[u8]) -> Result<StoredEntity, Stora
     let mut properties = Properties::new();
     for _ in 0..count {
         let name_len = usize::from(u16::from_le_bytes(reader.take()?));
-        let name = reader.text(name_len)?;
-        let value = decode_value(&mut reader)?;
-        properties.insert(name, value);
+        let name = reader.slice(name_len)?;
+        let wanted = keep.is_none_or(|keep| keep.iter().any(|k| k.as_bytes() == name));
+        if wanted {
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))?;
+            properties.insert(name, decode_value(&mut reader)?);
+        } else {
+            skip_value(&mut reader)?;
+        }
     }
     Ok(StoredEntity {
         key,
@@ -101,6 +117,19 @@ fn decode_value(reader: &mut Reader<'_>) -> Result<Value, StorageError> {
         TAG_GUID => Value::Guid(Uuid::from_bytes(reader.take()?)),
         other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
     })
+}
+
+fn skip_value(reader: &mut Reader<'_>) -> Result<(), StorageError> {
+    let tag = reader.take::<1>()?[0];
+    let len = match tag {
+        TAG_STRING | TAG_BINARY => reader.length()?,
+        TAG_INT32 => 4,
+        TAG_INT64 | TAG_DOUBLE | TAG_DATETIME => 8,
+        TAG_BOOL => 1,
+        TAG_GUID => 16,
+        other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
+    };
+    reader.slice(len).map(drop)
 }
 
 struct Reader<'a> {
@@ -159,6 +188,23 @@ mod tests {
                 properties,
                 timestamp: Ticks(123)
             }
+        );
+    }
+
+    #[test]
+    fn selected_decoding_skips_other_properties() {
+        let properties = Properties::from([
+            ("a".to_owned(), Value::String("x".into())),
+            ("b".to_owned(), Value::Binary(vec![1; 10])),
+            ("c".to_owned(), Value::Int64(3)),
+        ]);
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        let bytes = encode(Ticks(1), &properties);
+        let keep = ["c".to_owned(), "zz".to_owned()];
+        let entity = decode_selected(key, &bytes, Some(&keep)).unwrap();
+        assert_eq!(
+            entity.properties,
+            Properties::from([("c".to_owned(), Value::Int64(3))])
         );
     }
 

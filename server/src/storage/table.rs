@@ -32,16 +32,19 @@ pub enum Visit {
 /// Sees each entity of a scan as (encoded key, stored bytes) and says whether to go on.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<Visit, StorageError> + 'a;
 
-/// Decodes an entity from the encoded key and stored bytes a [`Table::visit`] visitor is shown.
-pub fn decode_entity(encoded_key: &[u8], value: &[u8]) -> Result<StoredEntity, StorageError> {
+/// Decodes an entity from the encoded key and stored bytes a [`Table::visit`] visitor is shown,
+/// materialising only the properties named in `keep` (all when `None`).
+pub fn decode_entity(
+    encoded_key: &[u8],
+    value: &[u8],
+    keep: Option<&[String]>,
+) -> Result<StoredEntity, StorageError> {
     let (partition_key, row_key) = key::decode(encoded_key)?;
-    codec::decode(
-        EntityKey {
-            partition_key,
-            row_key,
-        },
-        value,
-    )
+    let key = EntityKey {
+        partition_key,
+        row_key,
+    };
+    codec::decode_selected(key, value, keep)
 }
 
 type Gate<'a> = RwLockReadGuard<'a, bool>;
