@@ -1,5 +1,5 @@
 //! Generates the wire contract from `proto/` with protox (no system `protoc` needed) and writes the
-//! encoded file descriptor set that server reflection serves.
+//! encoded file descriptor set that server reflection serves; also the benchmark's echo service.
 
 use std::{env, fs, path::PathBuf};
 
@@ -7,6 +7,7 @@ use prost::Message;
 
 const PROTO_ROOT: &str = "proto";
 const PROTO_FILE: &str = "proto/trestle/v1/trestle.proto";
+const ECHO_PROTO_FILE: &str = "proto/trestle/bench/v1/echo.proto";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
@@ -19,5 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .btree_map(".trestle.v1.Entity.properties")
         .compile_fds(descriptors)?;
+    // The benchmark's echo baseline: generated code only, never served by trestle-server.
+    tonic_prost_build::configure()
+        .compile_fds(protox::compile([ECHO_PROTO_FILE], [PROTO_ROOT])?)?;
     Ok(())
 }

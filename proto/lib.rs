@@ -4,6 +4,8 @@
 //! Both the server and the SDK depend on this crate, so the contract is compiled once and can never
 //! drift between them.
 
+pub mod datetime;
+
 /// Generated `trestle.v1` messages, client and server stubs.
 pub mod pb {
     #![allow(missing_docs, unreachable_pub, missing_debug_implementations)]
@@ -14,4 +16,12 @@ pub mod pb {
     /// The encoded `FileDescriptorSet` of `trestle.v1`, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/trestle_descriptor.bin"));
+}
+
+/// The bare echo service `trestle-bench` uses as its in-run gRPC baseline.
+pub mod bench_pb {
+    #![allow(missing_docs, unreachable_pub, missing_debug_implementations)]
+    #![allow(clippy::all, clippy::pedantic)]
+
+    tonic::include_proto!("trestle.bench.v1");
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use trestle_client::{pb, RawClient};
+use trestle_proto::pb;
 
 const T: &str = "Concurrent";
 

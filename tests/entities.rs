@@ -6,7 +6,7 @@ use common::*;
 use pb::value::Kind;
 use prost_types::Timestamp;
 use tonic::Code;
-use trestle_client::pb;
+use trestle_proto::pb;
 
 const T: &str = "People";
 

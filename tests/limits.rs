@@ -7,7 +7,7 @@ use common::*;
 use prost::Message;
 use prost_types::Timestamp;
 use tonic::Code;
-use trestle_client::{pb, RawClient};
+use trestle_proto::pb;
 
 const T: &str = "Limits";
 

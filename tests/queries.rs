@@ -9,7 +9,7 @@ use common::*;
 use pb::value::Kind;
 use tokio_stream::StreamExt;
 use tonic::Code;
-use trestle_client::{pb, RawClient};
+use trestle_proto::pb;
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
 struct Rng(u64);

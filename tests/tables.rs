@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use tonic::Code;
-use trestle_client::pb;
+use trestle_proto::pb;
 
 fn create(table: &str) -> pb::CreateTableRequest {
     pb::CreateTableRequest {

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use tonic::Code;
-use trestle_client::{pb, RawClient};
+use trestle_proto::pb;
 
 const T: &str = "Orders";
 

@@ -1,14 +1,64 @@
-//! Rust SDK for Trestle, the partitioned entity store with Azure Table semantics.
+//! The Rust SDK for Trestle, the durable partitioned entity store with Azure Table semantics.
 //!
-//! For now this crate offers a connected gRPC client over the wire contract; the typed SDK
-//! (entities through serde, query streams, transaction builders) builds on it.
+//! Store typed structs, stream query results, commit partition transactions, and use the Azure
+//! table-design patterns as tested library code ([`keys`]).
+//!
+//! ```no_run
+//! use futures_util::TryStreamExt;
+//! use serde::{Deserialize, Serialize};
+//! use trestle_client::{Client, Filter, IfMatch};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Employee {
+//!     name: String,
+//!     age: i32,
+//! }
+//!
+//! # async fn example() -> trestle_client::Result<()> {
+//! let client = Client::connect("http://127.0.0.1:50051").await?;
+//! let people = client.table("People");
+//! people.create_if_not_exists().await?;
+//!
+//! let etag = people.insert(("sales", "ada"), &Employee { name: "Ada".into(), age: 36 }).await?;
+//! people.merge(("sales", "ada"), &serde_json_free::Age { age: 37 }, IfMatch::Tag(etag)).await?;
+//!
+//! let mut seniors = people
+//!     .query::<Employee>()
+//!     .partition("sales")
+//!     .filter(Filter::ge("age", 30))
+//!     .stream();
+//! while let Some(employee) = seniors.try_next().await? {
+//!     println!("{} is {}", employee.value.name, employee.value.age);
+//! }
+//!
+//! let mut tx = people.transaction("sales");
+//! tx.insert(("sales", "grace"), &Employee { name: "Grace".into(), age: 45 })?;
+//! tx.delete(("sales", "ada"), IfMatch::Any)?;
+//! tx.commit().await?;
+//! # Ok(())
+//! # }
+//! # mod serde_json_free { #[derive(serde::Serialize)] pub struct Age { pub age: i32 } }
+//! ```
 
-pub use trestle_proto::pb;
+#![warn(missing_docs)]
 
-/// The generated `trestle.v1.TableService` client over a tonic channel.
-pub type RawClient = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
+mod client;
+mod convert;
+mod entity;
+mod error;
+pub mod keys;
+mod mapping;
+mod query;
 
-/// Connects to a Trestle server, e.g. `http://127.0.0.1:50051`.
-pub async fn connect(endpoint: impl Into<String>) -> Result<RawClient, tonic::transport::Error> {
-    RawClient::connect(endpoint.into()).await
-}
+mod table;
+mod transaction;
+mod value;
+
+pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
+pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
+pub use error::{Error, ErrorKind, Result};
+pub use mapping::{from_properties, to_properties, MappingError};
+pub use query::{EntityStream, Filter, Page, Query};
+pub use table::TableClient;
+pub use transaction::{Transaction, MAX_OPERATIONS};
+pub use value::{DateTime, Properties, Value};

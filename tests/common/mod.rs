@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use tokio::sync::oneshot;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
-use trestle_client::{pb, RawClient};
+use trestle_proto::pb;
+
+/// The generated gRPC client: these tests speak the wire contract directly.
+pub type RawClient = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
 
 /// A running server; shuts down when dropped.
 pub struct TestServer {
@@ -47,9 +50,19 @@ impl TestServer {
         }
     }
 
+    /// The server's address as a URI.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// A client connected to this server.
     pub async fn client(&self) -> RawClient {
-        trestle_client::connect(format!("http://{}", self.addr))
+        RawClient::connect(self.endpoint()).await.expect("connect")
+    }
+
+    /// An SDK client connected to this server.
+    pub async fn sdk(&self) -> trestle_client::Client {
+        trestle_client::Client::connect(self.endpoint())
             .await
             .expect("connect")
     }

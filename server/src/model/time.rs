@@ -3,9 +3,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Ticks (100 ns units) in one second.
-pub const TICKS_PER_SECOND: i64 = 10_000_000;
+pub const TICKS_PER_SECOND: i64 = trestle_proto::datetime::TICKS_PER_SECOND;
 const NANOS_PER_TICK: u32 = 100;
-const SECONDS_PER_DAY: i64 = 86_400;
 
 /// A UTC instant in 100 ns ticks since the Unix epoch (negative before 1970).
 ///
@@ -50,38 +49,15 @@ impl Ticks {
 
     /// ISO 8601 with seven fractional digits, as Azure prints it: `2013-08-22T01:12:06.2608595Z`.
     pub fn to_rfc3339(self) -> String {
-        let seconds = self.0.div_euclid(TICKS_PER_SECOND);
-        let fraction = self.0.rem_euclid(TICKS_PER_SECOND);
-        let days = seconds.div_euclid(SECONDS_PER_DAY);
-        let second_of_day = seconds.rem_euclid(SECONDS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        format!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:07}Z",
-            second_of_day / 3600,
-            second_of_day / 60 % 60,
-            second_of_day % 60
-        )
+        trestle_proto::datetime::format(self.0)
     }
-}
 
-/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    /// Parses Azure's ISO 8601 UTC form (up to 7 fractional digits); `None` if malformed or
+    /// outside [`Ticks::MIN`]..=[`Ticks::MAX`].
+    pub fn parse_rfc3339(text: &str) -> Option<Ticks> {
+        let ticks = Ticks(trestle_proto::datetime::parse(text)?);
+        (Ticks::MIN..=Ticks::MAX).contains(&ticks).then_some(ticks)
+    }
 }
 
 #[cfg(test)]

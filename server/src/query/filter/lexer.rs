@@ -206,7 +206,7 @@ impl Lexer<'_> {
             FilterError::new(offset, format!("{prefix}'{content}' is not a valid {what}"))
         };
         match prefix {
-            "datetime" => parse_datetime(&content)
+            "datetime" => Ticks::parse_rfc3339(&content)
                 .map(Value::DateTime)
                 .ok_or_else(|| bad("DateTime (ISO 8601 UTC, e.g. 2024-01-02T03:04:05Z)")),
             "guid" => Uuid::try_parse(&content)
@@ -233,74 +233,4 @@ fn parse_hex(text: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-/// `YYYY-MM-DDTHH:MM:SS[.fffffff]Z` (up to 7 fractional digits, UTC).
-pub(crate) fn parse_datetime(text: &str) -> Option<Ticks> {
-    let body = text.strip_suffix('Z')?;
-    let (date, time) = body.split_once('T')?;
-    let mut date_parts = date.split('-');
-    let year: i64 = fixed_digits(date_parts.next()?, 4)?;
-    let month: i64 = fixed_digits(date_parts.next()?, 2)?;
-    let day: i64 = fixed_digits(date_parts.next()?, 2)?;
-    let (clock, fraction) = match time.split_once('.') {
-        Some((clock, fraction)) => (clock, fraction),
-        None => (time, ""),
-    };
-    let mut clock_parts = clock.split(':');
-    let hour: i64 = fixed_digits(clock_parts.next()?, 2)?;
-    let minute: i64 = fixed_digits(clock_parts.next()?, 2)?;
-    let second: i64 = fixed_digits(clock_parts.next()?, 2)?;
-    if date_parts.next().is_some() || clock_parts.next().is_some() || fraction.len() > 7 {
-        return None;
-    }
-    let fraction_ticks = if fraction.is_empty() {
-        0
-    } else {
-        fixed_digits(fraction, fraction.len())? * 10_i64.pow(7 - fraction.len() as u32)
-    };
-    let days_in_month = [
-        31,
-        28 + i64::from(is_leap(year)),
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    let valid = (1..=12).contains(&month)
-        && (1..=days_in_month[(month - 1).clamp(0, 11) as usize]).contains(&day)
-        && hour < 24
-        && minute < 60
-        && second < 60;
-    if !valid {
-        return None;
-    }
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
-    let ticks = Ticks(seconds * crate::model::TICKS_PER_SECOND + fraction_ticks);
-    (Ticks::MIN..=Ticks::MAX).contains(&ticks).then_some(ticks)
-}
-
-fn fixed_digits(text: &str, len: usize) -> Option<i64> {
-    (text.len() == len && text.bytes().all(|b| b.is_ascii_digit())).then(|| text.parse().ok())?
-}
-
-fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let shifted_month = (month + 9) % 12;
-    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }

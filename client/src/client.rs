@@ -1,0 +1,194 @@
+//! The connection: [`Client`], its builder, and the retry policy.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use trestle_proto::pb;
+use trestle_proto::pb::table_service_client::TableServiceClient;
+
+use crate::error::{Error, Result};
+use crate::table::TableClient;
+
+/// The generated gRPC stub the client drives.
+pub(crate) type Stub = TableServiceClient<Channel>;
+
+/// The address [`Client::builder`] uses unless told otherwise.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
+/// The per-request timeout [`Client::builder`] uses unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which failures are retried, and how often.
+///
+/// Only what is safe is ever retried: reads (gets, query pages, counts, listings) when the server
+/// is unavailable, and any request that certainly never reached the server (the connection could
+/// not be made). A write that may have applied (a timeout, a dropped connection) is never retried:
+/// retrying a conditional write could fail on its own success, and retrying an insert could
+/// report a conflict with itself. Read-modify-write loops on ETag conflicts are the caller's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (1 = never retry).
+    pub max_attempts: u32,
+    /// Wait before the first retry; doubled on each further one.
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry.
+    pub fn none() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// Builds a [`Client`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ClientBuilder {
+    endpoint: String,
+    timeout: Duration,
+    retry: RetryPolicy,
+}
+
+impl ClientBuilder {
+    /// The server address, e.g. `http://127.0.0.1:50051`.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = endpoint.into();
+        self
+    }
+
+    /// The timeout of each request.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The retry policy.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Connects.
+    pub async fn connect(self) -> Result<Client> {
+        let endpoint = Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|e| Error::invalid(format!("endpoint '{}': {e}", self.endpoint)))?
+            .timeout(self.timeout)
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await?;
+        Ok(Client {
+            inner: TableServiceClient::new(channel).max_decoding_message_size(16 << 20),
+            retry: self.retry,
+        })
+    }
+}
+
+/// A connection to a Trestle server: one HTTP/2 channel, cheap to clone and share between tasks.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: TableServiceClient<Channel>,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// Connects to `endpoint` with the default timeout and retry policy.
+    pub async fn connect(endpoint: impl Into<String>) -> Result<Client> {
+        Client::builder().endpoint(endpoint).connect().await
+    }
+
+    /// A builder, starting from [`DEFAULT_ENDPOINT`], [`DEFAULT_TIMEOUT`] and
+    /// [`RetryPolicy::default`].
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder {
+            endpoint: DEFAULT_ENDPOINT.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// A handle on one table (no request is made).
+    pub fn table(&self, name: impl Into<String>) -> TableClient {
+        TableClient::new(self.clone(), name.into())
+    }
+
+    /// Names of the tables whose name starts with `prefix` (ignoring case), in name order.
+    pub async fn list_tables(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = pb::ListTablesRequest {
+                prefix: prefix.to_owned(),
+                page_size: 0,
+                page_token: page_token.clone(),
+            };
+            let page = self
+                .read(request, |mut c, r| async move { c.list_tables(r).await })
+                .await?;
+            names.extend(page.tables.into_iter().map(|t| t.name));
+            if page.next_page_token.is_empty() {
+                return Ok(names);
+            }
+            page_token = page.next_page_token;
+        }
+    }
+
+    /// Runs an idempotent read, retrying per the policy.
+    pub(crate) async fn read<R, T, F, Fut>(&self, request: R, call: F) -> Result<T>
+    where
+        R: Clone,
+        F: Fn(Stub, R) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.attempt(true, request, call).await
+    }
+
+    /// Runs a write, retried only if it certainly never reached the server.
+    pub(crate) async fn write<R, T, F, Fut>(&self, request: R, call: F) -> Result<T>
+    where
+        R: Clone,
+        F: Fn(Stub, R) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.attempt(false, request, call).await
+    }
+
+    async fn attempt<R, T, F, Fut>(&self, idempotent: bool, request: R, call: F) -> Result<T>
+    where
+        R: Clone,
+        F: Fn(Stub, R) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut backoff = self.retry.initial_backoff;
+        let mut attempt = 1;
+        loop {
+            match call(self.inner.clone(), request.clone()).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => {
+                    let error = Error::from(status);
+                    let retryable = error.never_sent()
+                        || (idempotent && error.kind() == crate::ErrorKind::Unavailable);
+                    if !retryable || attempt >= self.retry.max_attempts {
+                        return Err(error);
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.retry.max_backoff);
+            attempt += 1;
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Private conversions between the SDK's types and the wire types: the only SDK file that names
+//! `pb` message internals.
+
+use std::collections::BTreeMap;
+
+use trestle_proto::pb;
+use uuid::Uuid;
+
+use crate::entity::{ETag, EntityKey};
+use crate::error::{Error, ErrorKind, Result};
+use crate::value::{DateTime, Value};
+
+pub(crate) fn value_to_pb(value: Value) -> pb::Value {
+    use pb::value::Kind;
+    let kind = match value {
+        Value::String(s) => Kind::StringValue(s),
+        Value::Int32(v) => Kind::Int32Value(v),
+        Value::Int64(v) => Kind::Int64Value(v),
+        Value::Double(v) => Kind::DoubleValue(v),
+        Value::Bool(v) => Kind::BoolValue(v),
+        Value::DateTime(t) => Kind::DatetimeValue(timestamp_to_pb(t)),
+        Value::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
+        Value::Binary(b) => Kind::BinaryValue(b),
+    };
+    pb::Value { kind: Some(kind) }
+}
+
+pub(crate) fn value_from_pb(name: &str, value: pb::Value) -> Result<Value> {
+    use pb::value::Kind;
+    let kind = value
+        .kind
+        .ok_or_else(|| Error::new(ErrorKind::Mapping, format!("property {name} has no value")))?;
+    Ok(match kind {
+        Kind::StringValue(s) => Value::String(s),
+        Kind::Int32Value(v) => Value::Int32(v),
+        Kind::Int64Value(v) => Value::Int64(v),
+        Kind::DoubleValue(v) => Value::Double(v),
+        Kind::BoolValue(v) => Value::Bool(v),
+        Kind::DatetimeValue(t) => Value::DateTime(timestamp_from_pb(t)),
+        Kind::GuidValue(g) => Value::Guid(
+            Uuid::parse_str(&g)
+                .map_err(|e| Error::new(ErrorKind::Mapping, format!("property {name}: {e}")))?,
+        ),
+        Kind::BinaryValue(b) => Value::Binary(b),
+    })
+}
+
+pub(crate) fn timestamp_to_pb(t: DateTime) -> prost_types::Timestamp {
+    let (seconds, nanos) = t.to_unix();
+    prost_types::Timestamp {
+        seconds,
+        nanos: nanos as i32,
+    }
+}
+
+pub(crate) fn timestamp_from_pb(t: prost_types::Timestamp) -> DateTime {
+    DateTime::from_unix(t.seconds, t.nanos.max(0) as u32)
+}
+
+/// A wire entity from keys and properties.
+pub(crate) fn entity_to_pb(key: &EntityKey, properties: BTreeMap<String, Value>) -> pb::Entity {
+    pb::Entity {
+        partition_key: key.partition_key.clone(),
+        row_key: key.row_key.clone(),
+        properties: properties
+            .into_iter()
+            .map(|(n, v)| (n, value_to_pb(v)))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Keys, version and properties of a wire entity.
+pub(crate) fn entity_from_pb(
+    entity: pb::Entity,
+) -> Result<(EntityKey, ETag, DateTime, BTreeMap<String, Value>)> {
+    let properties = entity
+        .properties
+        .into_iter()
+        .map(|(name, value)| {
+            let value = value_from_pb(&name, value)?;
+            Ok((name, value))
+        })
+        .collect::<Result<_>>()?;
+    Ok((
+        EntityKey::new(entity.partition_key, entity.row_key),
+        ETag::new(entity.etag),
+        entity
+            .timestamp
+            .map(timestamp_from_pb)
+            .unwrap_or(DateTime::from_ticks(0)),
+        properties,
+    ))
+}

@@ -1,0 +1,151 @@
+//! The SDK's error: a coarse kind to branch on, and Azure's precise error code to report.
+
+use tonic_types::StatusExt;
+
+use crate::mapping::MappingError;
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The table or entity does not exist.
+    NotFound,
+    /// The table or entity already exists (or the table is being deleted).
+    Conflict,
+    /// The entity's ETag did not match (`UpdateConditionNotSatisfied`).
+    PreconditionFailed,
+    /// The request was refused as invalid (bad name, key, value, filter, …).
+    InvalidInput,
+    /// The request or entity is over a size limit.
+    TooLarge,
+    /// The server could not be reached or went away.
+    Unavailable,
+    /// The request timed out.
+    Timeout,
+    /// A value could not be mapped to or from entity properties.
+    Mapping,
+    /// The server failed.
+    Internal,
+}
+
+/// An SDK error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}{}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+pub struct Error {
+    kind: ErrorKind,
+    code: Option<String>,
+    message: String,
+    operation_index: Option<usize>,
+}
+
+/// The SDK's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `kind` with `message` (no server code), for code built on the SDK.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            code: None,
+            message: message.into(),
+            operation_index: None,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        let mut error = Error::new(ErrorKind::InvalidInput, message);
+        error.code = Some("InvalidInput".into());
+        error
+    }
+
+    pub(crate) fn with_code(mut self, code: &str) -> Error {
+        self.code = Some(code.to_owned());
+        self
+    }
+
+    pub(crate) fn at_operation(mut self, index: usize) -> Error {
+        self.operation_index = Some(index);
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Azure's error code (`EntityAlreadyExists`, `UpdateConditionNotSatisfied`, …), when the
+    /// server gave one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The message, in plain words.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// For a failed transaction, the 0-based index of the operation that failed.
+    pub fn operation_index(&self) -> Option<usize> {
+        self.operation_index
+    }
+
+    /// The table or entity does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+
+    /// The table or entity already exists.
+    pub fn is_conflict(&self) -> bool {
+        self.kind == ErrorKind::Conflict
+    }
+
+    /// An ETag condition failed: someone else changed the entity.
+    pub fn is_precondition_failed(&self) -> bool {
+        self.kind == ErrorKind::PreconditionFailed
+    }
+
+    /// Whether the request certainly never reached the server (so even a write may be retried).
+    pub(crate) fn never_sent(&self) -> bool {
+        self.kind == ErrorKind::Unavailable
+            && self.code.is_none()
+            && self.message.contains("connect")
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(status: tonic::Status) -> Error {
+        use tonic::Code;
+        let details = status.get_error_details();
+        let info = details.error_info();
+        let kind = match status.code() {
+            Code::NotFound => ErrorKind::NotFound,
+            Code::AlreadyExists => ErrorKind::Conflict,
+            Code::FailedPrecondition => ErrorKind::PreconditionFailed,
+            Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidInput,
+            Code::ResourceExhausted => ErrorKind::TooLarge,
+            Code::Unavailable | Code::Cancelled => ErrorKind::Unavailable,
+            Code::DeadlineExceeded => ErrorKind::Timeout,
+            _ => ErrorKind::Internal,
+        };
+        Error {
+            kind,
+            code: info.map(|i| i.reason.clone()),
+            operation_index: info
+                .and_then(|i| i.metadata.get("operationIndex"))
+                .and_then(|i| i.parse().ok()),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+impl From<tonic::transport::Error> for Error {
+    fn from(error: tonic::transport::Error) -> Error {
+        Error::new(ErrorKind::Unavailable, format!("cannot connect: {error}"))
+    }
+}
+
+impl From<MappingError> for Error {
+    fn from(error: MappingError) -> Error {
+        Error::new(ErrorKind::Mapping, error.0)
+    }
+}

@@ -1,0 +1,141 @@
+//! Key helpers for the table-design patterns: each builds row or partition keys whose byte order
+//! is the order a query needs.
+
+use crate::value::DateTime;
+
+/// The separator of [`compound`] keys.
+pub const SEPARATOR: char = '_';
+const ESCAPE: char = '~';
+
+/// The smallest string greater than every string that starts with `prefix` ("simulating
+/// StartsWith": `RowKey ge prefix and RowKey lt prefix_end(prefix)`). `None` when no such string
+/// exists (the prefix is empty or made only of `char::MAX`).
+///
+/// ```
+/// assert_eq!(trestle_client::keys::prefix_end("exp"), Some("exq".to_owned()));
+/// ```
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// A fixed-width, zero-padded number, so that key order is numeric order
+/// (the guide's "convert `1` to `0000001`").
+///
+/// ```
+/// assert_eq!(trestle_client::keys::fixed_width(42, 6), "000042");
+/// ```
+pub fn fixed_width(n: u64, width: usize) -> String {
+    format!("{n:0width$}")
+}
+
+/// A log-tail key: the time inverted and fixed-width (19 digits), so that newer times sort
+/// first and "the newest n" is the first page of an ascending scan.
+pub fn inverted_timestamp(time: DateTime) -> String {
+    let ticks = time.ticks().max(0) as u64;
+    fixed_width(i64::MAX as u64 - ticks, 19)
+}
+
+/// The time an [`inverted_timestamp`] key was made from.
+pub fn from_inverted_timestamp(key: &str) -> Option<DateTime> {
+    let digits = key.get(..19)?;
+    let inverted: u64 = digits.parse().ok()?;
+    Some(DateTime::from_ticks(
+        (i64::MAX as u64).checked_sub(inverted)? as i64,
+    ))
+}
+
+/// A compound key: `parts` joined by [`SEPARATOR`], with the separator (and the escape `~`)
+/// escaped inside each part, so that `("a_b", "c")` and `("a", "b_c")` never collide.
+///
+/// ```
+/// use trestle_client::keys::{compound, split_compound};
+/// let key = compound(&["exp-1", "item_7"]);
+/// assert_eq!(key, "exp-1_item~u7");
+/// assert_eq!(split_compound(&key), ["exp-1", "item_7"]);
+/// ```
+pub fn compound(parts: &[&str]) -> String {
+    parts
+        .iter()
+        .map(|part| escape(part))
+        .collect::<Vec<_>>()
+        .join(&SEPARATOR.to_string())
+}
+
+/// The prefix shared by every compound key that starts with `parts` (their "children").
+pub fn compound_prefix(parts: &[&str]) -> String {
+    format!("{}{SEPARATOR}", compound(parts))
+}
+
+/// The parts of a [`compound`] key.
+pub fn split_compound(key: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut chars = key.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ESCAPE => match chars.next() {
+                Some('u') => parts.last_mut().expect("a part").push(SEPARATOR),
+                Some(other) => parts.last_mut().expect("a part").push(other),
+                None => {}
+            },
+            SEPARATOR => parts.push(String::new()),
+            other => parts.last_mut().expect("a part").push(other),
+        }
+    }
+    parts
+}
+
+fn escape(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    for c in part.chars() {
+        match c {
+            SEPARATOR => out.push_str("~u"),
+            ESCAPE => out.push_str("~~"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_prefix() {
+        let end = prefix_end("log-").unwrap();
+        assert!("log-" < end.as_str() && "log-zzzz" < end.as_str() && end.as_str() <= "log.");
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".to_owned()));
+        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".to_owned()));
+    }
+
+    #[test]
+    fn inverted_timestamps_sort_newest_first_and_round_trip() {
+        let older = DateTime::from_unix(1_000, 0);
+        let newer = DateTime::from_unix(2_000, 0);
+        assert!(inverted_timestamp(newer) < inverted_timestamp(older));
+        assert_eq!(inverted_timestamp(older).len(), 19);
+        assert_eq!(
+            from_inverted_timestamp(&inverted_timestamp(older)),
+            Some(older)
+        );
+    }
+
+    #[test]
+    fn compound_keys_do_not_collide_and_split_back() {
+        assert_ne!(compound(&["a_b", "c"]), compound(&["a", "b_c"]));
+        for parts in [vec!["a_b", "c"], vec!["~", "_~u"], vec!["", ""], vec!["x"]] {
+            assert_eq!(split_compound(&compound(&parts)), parts);
+        }
+        assert!(compound(&["e1", "i1"]).starts_with(&compound_prefix(&["e1"])));
+        assert!(!compound(&["e10", "i1"]).starts_with(&compound_prefix(&["e1"])));
+    }
+}

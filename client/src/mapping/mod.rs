@@ -1,0 +1,105 @@
+//! Typed entities through serde: a dedicated serializer from any `T: Serialize` to typed
+//! properties, and a deserializer back, keeping Azure's types (no detour through JSON).
+//!
+//! Mapping: `String`/`&str`/`char` → String; `i8`/`i16`/`i32`/`u8`/`u16` → Int32; `i64`/`u32` →
+//! Int64 (`u64` too when it fits); `f32`/`f64` → Double; `bool` → Boolean; [`DateTime`] →
+//! DateTime; `uuid::Uuid` → Guid; `Vec<u8>` and byte buffers → Binary; `Option::None` → the property
+//! is absent; unit enum variants → String (their name). Nested structs, maps, sequences of other
+//! than bytes and data-carrying enum variants cannot be mapped and are refused with an error.
+//!
+//! [`DateTime`]: crate::DateTime
+
+mod de;
+mod ser;
+
+use std::collections::BTreeMap;
+
+pub use de::from_properties;
+pub use ser::to_properties;
+
+use crate::value::{DateTime, Properties, Value};
+
+/// Newtype name that marks a [`DateTime`] (ticks) on the way through serde.
+pub(crate) const DATETIME_TOKEN: &str = "$trestle::DateTime";
+/// Newtype name that marks a Guid (canonical text) on the way through serde.
+pub(crate) const GUID_TOKEN: &str = "$trestle::Guid";
+
+/// Why a value could not be mapped to or from properties.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MappingError(pub(crate) String);
+
+impl ::serde::ser::Error for MappingError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        MappingError(msg.to_string())
+    }
+}
+
+impl ::serde::de::Error for MappingError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        MappingError(msg.to_string())
+    }
+}
+
+impl ::serde::Serialize for DateTime {
+    fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_newtype_struct(DATETIME_TOKEN, &self.ticks())
+    }
+}
+
+impl<'de> ::serde::Deserialize<'de> for DateTime {
+    fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Ticks;
+        impl<'de> ::serde::de::Visitor<'de> for Ticks {
+            type Value = DateTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a DateTime")
+            }
+            fn visit_newtype_struct<D: ::serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<DateTime, D::Error> {
+                <i64 as ::serde::Deserialize>::deserialize(d).map(DateTime::from_ticks)
+            }
+            fn visit_i64<E: ::serde::de::Error>(self, ticks: i64) -> Result<DateTime, E> {
+                Ok(DateTime::from_ticks(ticks))
+            }
+        }
+        deserializer.deserialize_newtype_struct(DATETIME_TOKEN, Ticks)
+    }
+}
+
+impl ::serde::Serialize for Value {
+    fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::String(s) => serializer.serialize_str(s),
+            Value::Int32(v) => serializer.serialize_i32(*v),
+            Value::Int64(v) => serializer.serialize_i64(*v),
+            Value::Double(v) => serializer.serialize_f64(*v),
+            Value::Bool(v) => serializer.serialize_bool(*v),
+            Value::DateTime(v) => ::serde::Serialize::serialize(v, serializer),
+            Value::Guid(v) => {
+                serializer.serialize_newtype_struct(GUID_TOKEN, &v.hyphenated().to_string())
+            }
+            Value::Binary(v) => serializer.serialize_bytes(v),
+        }
+    }
+}
+
+impl<'de> ::serde::Deserialize<'de> for Value {
+    fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(de::ValueVisitor)
+    }
+}
+
+impl ::serde::Serialize for Properties {
+    fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ::serde::Serialize::serialize(&self.0, serializer)
+    }
+}
+
+impl<'de> ::serde::Deserialize<'de> for Properties {
+    fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <BTreeMap<String, Value> as ::serde::Deserialize>::deserialize(deserializer).map(Properties)
+    }
+}

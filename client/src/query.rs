@@ -1,0 +1,266 @@
+//! Queries: a typed [`Filter`] builder that escapes its values, and [`Query`], which reads pages,
+//! streams entities across continuation tokens, or counts.
+
+use std::marker::PhantomData;
+
+use futures_core::Stream;
+use futures_util::{stream, TryStreamExt};
+use serde::de::DeserializeOwned;
+use trestle_proto::pb;
+
+use crate::entity::Entity;
+use crate::error::Result;
+use crate::table::{typed, TableClient};
+use crate::value::Value;
+
+/// A filter in Azure's `$filter` language, built from typed comparisons whose values are escaped
+/// and written with their type (`42`, `42L`, `4.2`, `datetime'…'`, `guid'…'`, `X'…'`).
+///
+/// ```
+/// use trestle_client::Filter;
+/// let filter = Filter::eq("LastName", "O'Brien").and(Filter::ge("Age", 30));
+/// assert_eq!(filter.as_str(), "(LastName eq 'O''Brien') and (Age ge 30)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter(String);
+
+macro_rules! comparisons {
+    ($($name:ident => $op:literal, $doc:literal;)*) => {
+        $(#[doc = $doc]
+        pub fn $name(property: &str, value: impl Into<Value>) -> Filter {
+            Filter(format!(concat!("{} ", $op, " {}"), property, literal(&value.into())))
+        })*
+    };
+}
+
+impl Filter {
+    comparisons! {
+        eq => "eq", "`property eq value`.";
+        ne => "ne", "`property ne value`.";
+        gt => "gt", "`property gt value`.";
+        ge => "ge", "`property ge value`.";
+        lt => "lt", "`property lt value`.";
+        le => "le", "`property le value`.";
+    }
+
+    /// Both filters hold.
+    pub fn and(self, other: Filter) -> Filter {
+        Filter(format!("({}) and ({})", self.0, other.0))
+    }
+
+    /// Either filter holds.
+    pub fn or(self, other: Filter) -> Filter {
+        Filter(format!("({}) or ({})", self.0, other.0))
+    }
+
+    /// The filter does not hold.
+    #[allow(clippy::should_implement_trait)]
+    pub fn not(self) -> Filter {
+        Filter(format!("not ({})", self.0))
+    }
+
+    /// A filter written by hand, passed as is (the escape hatch: quote values yourself).
+    pub fn raw(text: impl Into<String>) -> Filter {
+        Filter(text.into())
+    }
+
+    /// The filter's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A value as a filter literal.
+fn literal(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("'{}'", s.replace('\'', "''")),
+        Value::Int32(v) => v.to_string(),
+        Value::Int64(v) => format!("{v}L"),
+        Value::Double(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.1}"),
+        Value::Double(v) => format!("{v:e}"),
+        Value::Bool(v) => v.to_string(),
+        Value::DateTime(t) => format!("datetime'{}'", trestle_proto::datetime::format(t.ticks())),
+        Value::Guid(g) => format!("guid'{}'", g.hyphenated()),
+        Value::Binary(b) => format!(
+            "X'{}'",
+            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+        ),
+    }
+}
+
+/// A stream of query results (pinned and boxed, so it can be polled directly).
+pub type EntityStream<I> = std::pin::Pin<Box<dyn Stream<Item = Result<I>> + Send>>;
+
+/// One page of a query.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The entities of the page, in key order (descending for a reverse query).
+    pub items: Vec<Entity<T>>,
+    /// The token that resumes the query after this page ([`Query::continue_from`]); `None` when
+    /// the query is complete.
+    pub continuation: Option<String>,
+}
+
+/// A query over one table, reading entities as `T`. Build it, then call [`Query::stream`],
+/// [`Query::pages`], [`Query::first_page`], [`Query::all`] or [`Query::count`].
+#[derive(Debug)]
+#[must_use]
+pub struct Query<T> {
+    table: TableClient,
+    request: pb::QueryEntitiesRequest,
+    _entity: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Query<T> {
+    fn clone(&self) -> Self {
+        Query {
+            table: self.table.clone(),
+            request: self.request.clone(),
+            _entity: PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Query<T> {
+    pub(crate) fn new(table: TableClient) -> Query<T> {
+        let request = pb::QueryEntitiesRequest {
+            table: table.name().to_owned(),
+            ..Default::default()
+        };
+        Query {
+            table,
+            request,
+            _entity: PhantomData,
+        }
+    }
+
+    /// Only this partition.
+    pub fn partition(mut self, partition_key: impl Into<String>) -> Self {
+        self.request.partition_key = Some(partition_key.into());
+        self
+    }
+
+    /// Row keys in `[start, end)` (an empty bound is open); needs [`Query::partition`].
+    pub fn row_key_range(mut self, start: impl Into<String>, end: impl Into<String>) -> Self {
+        self.request.row_key_start = start.into();
+        self.request.row_key_end = end.into();
+        self
+    }
+
+    /// Row keys starting with `prefix`; needs [`Query::partition`].
+    pub fn row_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.request.row_key_prefix = prefix.into();
+        self
+    }
+
+    /// Descending key order: newest first for log-tail keys.
+    pub fn reverse(mut self) -> Self {
+        self.request.reverse = true;
+        self
+    }
+
+    /// Only entities matching `filter`.
+    pub fn filter(mut self, filter: Filter) -> Self {
+        self.request.filter = filter.0;
+        self
+    }
+
+    /// Only these properties are read (keys, ETag and timestamp always are).
+    pub fn select<S: Into<String>>(mut self, properties: impl IntoIterator<Item = S>) -> Self {
+        self.request.select = properties.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// At most this many entities per page (1..=1000; the server's maximum by default).
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.request.page_size = page_size;
+        self
+    }
+
+    /// Resumes a query where an earlier page's continuation left off.
+    pub fn continue_from(mut self, continuation: impl Into<String>) -> Self {
+        self.request.continuation_token = continuation.into();
+        self
+    }
+
+    /// Reads one page.
+    pub async fn first_page(&self) -> Result<Page<T>> {
+        let request = self.request.clone();
+        let page = self
+            .table
+            .client()
+            .read(request, |mut c, r| async move { c.query_entities(r).await })
+            .await?;
+        Ok(Page {
+            items: page
+                .entities
+                .into_iter()
+                .map(typed)
+                .collect::<Result<_>>()?,
+            continuation: Some(page.continuation_token).filter(|t| !t.is_empty()),
+        })
+    }
+
+    /// Every page, following continuation tokens.
+    pub fn pages(self) -> EntityStream<Page<T>>
+    where
+        T: Send + 'static,
+    {
+        Box::pin(stream::try_unfold(Some(self), |query| async move {
+            let Some(query) = query else { return Ok(None) };
+            let page = query.first_page().await?;
+            let next = page
+                .continuation
+                .clone()
+                .map(|token| query.continue_from(token));
+            Ok(Some((page, next)))
+        }))
+    }
+
+    /// Every matching entity, in order, across pages.
+    pub fn stream(self) -> EntityStream<Entity<T>>
+    where
+        T: Send + 'static,
+    {
+        let pages = self.pages();
+        Box::pin(
+            pages
+                .map_ok(|page| stream::iter(page.items.into_iter().map(Ok)))
+                .try_flatten(),
+        )
+    }
+
+    /// Every matching entity, collected.
+    pub async fn all(self) -> Result<Vec<Entity<T>>>
+    where
+        T: Send + 'static,
+    {
+        self.stream().try_collect().await
+    }
+
+    /// The number of matching entities, counted by the server.
+    pub async fn count(&self) -> Result<u64> {
+        let request = self.request.clone();
+        let counted = self
+            .table
+            .client()
+            .read(request, |mut c, r| async move { c.count_entities(r).await })
+            .await?;
+        Ok(counted.count)
+    }
+
+    /// Whether any entity matches.
+    pub async fn exists(&self) -> Result<bool> {
+        let mut query = self.clone().page_size(1);
+        loop {
+            let page = query.first_page().await?;
+            if !page.items.is_empty() {
+                return Ok(true);
+            }
+            match page.continuation {
+                Some(token) => query = query.continue_from(token),
+                None => return Ok(false),
+            }
+        }
+    }
+}

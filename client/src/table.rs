@@ -1,0 +1,240 @@
+//! [`TableClient`]: one table's entities, read and written as typed values.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use trestle_proto::pb;
+
+use crate::client::Client;
+use crate::convert;
+use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
+use crate::error::Result;
+use crate::mapping::{from_properties, to_properties};
+use crate::query::Query;
+use crate::transaction::Transaction;
+
+/// A handle on one table. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TableClient {
+    client: Client,
+    name: String,
+}
+
+impl TableClient {
+    pub(crate) fn new(client: Client, name: String) -> TableClient {
+        TableClient { client, name }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates the table.
+    ///
+    /// # Errors
+    /// `is_conflict()` if it exists (or is still being deleted).
+    pub async fn create(&self) -> Result<()> {
+        let request = pb::CreateTableRequest {
+            table: self.name.clone(),
+        };
+        self.client
+            .write(request, |mut c, r| async move { c.create_table(r).await })
+            .await?;
+        Ok(())
+    }
+
+    /// Creates the table unless it exists.
+    pub async fn create_if_not_exists(&self) -> Result<()> {
+        match self.create().await {
+            Err(error) if error.code() == Some("TableAlreadyExists") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Deletes the table and all its entities.
+    pub async fn delete_table(&self) -> Result<()> {
+        let request = pb::DeleteTableRequest {
+            table: self.name.clone(),
+        };
+        self.client
+            .write(request, |mut c, r| async move { c.delete_table(r).await })
+            .await?;
+        Ok(())
+    }
+
+    /// Reads one entity.
+    ///
+    /// # Errors
+    /// `is_not_found()` if there is no such entity (see [`TableClient::get_if_exists`]).
+    pub async fn get<T: DeserializeOwned>(&self, key: impl Into<EntityKey>) -> Result<Entity<T>> {
+        let key = key.into();
+        let request = pb::GetEntityRequest {
+            table: self.name.clone(),
+            partition_key: key.partition_key,
+            row_key: key.row_key,
+            select: vec![],
+        };
+        let entity = self
+            .client
+            .read(request, |mut c, r| async move { c.get_entity(r).await })
+            .await?;
+        typed(entity)
+    }
+
+    /// Reads one entity, or `None` if it does not exist.
+    pub async fn get_if_exists<T: DeserializeOwned>(
+        &self,
+        key: impl Into<EntityKey>,
+    ) -> Result<Option<Entity<T>>> {
+        match self.get(key).await {
+            Ok(entity) => Ok(Some(entity)),
+            Err(error) if error.code() == Some("ResourceNotFound") => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Inserts an entity that must not exist; returns its ETag.
+    ///
+    /// # Errors
+    /// `is_conflict()` if an entity with that key exists.
+    pub async fn insert<T: Serialize + ?Sized>(
+        &self,
+        key: impl Into<EntityKey>,
+        value: &T,
+    ) -> Result<ETag> {
+        let request = pb::InsertEntityRequest {
+            table: self.name.clone(),
+            entity: Some(wire(&key.into(), value)?),
+        };
+        let stored = self
+            .client
+            .write(request, |mut c, r| async move { c.insert_entity(r).await })
+            .await?;
+        Ok(ETag::new(stored.etag))
+    }
+
+    /// Replaces an existing entity; returns its new ETag.
+    ///
+    /// # Errors
+    /// `is_precondition_failed()` if its ETag is not `if_match`; `is_not_found()` if it does not
+    /// exist.
+    pub async fn update<T: Serialize + ?Sized>(
+        &self,
+        key: impl Into<EntityKey>,
+        value: &T,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<ETag> {
+        let request = pb::UpdateEntityRequest {
+            table: self.name.clone(),
+            entity: Some(wire(&key.into(), value)?),
+            if_match: if_match.into().to_wire(),
+        };
+        let stored = self
+            .client
+            .write(request, |mut c, r| async move { c.update_entity(r).await })
+            .await?;
+        Ok(ETag::new(stored.etag))
+    }
+
+    /// Merges properties into an existing entity (others are kept); returns its new ETag.
+    ///
+    /// # Errors
+    /// `is_precondition_failed()` if its ETag is not `if_match`; `is_not_found()` if it does not
+    /// exist.
+    pub async fn merge<T: Serialize + ?Sized>(
+        &self,
+        key: impl Into<EntityKey>,
+        value: &T,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<ETag> {
+        let request = pb::MergeEntityRequest {
+            table: self.name.clone(),
+            entity: Some(wire(&key.into(), value)?),
+            if_match: if_match.into().to_wire(),
+        };
+        let stored = self
+            .client
+            .write(request, |mut c, r| async move { c.merge_entity(r).await })
+            .await?;
+        Ok(ETag::new(stored.etag))
+    }
+
+    /// Inserts the entity, or replaces / merges the existing one; returns its new ETag.
+    pub async fn upsert<T: Serialize + ?Sized>(
+        &self,
+        key: impl Into<EntityKey>,
+        value: &T,
+        mode: UpsertMode,
+    ) -> Result<ETag> {
+        let request = pb::UpsertEntityRequest {
+            table: self.name.clone(),
+            entity: Some(wire(&key.into(), value)?),
+            mode: upsert_mode(mode) as i32,
+        };
+        let stored = self
+            .client
+            .write(request, |mut c, r| async move { c.upsert_entity(r).await })
+            .await?;
+        Ok(ETag::new(stored.etag))
+    }
+
+    /// Deletes an entity.
+    ///
+    /// # Errors
+    /// `is_precondition_failed()` if its ETag is not `if_match`; `is_not_found()` if it does not
+    /// exist.
+    pub async fn delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<()> {
+        let key = key.into();
+        let request = pb::DeleteEntityRequest {
+            table: self.name.clone(),
+            partition_key: key.partition_key,
+            row_key: key.row_key,
+            if_match: if_match.into().to_wire(),
+        };
+        self.client
+            .write(request, |mut c, r| async move { c.delete_entity(r).await })
+            .await?;
+        Ok(())
+    }
+
+    /// A query over this table, read as `T`.
+    pub fn query<T: DeserializeOwned>(&self) -> Query<T> {
+        Query::new(self.clone())
+    }
+
+    /// A transaction on one partition of this table.
+    pub fn transaction(&self, partition_key: impl Into<String>) -> Transaction {
+        Transaction::new(self.clone(), partition_key.into())
+    }
+}
+
+/// The wire entity for a key and a serializable value.
+pub(crate) fn wire<T: Serialize + ?Sized>(key: &EntityKey, value: &T) -> Result<pb::Entity> {
+    Ok(convert::entity_to_pb(key, to_properties(value)?))
+}
+
+pub(crate) fn upsert_mode(mode: UpsertMode) -> pb::UpsertMode {
+    match mode {
+        UpsertMode::Replace => pb::UpsertMode::Replace,
+        UpsertMode::Merge => pb::UpsertMode::Merge,
+    }
+}
+
+/// A wire entity as an `Entity<T>`.
+pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>> {
+    let (key, etag, timestamp, properties) = convert::entity_from_pb(entity)?;
+    Ok(Entity {
+        key,
+        etag,
+        timestamp,
+        value: from_properties(properties)?,
+    })
+}

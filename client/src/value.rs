@@ -1,0 +1,203 @@
+//! Property values: the eight Azure Table types, a DateTime with Azure's 100 ns precision, and a
+//! dynamic property map with typed accessors.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use uuid::Uuid;
+
+/// A UTC instant with 100 ns precision, between 1601-01-01 and 9999-12-31 (Azure's DateTime).
+///
+/// In a struct it is stored as an `Edm.DateTime` property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DateTime {
+    /// 100 ns ticks since 1970-01-01T00:00:00Z (negative before).
+    ticks: i64,
+}
+
+const TICKS_PER_SECOND: i64 = 10_000_000;
+
+impl DateTime {
+    /// The current time.
+    pub fn now() -> DateTime {
+        DateTime::from(SystemTime::now())
+    }
+
+    /// From 100 ns ticks since the Unix epoch.
+    pub fn from_ticks(ticks: i64) -> DateTime {
+        DateTime { ticks }
+    }
+
+    /// 100 ns ticks since the Unix epoch.
+    pub fn ticks(self) -> i64 {
+        self.ticks
+    }
+
+    /// From Unix seconds and nanoseconds (truncated to 100 ns).
+    pub fn from_unix(seconds: i64, nanos: u32) -> DateTime {
+        DateTime {
+            ticks: seconds * TICKS_PER_SECOND + i64::from(nanos / 100),
+        }
+    }
+
+    /// Unix seconds and nanoseconds.
+    pub fn to_unix(self) -> (i64, u32) {
+        (
+            self.ticks.div_euclid(TICKS_PER_SECOND),
+            (self.ticks.rem_euclid(TICKS_PER_SECOND) * 100) as u32,
+        )
+    }
+}
+
+impl From<SystemTime> for DateTime {
+    fn from(time: SystemTime) -> DateTime {
+        match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => DateTime::from_unix(after.as_secs() as i64, after.subsec_nanos()),
+            Err(before) => {
+                let before = before.duration();
+                DateTime {
+                    ticks: -(before.as_secs() as i64 * TICKS_PER_SECOND
+                        + i64::from(before.subsec_nanos() / 100)),
+                }
+            }
+        }
+    }
+}
+
+impl From<DateTime> for SystemTime {
+    fn from(time: DateTime) -> SystemTime {
+        let (seconds, nanos) = time.to_unix();
+        if seconds >= 0 {
+            UNIX_EPOCH + Duration::new(seconds as u64, nanos)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(seconds.unsigned_abs())
+                + Duration::from_nanos(u64::from(nanos))
+        }
+    }
+}
+
+/// One typed property value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Edm.String.
+    String(String),
+    /// Edm.Int32.
+    Int32(i32),
+    /// Edm.Int64.
+    Int64(i64),
+    /// Edm.Double.
+    Double(f64),
+    /// Edm.Boolean.
+    Bool(bool),
+    /// Edm.DateTime.
+    DateTime(DateTime),
+    /// Edm.Guid.
+    Guid(Uuid),
+    /// Edm.Binary.
+    Binary(Vec<u8>),
+}
+
+macro_rules! value_from {
+    ($($t:ty => $variant:ident),* $(,)?) => {
+        $(impl From<$t> for Value {
+            fn from(v: $t) -> Value {
+                Value::$variant(v.into())
+            }
+        })*
+    };
+}
+
+value_from!(String => String, &str => String, i32 => Int32, i64 => Int64, f64 => Double, bool => Bool,
+    DateTime => DateTime, Uuid => Guid, Vec<u8> => Binary, &[u8] => Binary);
+
+/// An entity's properties without a struct: a map from name to typed value, with typed accessors.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Properties(pub BTreeMap<String, Value>);
+
+impl Properties {
+    /// No properties.
+    pub fn new() -> Properties {
+        Properties::default()
+    }
+
+    /// Sets a property, returning `self` for chaining.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<Value>) -> Properties {
+        self.0.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets a property.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<Value>) {
+        self.0.insert(name.into(), value.into());
+    }
+
+    /// The raw value of a property.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.0.get(name)
+    }
+
+    /// A string property.
+    pub fn get_str(&self, name: &str) -> Option<&str> {
+        match self.0.get(name) {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An Int32 property.
+    pub fn get_i32(&self, name: &str) -> Option<i32> {
+        match self.0.get(name) {
+            Some(Value::Int32(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// An Int64 property (an Int32 one widens).
+    pub fn get_i64(&self, name: &str) -> Option<i64> {
+        match self.0.get(name) {
+            Some(Value::Int64(v)) => Some(*v),
+            Some(Value::Int32(v)) => Some(i64::from(*v)),
+            _ => None,
+        }
+    }
+
+    /// A Double property.
+    pub fn get_f64(&self, name: &str) -> Option<f64> {
+        match self.0.get(name) {
+            Some(Value::Double(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A Boolean property.
+    pub fn get_bool(&self, name: &str) -> Option<bool> {
+        match self.0.get(name) {
+            Some(Value::Bool(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A DateTime property.
+    pub fn get_datetime(&self, name: &str) -> Option<DateTime> {
+        match self.0.get(name) {
+            Some(Value::DateTime(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A Guid property.
+    pub fn get_guid(&self, name: &str) -> Option<Uuid> {
+        match self.0.get(name) {
+            Some(Value::Guid(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A Binary property.
+    pub fn get_binary(&self, name: &str) -> Option<&[u8]> {
+        match self.0.get(name) {
+            Some(Value::Binary(v)) => Some(v),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! The workloads: data loading and one function per measured workload.
+
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use trestle_proto::bench_pb::echo_client::EchoClient;
+use trestle_proto::bench_pb::{EchoMessage, EchoStreamRequest};
+use trestle_proto::pb;
+use trestle_proto::pb::table_service_client::TableServiceClient;
+
+use crate::measure::{drive, Measurement, OpResult, Rng};
+
+pub(crate) type Client = TableServiceClient<Channel>;
+
+/// Sizes and timings of one run.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) partitions: u64,
+    pub(crate) rows_per_partition: u64,
+    pub(crate) scan_partition_rows: u64,
+    pub(crate) warmup: Duration,
+    pub(crate) duration: Duration,
+}
+
+impl Plan {
+    pub(crate) fn entities(&self) -> u64 {
+        self.partitions * self.rows_per_partition
+    }
+}
+
+/// The main table: `partitions` × `rows_per_partition`, keys `p0000`/`r0000`.
+pub(crate) const MAIN_TABLE: &str = "Bench";
+const SCAN_TABLE: &str = "ScanBench";
+const SCAN_PARTITION: &str = "s";
+
+fn int32(v: i32) -> pb::Value {
+    pb::Value {
+        kind: Some(pb::value::Kind::Int32Value(v)),
+    }
+}
+
+/// An entity with 10 small properties, `V` = `v`.
+fn small_entity(pk: String, rk: String, v: i32) -> pb::Entity {
+    let mut properties = std::collections::BTreeMap::new();
+    properties.insert("V".to_owned(), int32(v));
+    for i in 0..5 {
+        properties.insert(
+            format!("S{i}"),
+            pb::Value {
+                kind: Some(pb::value::Kind::StringValue(format!("value-{i:02}"))),
+            },
+        );
+    }
+    for i in 0..4 {
+        properties.insert(
+            format!("L{i}"),
+            pb::Value {
+                kind: Some(pb::value::Kind::Int64Value(i64::from(v) * i)),
+            },
+        );
+    }
+    pb::Entity {
+        partition_key: pk,
+        row_key: rk,
+        properties,
+        ..Default::default()
+    }
+}
+
+fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
+    pb::TransactionOperation {
+        operation: Some(pb::transaction_operation::Operation::Insert(
+            pb::InsertOperation {
+                entity: Some(entity),
+            },
+        )),
+    }
+}
+
+fn partition_key(p: u64) -> String {
+    format!("p{p:04}")
+}
+
+fn row_key(r: u64) -> String {
+    format!("r{r:04}")
+}
+
+/// Creates `table` and fills `partitions` × `rows` entities with 100-insert transactions from 8
+/// concurrent loaders. Returns how long it took.
+pub(crate) async fn load(client: &Client, table: &str, partitions: u64, rows: u64) -> Duration {
+    let started = Instant::now();
+    client
+        .clone()
+        .create_table(pb::CreateTableRequest {
+            table: table.into(),
+        })
+        .await
+        .expect("create table");
+    let chunks: Vec<(u64, u64)> = (0..partitions)
+        .flat_map(|p| (0..rows).step_by(100).map(move |r| (p, r)))
+        .collect();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut loaders = Vec::new();
+    for _ in 0..8 {
+        let (client, chunks, next, table) = (
+            client.clone(),
+            chunks.clone(),
+            next.clone(),
+            table.to_owned(),
+        );
+        loaders.push(tokio::spawn(async move {
+            let mut client = client;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(p, first)) = chunks.get(i) else {
+                    return;
+                };
+                let ops = (first..(first + 100).min(rows))
+                    .map(|r| insert_op(small_entity(partition_key(p), row_key(r), r as i32)))
+                    .collect();
+                let request = pb::SubmitTransactionRequest {
+                    table: table.clone(),
+                    partition_key: partition_key(p),
+                    operations: ops,
+                };
+                client
+                    .submit_transaction(request)
+                    .await
+                    .expect("load transaction");
+            }
+        }));
+    }
+    for loader in loaders {
+        loader.await.expect("loader");
+    }
+    started.elapsed()
+}
+
+/// Loads the scan table: one partition of `rows` entities.
+pub(crate) async fn load_scan_table(client: &Client, rows: u64) {
+    let mut client = client.clone();
+    client
+        .create_table(pb::CreateTableRequest {
+            table: SCAN_TABLE.into(),
+        })
+        .await
+        .expect("create scan table");
+    for first in (0..rows).step_by(100) {
+        let ops = (first..(first + 100).min(rows))
+            .map(|r| insert_op(small_entity(SCAN_PARTITION.into(), row_key(r), r as i32)))
+            .collect();
+        let request = pb::SubmitTransactionRequest {
+            table: SCAN_TABLE.into(),
+            partition_key: SCAN_PARTITION.into(),
+            operations: ops,
+        };
+        client
+            .submit_transaction(request)
+            .await
+            .expect("load scan table");
+    }
+}
+
+pub(crate) async fn point_read(client: &Client, plan: &Plan) -> Measurement {
+    let (client, plan2) = (client.clone(), plan.clone());
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let request = pb::GetEntityRequest {
+            table: MAIN_TABLE.into(),
+            partition_key: partition_key(rng.below(plan2.partitions)),
+            row_key: row_key(rng.below(plan2.rows_per_partition)),
+            select: vec![],
+        };
+        async move {
+            client.get_entity(request).await.expect("get");
+            OpResult {
+                entities: 1,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
+    let mut c = client.clone();
+    c.create_table(pb::CreateTableRequest {
+        table: "InsertBench".into(),
+    })
+    .await
+    .expect("create");
+    let client = client.clone();
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let entity = small_entity(
+            format!("p{:08}", rng.below(100_000_000)),
+            format!("w{worker:02}-{seq:09}"),
+            seq as i32,
+        );
+        async move {
+            client
+                .insert_entity(pb::InsertEntityRequest {
+                    table: "InsertBench".into(),
+                    entity: Some(entity),
+                })
+                .await
+                .expect("insert");
+            OpResult {
+                entities: 1,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn tx_insert_100(client: &Client, plan: &Plan) -> Measurement {
+    let mut c = client.clone();
+    c.create_table(pb::CreateTableRequest {
+        table: "TxBench".into(),
+    })
+    .await
+    .expect("create");
+    let client = client.clone();
+    drive(8, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let pk = format!("w{worker:02}-{seq:09}");
+        let ops = (0..100)
+            .map(|r| insert_op(small_entity(pk.clone(), row_key(r), r as i32)))
+            .collect();
+        let request = pb::SubmitTransactionRequest {
+            table: "TxBench".into(),
+            partition_key: pk,
+            operations: ops,
+        };
+        async move {
+            client
+                .submit_transaction(request)
+                .await
+                .expect("transaction");
+            OpResult {
+                entities: 100,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
+
+/// 10 conditional merges on a hot 100-row partition; `extra` counts conflicts.
+pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
+    let mut c = client.clone();
+    c.create_table(pb::CreateTableRequest {
+        table: "HotBench".into(),
+    })
+    .await
+    .expect("create");
+    let ops = (0..100)
+        .map(|r| insert_op(small_entity("hot".into(), row_key(r), 0)))
+        .collect();
+    c.submit_transaction(pb::SubmitTransactionRequest {
+        table: "HotBench".into(),
+        partition_key: "hot".into(),
+        operations: ops,
+    })
+    .await
+    .expect("seed hot partition");
+    let client = client.clone();
+    drive(16, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        async move {
+            let scan = pb::QueryEntitiesRequest {
+                table: "HotBench".into(),
+                partition_key: Some("hot".into()),
+                ..Default::default()
+            };
+            let rows = client
+                .query_entities(scan)
+                .await
+                .expect("read hot partition")
+                .into_inner()
+                .entities;
+            let mut picked: Vec<usize> = Vec::new();
+            while picked.len() < 10 {
+                let i = rng.below(rows.len() as u64) as usize;
+                if !picked.contains(&i) {
+                    picked.push(i);
+                }
+            }
+            let ops = picked
+                .into_iter()
+                .map(|i| {
+                    let row = &rows[i];
+                    let entity = pb::Entity {
+                        partition_key: "hot".into(),
+                        row_key: row.row_key.clone(),
+                        properties: [("V".to_owned(), int32(seq as i32))].into(),
+                        ..Default::default()
+                    };
+                    pb::TransactionOperation {
+                        operation: Some(pb::transaction_operation::Operation::Merge(
+                            pb::MergeOperation {
+                                entity: Some(entity),
+                                if_match: row.etag.clone(),
+                            },
+                        )),
+                    }
+                })
+                .collect();
+            let request = pb::SubmitTransactionRequest {
+                table: "HotBench".into(),
+                partition_key: "hot".into(),
+                operations: ops,
+            };
+            match client.submit_transaction(request).await {
+                Ok(_) => OpResult {
+                    entities: 10,
+                    extra: 0,
+                },
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => OpResult {
+                    entities: 0,
+                    extra: 1,
+                },
+                Err(status) => panic!("hot update: {status:?}"),
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn scan_paged(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move {
+            let mut request = pb::QueryEntitiesRequest {
+                table: SCAN_TABLE.into(),
+                partition_key: Some(SCAN_PARTITION.into()),
+                ..Default::default()
+            };
+            let mut entities = 0;
+            loop {
+                let page = client
+                    .query_entities(request.clone())
+                    .await
+                    .expect("page")
+                    .into_inner();
+                entities += page.entities.len() as u64;
+                if page.continuation_token.is_empty() {
+                    return OpResult { entities, extra: 0 };
+                }
+                request.continuation_token = page.continuation_token;
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn scan_stream(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move {
+            let request = pb::QueryEntitiesRequest {
+                table: SCAN_TABLE.into(),
+                partition_key: Some(SCAN_PARTITION.into()),
+                ..Default::default()
+            };
+            let mut stream = client
+                .scan_entities(request)
+                .await
+                .expect("scan")
+                .into_inner();
+            let mut entities = 0;
+            while let Some(batch) = stream.message().await.expect("batch") {
+                entities += batch.entities.len() as u64;
+            }
+            OpResult { entities, extra: 0 }
+        }
+    })
+    .await
+}
+
+/// Follows a filtered query to its end: `entities` = returned, `extra` = examined.
+async fn filtered_pass(client: &mut Client, filter: &str) -> OpResult {
+    let mut request = pb::QueryEntitiesRequest {
+        table: MAIN_TABLE.into(),
+        filter: filter.into(),
+        ..Default::default()
+    };
+    let mut result = OpResult::default();
+    loop {
+        let page = client
+            .query_entities(request.clone())
+            .await
+            .expect("filtered page")
+            .into_inner();
+        result.entities += page.entities.len() as u64;
+        result.extra += page.stats.map_or(0, |s| s.entities_examined);
+        if page.continuation_token.is_empty() {
+            return result;
+        }
+        request.continuation_token = page.continuation_token;
+    }
+}
+
+/// A full-table scan with a non-key predicate matching 0.1% of the entities.
+pub(crate) async fn filter_scan(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move { filtered_pass(&mut client, "V eq 7").await }
+    })
+    .await
+}
+
+/// A scan of 10 partitions' range with a non-key predicate matching 10% of them.
+pub(crate) async fn partition_range_scan(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    let filter = format!(
+        "PartitionKey ge '{}' and PartitionKey lt '{}' and V lt 100",
+        partition_key(10),
+        partition_key(20)
+    );
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let (mut client, filter) = (client.clone(), filter.clone());
+        async move { filtered_pass(&mut client, &filter).await }
+    })
+    .await
+}
+
+/// 80% point reads, 20% durable upserts, on the main table.
+pub(crate) async fn mixed(client: &Client, plan: &Plan) -> Measurement {
+    let (client, plan2) = (client.clone(), plan.clone());
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let (pk, rk) = (
+            partition_key(rng.below(plan2.partitions)),
+            row_key(rng.below(plan2.rows_per_partition)),
+        );
+        let write = rng.below(5) == 0;
+        async move {
+            if write {
+                let entity = small_entity(pk, rk, seq as i32);
+                let request = pb::UpsertEntityRequest {
+                    table: MAIN_TABLE.into(),
+                    entity: Some(entity),
+                    mode: pb::UpsertMode::Replace as i32,
+                };
+                client.upsert_entity(request).await.expect("upsert");
+            } else {
+                let request = pb::GetEntityRequest {
+                    table: MAIN_TABLE.into(),
+                    partition_key: pk,
+                    row_key: rk,
+                    select: vec![],
+                };
+                client.get_entity(request).await.expect("get");
+            }
+            OpResult {
+                entities: 1,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn echo_unary(echo: &EchoClient<Channel>, plan: &Plan) -> Measurement {
+    let echo = echo.clone();
+    drive(64, plan.warmup, plan.duration, move |_, _| {
+        let mut echo = echo.clone();
+        async move {
+            echo.unary(EchoMessage {
+                payload: vec![7; 64],
+            })
+            .await
+            .expect("echo");
+            OpResult {
+                entities: 1,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
+
+pub(crate) async fn echo_stream(echo: &EchoClient<Channel>, plan: &Plan) -> Measurement {
+    let echo = echo.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut echo = echo.clone();
+        async move {
+            let request = EchoStreamRequest {
+                message: Some(EchoMessage {
+                    payload: vec![7; 64],
+                }),
+                count: 100_000,
+            };
+            let mut stream = echo
+                .stream(request)
+                .await
+                .expect("echo stream")
+                .into_inner();
+            let mut messages = 0;
+            while stream.message().await.expect("echo message").is_some() {
+                messages += 1;
+            }
+            OpResult {
+                entities: messages,
+                extra: 0,
+            }
+        }
+    })
+    .await
+}
