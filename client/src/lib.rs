@@ -1,7 +1,7 @@
 //! The Rust SDK for Trestle, the durable partitioned entity store with Azure Table semantics.
 //!
 //! Store typed structs, stream query results, commit partition transactions, and use the Azure
-//! table-design patterns as tested library code ([`keys`]).
+//! table-design patterns as tested library code ([`keys`], [`scenarios`]).
 //!
 //! ```no_run
 //! use futures_util::TryStreamExt;
@@ -49,7 +49,7 @@ mod error;
 pub mod keys;
 mod mapping;
 mod query;
-
+pub mod scenarios;
 mod table;
 mod transaction;
 mod value;

@@ -49,6 +49,8 @@ impl ::serde::Serialize for DateTime {
 
 impl<'de> ::serde::Deserialize<'de> for DateTime {
     fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Accepts the ticks directly, inside the marker newtype, or as the `{marker: ticks}` map
+        /// that buffering deserializers (internally tagged enums) turn the newtype into.
         struct Ticks;
         impl<'de> ::serde::de::Visitor<'de> for Ticks {
             type Value = DateTime;
@@ -59,10 +61,21 @@ impl<'de> ::serde::Deserialize<'de> for DateTime {
                 self,
                 d: D,
             ) -> Result<DateTime, D::Error> {
-                <i64 as ::serde::Deserialize>::deserialize(d).map(DateTime::from_ticks)
+                d.deserialize_any(Ticks)
             }
             fn visit_i64<E: ::serde::de::Error>(self, ticks: i64) -> Result<DateTime, E> {
                 Ok(DateTime::from_ticks(ticks))
+            }
+            fn visit_map<A: ::serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<DateTime, A::Error> {
+                match map.next_key::<String>()? {
+                    Some(key) if key == DATETIME_TOKEN => {
+                        Ok(DateTime::from_ticks(map.next_value()?))
+                    }
+                    _ => Err(::serde::de::Error::custom("expected a DateTime")),
+                }
             }
         }
         deserializer.deserialize_newtype_struct(DATETIME_TOKEN, Ticks)

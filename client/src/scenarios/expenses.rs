@@ -1,0 +1,349 @@
+//! Expenses and their items, after the Azure "composition" post, improved: the expense header and
+//! its items share one partition (the owner) of one table, so that what the post could not make
+//! atomic is atomic here.
+//!
+//! Row keys: a header's is its expense id, an inverted timestamp plus a short unique suffix, so an
+//! owner's newest expenses come first (log tail); an item's is the compound key
+//! `<expense id>_<item id>`, so a header and all its items are one prefix scan. The header keeps a
+//! precomputed total, changed in the same transaction as the items. An expense holds at most
+//! [`MAX_ITEMS`] items, so that deleting it (header and items) fits one transaction.
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{compound, fixed_width, inverted_timestamp};
+use crate::{DateTime, ETag, Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
+
+/// Most items of one expense: the header and all items must fit one 100-operation transaction.
+pub const MAX_ITEMS: usize = 99;
+
+/// Where an expense stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// Waiting for a decision.
+    Submitted,
+    /// Approved.
+    Approved,
+    /// Rejected.
+    Rejected,
+}
+
+/// An expense header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expense {
+    /// What it is for.
+    #[serde(rename = "Description")]
+    pub description: String,
+    /// Sum of the items, in cents.
+    #[serde(rename = "TotalCents")]
+    pub total_cents: i64,
+    /// How many items it has.
+    #[serde(rename = "ItemCount")]
+    pub item_count: i32,
+    /// Where it stands.
+    #[serde(rename = "Status")]
+    pub status: Status,
+    /// When it was submitted.
+    #[serde(rename = "SubmittedAt")]
+    pub submitted_at: DateTime,
+    #[serde(rename = "NextItem")]
+    next_item: i32,
+}
+
+/// One item of an expense.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpenseItem {
+    /// What it is.
+    #[serde(rename = "Description")]
+    pub description: String,
+    /// Its amount, in cents.
+    #[serde(rename = "AmountCents")]
+    pub amount_cents: i64,
+}
+
+/// A row of an owner's partition: a header or an item, told apart by `Kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Kind")]
+enum Row {
+    Expense(Expense),
+    Item(ExpenseItem),
+}
+
+/// An expense with its items, as [`Expenses::get`] returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpenseWithItems {
+    /// The expense id.
+    pub id: String,
+    /// The header (with its ETag, for conditional changes).
+    pub header: Entity<Expense>,
+    /// The items, by item id.
+    pub items: Vec<(String, ExpenseItem)>,
+}
+
+#[derive(Debug, Serialize)]
+struct Totals {
+    #[serde(rename = "TotalCents")]
+    total_cents: i64,
+    #[serde(rename = "ItemCount")]
+    item_count: i32,
+    #[serde(rename = "NextItem")]
+    next_item: i32,
+}
+
+#[derive(Debug, Serialize)]
+struct Decision {
+    #[serde(rename = "Status")]
+    status: Status,
+}
+
+fn too_many_items(count: usize) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput,
+        format!("an expense holds at most {MAX_ITEMS} items; this one would have {count}"),
+    )
+}
+
+/// The expenses store over one table.
+#[derive(Debug, Clone)]
+pub struct Expenses {
+    table: TableClient,
+}
+
+impl Expenses {
+    /// The store over `table` (see [`Expenses::setup`]).
+    pub fn new(table: TableClient) -> Expenses {
+        Expenses { table }
+    }
+
+    /// Creates the table if needed.
+    pub async fn setup(&self) -> Result<()> {
+        self.table.create_if_not_exists().await
+    }
+
+    /// Submits an expense: the header (with its total) and every item in one transaction.
+    /// Returns the new expense id.
+    ///
+    /// # Errors
+    /// `InvalidInput` for more than [`MAX_ITEMS`] items.
+    pub async fn submit(
+        &self,
+        owner: &str,
+        description: &str,
+        items: &[ExpenseItem],
+    ) -> Result<String> {
+        if items.len() > MAX_ITEMS {
+            return Err(too_many_items(items.len()));
+        }
+        let now = DateTime::now();
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let id = format!("{}-{}", inverted_timestamp(now), &suffix[..8]);
+        let header = Row::Expense(Expense {
+            description: description.into(),
+            total_cents: items.iter().map(|i| i.amount_cents).sum(),
+            item_count: items.len() as i32,
+            status: Status::Submitted,
+            submitted_at: now,
+            next_item: items.len() as i32,
+        });
+        let mut tx = self.table.transaction(owner);
+        tx.insert((owner, id.as_str()), &header)?;
+        for (n, item) in items.iter().enumerate() {
+            tx.insert(
+                (owner, item_row(&id, &item_id(n as i32))),
+                &Row::Item(item.clone()),
+            )?;
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// An expense and all its items, from one prefix scan; `None` if there is no such expense.
+    pub async fn get(&self, owner: &str, expense_id: &str) -> Result<Option<ExpenseWithItems>> {
+        let rows = self
+            .table
+            .query::<Row>()
+            .partition(owner)
+            .row_key_prefix(expense_id)
+            .all()
+            .await?;
+        let mut header = None;
+        let mut items = Vec::new();
+        for row in rows {
+            match row.value {
+                Row::Expense(expense) if row.key.row_key == expense_id => {
+                    header = Some(Entity {
+                        key: row.key,
+                        etag: row.etag,
+                        timestamp: row.timestamp,
+                        value: expense,
+                    });
+                }
+                Row::Item(item) => {
+                    let item_id = crate::keys::split_compound(&row.key.row_key)
+                        .pop()
+                        .unwrap_or_default();
+                    items.push((item_id, item));
+                }
+                Row::Expense(_) => {}
+            }
+        }
+        Ok(header.map(|header| ExpenseWithItems {
+            id: expense_id.to_owned(),
+            header,
+            items,
+        }))
+    }
+
+    /// The owner's newest `n` expense headers (ids and headers), newest first, without returning
+    /// any item: the log-tail keys put the newest first, and a filter on `Kind` leaves the items
+    /// on the server.
+    pub async fn recent(&self, owner: &str, n: usize) -> Result<Vec<(String, Expense)>> {
+        let mut query = self
+            .table
+            .query::<Expense>()
+            .partition(owner)
+            .filter(Filter::eq("Kind", "Expense"))
+            .page_size(n.clamp(1, 1000) as u32);
+        let mut found = Vec::new();
+        while found.len() < n {
+            let page = query.first_page().await?;
+            found.extend(page.items.into_iter().map(|e| (e.key.row_key, e.value)));
+            match page.continuation {
+                Some(token) => query = query.continue_from(token),
+                None => break,
+            }
+        }
+        found.truncate(n);
+        Ok(found)
+    }
+
+    async fn header(&self, owner: &str, expense_id: &str) -> Result<Entity<Expense>> {
+        self.table.get::<Expense>((owner, expense_id)).await
+    }
+
+    /// Adds an item: the item and the header's total in one transaction, conditional on the
+    /// header's ETag (retried on conflict). Returns the new item's id.
+    pub async fn add_item(
+        &self,
+        owner: &str,
+        expense_id: &str,
+        item: ExpenseItem,
+    ) -> Result<String> {
+        loop {
+            let header = self.header(owner, expense_id).await?;
+            let expense = &header.value;
+            if expense.item_count as usize >= MAX_ITEMS {
+                return Err(too_many_items(expense.item_count as usize + 1));
+            }
+            let id = item_id(expense.next_item);
+            let totals = Totals {
+                total_cents: expense.total_cents + item.amount_cents,
+                item_count: expense.item_count + 1,
+                next_item: expense.next_item + 1,
+            };
+            let mut tx = self.table.transaction(owner);
+            tx.merge((owner, expense_id), &totals, &header.etag)?;
+            tx.insert((owner, item_row(expense_id, &id)), &Row::Item(item.clone()))?;
+            match tx.commit().await {
+                Ok(_) => return Ok(id),
+                Err(error) if error.is_precondition_failed() => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Removes an item: the item and the header's total in one transaction, conditional on the
+    /// header's ETag (retried on conflict).
+    pub async fn remove_item(&self, owner: &str, expense_id: &str, item_id: &str) -> Result<()> {
+        loop {
+            let header = self.header(owner, expense_id).await?;
+            let item = self
+                .table
+                .get::<ExpenseItem>((owner, item_row(expense_id, item_id)))
+                .await?;
+            let expense = &header.value;
+            let totals = Totals {
+                total_cents: expense.total_cents - item.value.amount_cents,
+                item_count: expense.item_count - 1,
+                next_item: expense.next_item,
+            };
+            let mut tx = self.table.transaction(owner);
+            tx.merge((owner, expense_id), &totals, &header.etag)?;
+            tx.delete((owner, item_row(expense_id, item_id)), &item.etag)?;
+            match tx.commit().await {
+                Ok(_) => return Ok(()),
+                Err(error) if error.is_precondition_failed() => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Approves a submitted expense read with `etag`: of two concurrent approvers exactly one wins.
+    ///
+    /// # Errors
+    /// `is_precondition_failed()` if the expense changed since `etag` was read (someone else
+    /// decided first); `is_conflict()` if it is no longer submitted.
+    pub async fn approve(&self, owner: &str, expense_id: &str, etag: &ETag) -> Result<ETag> {
+        self.decide(owner, expense_id, etag, Status::Approved).await
+    }
+
+    /// Rejects a submitted expense read with `etag` (see [`Expenses::approve`]).
+    pub async fn reject(&self, owner: &str, expense_id: &str, etag: &ETag) -> Result<ETag> {
+        self.decide(owner, expense_id, etag, Status::Rejected).await
+    }
+
+    async fn decide(
+        &self,
+        owner: &str,
+        expense_id: &str,
+        etag: &ETag,
+        status: Status,
+    ) -> Result<ETag> {
+        let header = self.header(owner, expense_id).await?;
+        if header.value.status != Status::Submitted {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!("expense {expense_id} is already {:?}", header.value.status),
+            ));
+        }
+        self.table
+            .merge((owner, expense_id), &Decision { status }, etag)
+            .await
+    }
+
+    /// Deletes an expense and all its items atomically: items never outlive their expense.
+    pub async fn delete(&self, owner: &str, expense_id: &str) -> Result<()> {
+        loop {
+            let rows = self
+                .table
+                .query::<crate::Properties>()
+                .partition(owner)
+                .row_key_prefix(expense_id)
+                .select(["Kind"])
+                .all()
+                .await?;
+            if rows.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!("expense {expense_id} does not exist"),
+                ));
+            }
+            let mut tx = self.table.transaction(owner);
+            for row in rows {
+                tx.delete(row.key, IfMatch::Tag(row.etag))?;
+            }
+            match tx.commit().await {
+                Ok(_) => return Ok(()),
+                Err(error) if error.is_precondition_failed() || error.is_not_found() => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+fn item_id(n: i32) -> String {
+    fixed_width(n.max(0) as u64, 3)
+}
+
+fn item_row(expense_id: &str, item_id: &str) -> String {
+    compound(&[expense_id, item_id])
+}

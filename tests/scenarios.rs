@@ -1,0 +1,414 @@
+//! The HR and expenses scenarios of the SDK against the real server.
+
+mod common;
+
+use common::TestServer;
+use trestle_client::scenarios::expenses::{ExpenseItem, Expenses, Status, MAX_ITEMS};
+use trestle_client::scenarios::hr::{
+    Contractor, DepartmentCache, Hr, NewEmployee, Person, TransferStep,
+};
+use trestle_client::ErrorKind;
+
+fn new_employee(id: &str, last: &str) -> NewEmployee {
+    NewEmployee {
+        id: id.into(),
+        first_name: format!("First{id}"),
+        last_name: last.into(),
+        email: format!("{id}@example.com"),
+    }
+}
+
+async fn hr(server: &TestServer) -> Hr {
+    let hr = Hr::new(server.sdk().await.table("Staff"));
+    hr.setup().await.unwrap();
+    hr.create_department("eng", "Engineering", "Ada")
+        .await
+        .unwrap();
+    hr.create_department("ops", "Operations", "Grace")
+        .await
+        .unwrap();
+    hr
+}
+
+async fn count(hr: &Hr, department: &str) -> (i64, usize) {
+    let (department, employees) = hr.department_with_employees(department).await.unwrap();
+    (department.employee_count, employees.len())
+}
+
+#[tokio::test]
+async fn hires_terminations_and_indexes() {
+    let server = TestServer::start().await;
+    let hr = hr(&server).await;
+    hr.hire("eng", new_employee("e1", "Lovelace"))
+        .await
+        .unwrap();
+    hr.hire("eng", new_employee("e2", "Hopper")).await.unwrap();
+    hr.hire("eng", new_employee("e3", "Hoare")).await.unwrap();
+    assert_eq!(count(&hr, "eng").await, (3, 3));
+
+    let duplicate = hr
+        .hire(
+            "eng",
+            NewEmployee {
+                id: "e4".into(),
+                ..new_employee("e1", "Other")
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(duplicate.is_conflict(), "the email is taken: {duplicate}");
+    assert_eq!(
+        count(&hr, "eng").await,
+        (3, 3),
+        "a refused hire changes nothing"
+    );
+
+    assert_eq!(
+        hr.find_by_email("eng", "e2@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .last_name,
+        "Hopper"
+    );
+    assert!(hr
+        .find_by_email("eng", "nobody@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    let hos: Vec<_> = hr
+        .list_by_last_name("eng", "Ho")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.last_name)
+        .collect();
+    assert_eq!(hos, ["Hoare", "Hopper"]);
+
+    hr.update_employee("eng", "e2", "Grace", "Brewster", "grace@example.com")
+        .await
+        .unwrap();
+    assert!(
+        hr.find_by_email("eng", "e2@example.com")
+            .await
+            .unwrap()
+            .is_none(),
+        "the old email index row moved"
+    );
+    assert_eq!(
+        hr.find_by_email("eng", "grace@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .first_name,
+        "Grace"
+    );
+    assert_eq!(hr.list_by_last_name("eng", "Ho").await.unwrap().len(), 1);
+    assert_eq!(
+        hr.list_by_last_name("eng", "Brew").await.unwrap()[0].id,
+        "e2"
+    );
+
+    hr.terminate("eng", "e1").await.unwrap();
+    assert_eq!(count(&hr, "eng").await, (2, 2));
+    assert!(hr
+        .find_by_email("eng", "e1@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(hr.terminate("eng", "e1").await.unwrap_err().is_not_found());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_concurrent_hires_keep_the_count_exact() {
+    let server = TestServer::start().await;
+    let hr = hr(&server).await;
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let hr = hr.clone();
+        tasks.push(tokio::spawn(async move {
+            hr.hire("eng", new_employee(&format!("c{i:02}"), "Concurrent"))
+                .await
+                .unwrap()
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(count(&hr, "eng").await, (32, 32));
+}
+
+#[tokio::test]
+async fn transfers_complete_and_interrupted_ones_resume_at_every_step() {
+    let server = TestServer::start().await;
+    let mut hr = hr(&server).await;
+    for i in 0..3 {
+        hr.hire("eng", new_employee(&format!("t{i}"), "Mover"))
+            .await
+            .unwrap();
+    }
+    hr.transfer("t0", "eng", "ops").await.unwrap();
+    assert_eq!(
+        (count(&hr, "eng").await, count(&hr, "ops").await),
+        ((2, 2), (1, 1))
+    );
+    assert_eq!(
+        hr.employee("ops", "t0")
+            .await
+            .unwrap()
+            .value
+            .department_name,
+        "Operations"
+    );
+
+    for (id, step) in [
+        ("t1", TransferStep::Recorded),
+        ("t2", TransferStep::Arrived),
+    ] {
+        hr.interrupt_transfers_after(Some(step));
+        let interrupted = hr.transfer(id, "eng", "ops").await.unwrap_err();
+        assert!(
+            interrupted.message().contains("interrupted"),
+            "{interrupted}"
+        );
+    }
+    hr.interrupt_transfers_after(None);
+    // t2 arrived in ops but has not left eng yet: the counts are off until the transfer resumes.
+    assert_eq!(count(&hr, "ops").await, (2, 2));
+    assert_eq!(hr.resume_transfers().await.unwrap(), 2);
+    assert_eq!(
+        (count(&hr, "eng").await, count(&hr, "ops").await),
+        ((0, 0), (3, 3))
+    );
+    assert_eq!(
+        hr.resume_transfers().await.unwrap(),
+        0,
+        "nothing left to resume"
+    );
+    assert!(hr
+        .find_by_email("eng", "t1@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(hr
+        .find_by_email("ops", "t1@example.com")
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test]
+async fn renaming_a_department_rewrites_every_denormalized_copy() {
+    let server = TestServer::start().await;
+    let hr = hr(&server).await;
+    // 60 employees: 180 rows carry the name (employee rows and two index copies each).
+    for i in 0..60 {
+        hr.hire(
+            "eng",
+            new_employee(&format!("r{i:02}"), &format!("Name{i:02}")),
+        )
+        .await
+        .unwrap();
+    }
+    hr.rename_department("eng", "Platform").await.unwrap();
+    let (department, employees) = hr.department_with_employees("eng").await.unwrap();
+    assert_eq!(department.name, "Platform");
+    assert!(employees.iter().all(|e| e.department_name == "Platform"));
+    assert!(hr
+        .list_by_last_name("eng", "Name")
+        .await
+        .unwrap()
+        .iter()
+        .all(|e| e.department_name == "Platform"));
+    assert_eq!(
+        hr.find_by_email("eng", "r07@example.com")
+            .await
+            .unwrap()
+            .unwrap()
+            .department_name,
+        "Platform"
+    );
+    assert_eq!(department.employee_count, 60);
+}
+
+#[tokio::test]
+async fn the_client_side_join_and_inheritance() {
+    let server = TestServer::start().await;
+    let hr = hr(&server).await;
+    hr.hire("ops", new_employee("j1", "Joined")).await.unwrap();
+    hr.add_contractor(
+        "ops",
+        Contractor {
+            id: "k1".into(),
+            name: "Kim".into(),
+            agency: "Acme".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let mut cache = DepartmentCache::load(&hr).await.unwrap();
+    assert_eq!(cache.get("eng").unwrap().manager, "Ada");
+    let (_, employees) = hr.department_with_employees("ops").await.unwrap();
+    let decorated = cache.decorate("ops", &employees);
+    assert_eq!(decorated[0].1.unwrap().name, "Operations");
+    hr.create_department("hr", "People", "Lin").await.unwrap();
+    assert!(cache.get("hr").is_none());
+    cache.refresh().await.unwrap();
+    assert_eq!(cache.get("hr").unwrap().name, "People");
+
+    let people = hr.people("ops").await.unwrap();
+    assert_eq!(people.len(), 2);
+    assert!(matches!(&people[0], Person::Contractor(c) if c.agency == "Acme"));
+    assert!(matches!(&people[1], Person::Employee(e) if e.id == "j1"));
+    assert_eq!(
+        count(&hr, "ops").await,
+        (1, 1),
+        "contractors are not counted"
+    );
+}
+
+fn item(description: &str, cents: i64) -> ExpenseItem {
+    ExpenseItem {
+        description: description.into(),
+        amount_cents: cents,
+    }
+}
+
+#[tokio::test]
+async fn expenses_and_their_items_change_atomically() {
+    let server = TestServer::start().await;
+    let expenses = Expenses::new(server.sdk().await.table("Expenses"));
+    expenses.setup().await.unwrap();
+    let first = expenses
+        .submit(
+            "alice",
+            "Conference",
+            &[item("Ticket", 50_000), item("Hotel", 30_000)],
+        )
+        .await
+        .unwrap();
+    let second = expenses
+        .submit("alice", "Team lunch", &[item("Food", 12_000)])
+        .await
+        .unwrap();
+    expenses
+        .submit("bob", "Books", &[item("Rust book", 4_000)])
+        .await
+        .unwrap();
+
+    let got = expenses.get("alice", &first).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            got.header.value.total_cents,
+            got.header.value.item_count,
+            got.items.len()
+        ),
+        (80_000, 2, 2)
+    );
+    assert_eq!(got.items[0], ("000".to_owned(), item("Ticket", 50_000)));
+
+    let recent = expenses.recent("alice", 1).await.unwrap();
+    assert_eq!(recent.len(), 1);
+    assert_eq!(recent[0].0, second, "newest first");
+    assert_eq!(expenses.recent("alice", 10).await.unwrap().len(), 2);
+
+    let added = expenses
+        .add_item("alice", &first, item("Taxi", 2_500))
+        .await
+        .unwrap();
+    expenses.remove_item("alice", &first, "000").await.unwrap();
+    let got = expenses.get("alice", &first).await.unwrap().unwrap();
+    assert_eq!(
+        (got.header.value.total_cents, got.header.value.item_count),
+        (32_500, 2)
+    );
+    assert_eq!(
+        got.items
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
+        ["001", added.as_str()]
+    );
+
+    expenses.delete("alice", &first).await.unwrap();
+    assert!(expenses.get("alice", &first).await.unwrap().is_none());
+    let leftovers = server
+        .sdk()
+        .await
+        .table("Expenses")
+        .query::<trestle_client::Properties>()
+        .partition("alice")
+        .row_key_prefix(first.as_str())
+        .all()
+        .await
+        .unwrap();
+    assert!(leftovers.is_empty(), "no item outlives its expense");
+    assert!(expenses.get("alice", &second).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn two_concurrent_approvers_exactly_one_wins() {
+    let server = TestServer::start().await;
+    let expenses = Expenses::new(server.sdk().await.table("Approvals"));
+    expenses.setup().await.unwrap();
+    let id = expenses
+        .submit("carol", "Laptop", &[item("Laptop", 200_000)])
+        .await
+        .unwrap();
+    let seen = expenses
+        .get("carol", &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .header
+        .etag;
+    let (a, b) = tokio::join!(
+        expenses.approve("carol", &id, &seen),
+        expenses.reject("carol", &id, &seen)
+    );
+    assert_eq!(
+        usize::from(a.is_ok()) + usize::from(b.is_ok()),
+        1,
+        "{a:?} {b:?}"
+    );
+    let loser = a.err().or(b.err()).unwrap();
+    assert!(
+        loser.is_precondition_failed() || loser.is_conflict(),
+        "{loser}"
+    );
+    let status = expenses
+        .get("carol", &id)
+        .await
+        .unwrap()
+        .unwrap()
+        .header
+        .value
+        .status;
+    assert_ne!(status, Status::Submitted);
+}
+
+#[tokio::test]
+async fn an_expense_holds_at_most_99_items() {
+    let server = TestServer::start().await;
+    let expenses = Expenses::new(server.sdk().await.table("Limits"));
+    expenses.setup().await.unwrap();
+    let items: Vec<_> = (0..MAX_ITEMS).map(|i| item(&format!("i{i}"), 1)).collect();
+    let id = expenses.submit("dave", "Many", &items).await.unwrap();
+    let full = expenses
+        .add_item("dave", &id, item("one more", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(full.kind(), ErrorKind::InvalidInput);
+    assert!(full.message().contains("at most 99 items"), "{full}");
+    let too_many: Vec<_> = (0..=MAX_ITEMS).map(|i| item(&format!("i{i}"), 1)).collect();
+    assert_eq!(
+        expenses
+            .submit("dave", "Too many", &too_many)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    expenses.delete("dave", &id).await.unwrap();
+    assert!(expenses.get("dave", &id).await.unwrap().is_none());
+}
