@@ -440,3 +440,32 @@ async fn malformed_values_are_refused_and_change_nothing() {
         "ResourceNotFound",
     );
 }
+
+#[tokio::test]
+async fn relaxed_durability_acknowledges_writes_at_once() {
+    let server = TestServer::start_with(|config| {
+        config.store.durability =
+            trestle_server::storage::Durability::Periodic { flush_every_ms: 50 };
+    })
+    .await;
+    let mut client = server.client_with_table(T).await;
+    let written = client
+        .insert_entity(insert_request(T, entity("p", "r", &[("A", int32(1))])))
+        .await
+        .unwrap()
+        .into_inner();
+    let ops = vec![
+        tx_insert(entity("p", "s", &[])),
+        tx_delete("r", &written.etag),
+    ];
+    client
+        .submit_transaction(transaction(T, "p", ops))
+        .await
+        .unwrap();
+    assert_error(
+        client.get_entity(get_request(T, "p", "r")).await,
+        Code::NotFound,
+        "ResourceNotFound",
+    );
+    client.get_entity(get_request(T, "p", "s")).await.unwrap();
+}

@@ -89,7 +89,7 @@ impl ClientBuilder {
             .map_err(|e| Error::invalid(format!("endpoint '{}': {e}", self.endpoint)))?
             .timeout(self.timeout)
             .tcp_nodelay(true);
-        let channel = endpoint.connect().await?;
+        let channel = endpoint.connect().await.map_err(Error::from_transport)?;
         Ok(Client {
             inner: TableServiceClient::new(channel).max_decoding_message_size(16 << 20),
             retry: self.retry,
@@ -178,7 +178,7 @@ impl Client {
             match call(self.inner.clone(), request.clone()).await {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => {
-                    let error = Error::from(status);
+                    let error = Error::from_status(status);
                     let retryable = error.never_sent()
                         || (idempotent && error.kind() == crate::ErrorKind::Unavailable);
                     if !retryable || attempt >= self.retry.max_attempts {

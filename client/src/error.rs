@@ -112,8 +112,9 @@ impl Error {
     }
 }
 
-impl From<tonic::Status> for Error {
-    fn from(status: tonic::Status) -> Error {
+impl Error {
+    /// The SDK error for a gRPC status (kept out of the public API: no tonic type leaks).
+    pub(crate) fn from_status(status: tonic::Status) -> Error {
         use tonic::Code;
         let details = status.get_error_details();
         let info = details.error_info();
@@ -138,8 +139,9 @@ impl From<tonic::Status> for Error {
     }
 }
 
-impl From<tonic::transport::Error> for Error {
-    fn from(error: tonic::transport::Error) -> Error {
+impl Error {
+    /// The SDK error for a failed connection.
+    pub(crate) fn from_transport(error: tonic::transport::Error) -> Error {
         Error::new(ErrorKind::Unavailable, format!("cannot connect: {error}"))
     }
 }

@@ -8,7 +8,10 @@ use crate::error::TableError;
 use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableName};
 use crate::query::{self, PlanKind, QuerySpec, TablesToken};
 use crate::scan::Scan;
-use crate::storage::{CreateRefusal, RejectReason, Rejection, Store, StoreOptions, Table};
+use crate::storage::{
+    Committed, CreateRefusal, DurableListener, RejectReason, Rejection, Store, StoreOptions, Table,
+    Ticket,
+};
 
 /// Stop filling a query page after this many stored bytes, so that a page of large entities stays
 /// well under gRPC's default 4 MiB message limit.
@@ -34,6 +37,27 @@ pub struct EntityPage {
     pub plan: PlanKind,
     /// Entities read to fill the page (matches and non-matches).
     pub examined: usize,
+}
+
+/// The result of a write, to acknowledge only once its ticket is durable ([`Engine::wait`], or
+/// asynchronously with [`Engine::on_durable`]).
+#[derive(Debug)]
+#[must_use = "a write is acknowledged only once it is durable"]
+pub struct Pending<T> {
+    /// What the write produced.
+    pub value: T,
+    /// Durable once the engine's durable ticket reaches it; `None` if nothing was written.
+    pub ticket: Option<Ticket>,
+}
+
+impl<T> Pending<T> {
+    /// Maps the value, keeping the ticket.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Pending<U> {
+        Pending {
+            value: f(self.value),
+            ticket: self.ticket,
+        }
+    }
 }
 
 /// The table service's semantics.
@@ -105,28 +129,34 @@ impl Engine {
         })
     }
 
-    /// Applies one write outside a transaction.
+    /// Applies one write outside a transaction; acknowledge it once its ticket is durable.
     pub fn write(
         &self,
         table: &str,
         operation: Operation,
-    ) -> Result<Option<StoredEntity>, TableError> {
+    ) -> Result<Pending<Option<StoredEntity>>, TableError> {
         let partition_key = operation
             .partition_key()
             .expect("single-entity writes carry their entity")
             .to_owned();
-        let mut results = self.commit(table, &partition_key, vec![operation], false)?;
-        Ok(results.pop().flatten())
+        let committed = self.commit(table, &partition_key, vec![operation], false)?;
+        Ok(committed.map(|mut stored| stored.pop().flatten()))
     }
 
     /// Deletes one entity outside a transaction.
-    pub fn delete(&self, table: &str, key: EntityKey, if_match: IfMatch) -> Result<(), TableError> {
+    pub fn delete(
+        &self,
+        table: &str,
+        key: EntityKey,
+        if_match: IfMatch,
+    ) -> Result<Pending<()>, TableError> {
         let operation = Operation::Delete {
             row_key: key.row_key,
             if_match,
         };
-        self.commit(table, &key.partition_key, vec![operation], false)?;
-        Ok(())
+        Ok(self
+            .commit(table, &key.partition_key, vec![operation], false)?
+            .map(drop))
     }
 
     /// Applies a transaction: all operations or none. Errors name the failing operation's index.
@@ -136,7 +166,7 @@ impl Engine {
         partition_key: &str,
         operations: Vec<Operation>,
         request_bytes: usize,
-    ) -> Result<Vec<Option<StoredEntity>>, TableError> {
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
         self.commit(table, partition_key, operations, true)
             .map_err(|error| match error {
@@ -151,10 +181,13 @@ impl Engine {
         partition_key: &str,
         operations: Vec<Operation>,
         in_transaction: bool,
-    ) -> Result<Vec<Option<StoredEntity>>, TableError> {
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         let table = self.table(table_name)?;
         match table.commit(partition_key, &operations)? {
-            Ok(results) => Ok(results),
+            Ok(Committed { stored, ticket }) => Ok(Pending {
+                value: stored,
+                ticket,
+            }),
             Err(Rejection { index, reason }) => {
                 let error = rejection_error(&table, partition_key, &operations[index], reason);
                 Err(if in_transaction {
@@ -244,6 +277,24 @@ impl Engine {
                 None => return Ok(count),
             }
         }
+    }
+
+    /// Blocks until `pending` is durable, then returns its value.
+    pub fn wait<T>(&self, pending: Pending<T>) -> Result<T, TableError> {
+        if let Some(ticket) = pending.ticket {
+            self.store.wait_for(ticket)?;
+        }
+        Ok(pending.value)
+    }
+
+    /// The highest durable ticket.
+    pub fn durable(&self) -> Ticket {
+        self.store.durable()
+    }
+
+    /// Registers the listener called with each new durable ticket.
+    pub fn on_durable(&self, listener: DurableListener) {
+        self.store.on_durable(listener);
     }
 
     /// Flushes everything to disk (for shutdown).

@@ -29,7 +29,8 @@ fn fill(engine: &Engine, table: &str, rows: usize) {
                 )
             })
             .collect();
-        engine.transact(table, "p", operations, 0).unwrap();
+        let pending = engine.transact(table, "p", operations, 0).unwrap();
+        engine.wait(pending).unwrap();
     }
 }
 

@@ -14,21 +14,46 @@ use trestle_proto::pb;
 
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Pending};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{IfMatch, Operation};
 use crate::query::QuerySpec;
+use crate::storage::Ticket;
 
 /// The `trestle.v1.TableService` implementation.
 #[derive(Debug, Clone)]
 pub struct TableApi {
     engine: Arc<Engine>,
+    /// The highest durable ticket, published by the store's flusher.
+    durable: tokio::sync::watch::Receiver<Ticket>,
 }
 
 impl TableApi {
     /// Serves `engine`.
     pub fn new(engine: Arc<Engine>) -> TableApi {
-        TableApi { engine }
+        let (publish, durable) = tokio::sync::watch::channel(engine.durable());
+        engine.on_durable(Box::new(move |ticket| {
+            publish.send_replace(ticket);
+        }));
+        TableApi { engine, durable }
+    }
+
+    /// Runs a write on the blocking pool, then waits (without holding a thread) until the group
+    /// commit has made it durable; only then is it acknowledged.
+    async fn run_write<T, F>(&self, op: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Engine) -> Result<Pending<T>, TableError> + Send + 'static,
+    {
+        let pending = self.run(op).await?;
+        if let Some(ticket) = pending.ticket {
+            let mut durable = self.durable.clone();
+            durable
+                .wait_for(|durable| *durable >= ticket)
+                .await
+                .map_err(|_| Status::unavailable("the server is shutting down"))?;
+        }
+        Ok(pending.value)
     }
 
     /// Runs `op` on the blocking pool. The task runs to completion even if the client goes away,
@@ -60,7 +85,7 @@ impl TableApi {
         operation: Operation,
     ) -> Result<Response<pb::Entity>, Status> {
         let stored = self
-            .run(move |engine| engine.write(&table, operation))
+            .run_write(move |engine| engine.write(&table, operation))
             .await?;
         let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
         Ok(Response::new(convert::entity_to_pb(stored)))
@@ -201,7 +226,7 @@ impl pb::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        self.run(move |engine| engine.delete(&req.table, key, if_match))
+        self.run_write(move |engine| engine.delete(&req.table, key, if_match))
             .await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }
@@ -305,7 +330,9 @@ impl pb::table_service_server::TableService for TableApi {
             .map_err(|error| status::to_status(&error))?;
         let (table, partition_key) = (req.table, req.partition_key);
         let results = self
-            .run(move |engine| engine.transact(&table, &partition_key, operations, request_bytes))
+            .run_write(move |engine| {
+                engine.transact(&table, &partition_key, operations, request_bytes)
+            })
             .await?;
         Ok(Response::new(pb::SubmitTransactionResponse {
             results: results.into_iter().map(convert::operation_result).collect(),

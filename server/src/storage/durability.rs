@@ -1,7 +1,14 @@
-//! Group commit: a write is acknowledged once a flush that started after it finishes, and one
-//! flush serves every write that arrived while the previous flush ran.
+//! Group commit: one flusher thread flushes everything applied so far, again and again while
+//! writes keep arriving, so one `fsync` serves every write that arrived during the previous one.
+//! A write is acknowledged once a flush that started after it has finished.
+//!
+//! Writers get a [`Ticket`] when their batch is applied. They can block until it is durable
+//! ([`GroupCommit::wait_durable`]), or register a listener ([`GroupCommit::on_durable`]) that the
+//! flusher calls with each new durable ticket, so async callers wait without holding a thread.
 
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::StorageError;
 
@@ -18,77 +25,153 @@ pub enum Durability {
     },
 }
 
-#[derive(Debug, Default)]
+/// Identifies an applied write: it is durable once the durable ticket reaches it.
+pub type Ticket = u64;
+
+/// Called by the flusher with the highest durable ticket after each flush.
+pub type DurableListener = Box<dyn Fn(Ticket) + Send + Sync>;
+
+#[derive(Default)]
 struct Progress {
-    /// Writes applied so far (tickets handed out).
-    written: u64,
-    /// Every write with a ticket at or below this is on disk.
-    durable: u64,
-    /// A flush is running.
-    flushing: bool,
+    /// Tickets handed out so far.
+    written: Ticket,
+    /// Every ticket at or below this is on disk.
+    durable: Ticket,
+    stopping: bool,
+}
+
+struct Inner {
+    db: sled::Db,
+    progress: Mutex<Progress>,
+    /// Signalled when there is something to flush (or the store stops).
+    pending: Condvar,
+    /// Signalled after each flush.
+    flushed: Condvar,
+    listener: Mutex<Option<DurableListener>>,
 }
 
 /// Coordinates flushes between concurrent writers.
-#[derive(Debug)]
 pub(crate) struct GroupCommit {
-    db: sled::Db,
+    inner: Arc<Inner>,
     mode: Durability,
-    progress: Mutex<Progress>,
-    flushed: Condvar,
+    flusher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    fn progress(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The flusher's loop: flush whatever was applied, publish it, repeat until stopped.
+    fn run_flusher(&self) {
+        let mut progress = self.progress();
+        loop {
+            while progress.written == progress.durable && !progress.stopping {
+                progress = self
+                    .pending
+                    .wait(progress)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if progress.written == progress.durable {
+                return;
+            }
+            let target = progress.written;
+            drop(progress);
+            if let Err(error) = self.db.flush() {
+                // Nothing is acknowledged until a flush succeeds; keep trying.
+                tracing::error!(%error, "flush failed; retrying");
+                std::thread::sleep(Duration::from_millis(100));
+                progress = self.progress();
+                continue;
+            }
+            progress = self.progress();
+            progress.durable = target;
+            self.flushed.notify_all();
+            if let Some(listener) = &*self.listener.lock().unwrap_or_else(PoisonError::into_inner) {
+                listener(target);
+            }
+        }
+    }
 }
 
 impl GroupCommit {
     pub(crate) fn new(db: sled::Db, mode: Durability) -> GroupCommit {
-        GroupCommit {
+        let inner = Arc::new(Inner {
             db,
-            mode,
             progress: Mutex::default(),
+            pending: Condvar::new(),
             flushed: Condvar::new(),
+            listener: Mutex::new(None),
+        });
+        let flusher = (mode == Durability::Sync).then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("trestle-flush".into())
+                .spawn(move || inner.run_flusher())
+                .expect("spawning the flusher thread")
+        });
+        GroupCommit {
+            inner,
+            mode,
+            flusher,
         }
     }
 
-    /// Records a write that sled has applied; returns the ticket to wait for.
-    pub(crate) fn record_write(&self) -> u64 {
-        let mut progress = self.progress();
+    /// Records a write that sled has applied; returns the ticket to wait for, or `None` in
+    /// periodic mode, where writes are acknowledged at once.
+    pub(crate) fn record_write(&self) -> Option<Ticket> {
+        if self.mode != Durability::Sync {
+            return None;
+        }
+        let mut progress = self.inner.progress();
         progress.written += 1;
-        progress.written
+        self.inner.pending.notify_one();
+        Some(progress.written)
     }
 
-    /// Blocks until the write with `ticket` is on disk (at once in periodic mode).
-    ///
-    /// The first waiter to find no flush running becomes the leader: it flushes everything written
-    /// so far while the others wait, and a failed flush leaves the next waiter to try again.
-    pub(crate) fn wait_durable(&self, ticket: u64) -> Result<(), StorageError> {
-        if let Durability::Periodic { .. } = self.mode {
-            return Ok(());
-        }
-        let mut progress = self.progress();
-        loop {
-            if progress.durable >= ticket {
-                return Ok(());
-            }
-            if progress.flushing {
-                progress = self
-                    .flushed
-                    .wait(progress)
-                    .unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            progress.flushing = true;
-            let target = progress.written;
-            drop(progress);
-            let flushed = self.db.flush();
-            progress = self.progress();
-            progress.flushing = false;
-            if flushed.is_ok() {
-                progress.durable = progress.durable.max(target);
-            }
-            self.flushed.notify_all();
-            flushed?;
-        }
+    /// The highest durable ticket.
+    pub(crate) fn durable(&self) -> Ticket {
+        self.inner.progress().durable
     }
 
-    fn progress(&self) -> std::sync::MutexGuard<'_, Progress> {
-        self.progress.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Blocks until `ticket` is durable.
+    pub(crate) fn wait_durable(&self, ticket: Ticket) -> Result<(), StorageError> {
+        let mut progress = self.inner.progress();
+        while progress.durable < ticket {
+            progress = self
+                .inner
+                .flushed
+                .wait(progress)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    /// Registers the listener the flusher calls after each flush (replacing any earlier one).
+    pub(crate) fn on_durable(&self, listener: DurableListener) {
+        *self
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(listener);
+    }
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.inner.progress().stopping = true;
+        self.inner.pending.notify_one();
+        if let Some(flusher) = self.flusher.take() {
+            // The flusher finishes the last flush, then exits.
+            let _ = flusher.join();
+        }
     }
 }

@@ -18,10 +18,10 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use catalog::{TableRecord, TableState};
-pub use durability::Durability;
+pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
 pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
-pub use table::{decode_entity, Table, Visit, Visitor};
+pub use table::{decode_entity, Committed, Table, Visit, Visitor};
 
 use crate::model::TableName;
 
@@ -246,8 +246,26 @@ impl Store {
     }
 
     fn wait_durable(&self) -> Result<(), StorageError> {
-        let ticket = self.shared.durability.record_write();
+        match self.shared.durability.record_write() {
+            Some(ticket) => self.shared.durability.wait_durable(ticket),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the write with `ticket` is durable.
+    pub fn wait_for(&self, ticket: Ticket) -> Result<(), StorageError> {
         self.shared.durability.wait_durable(ticket)
+    }
+
+    /// The highest durable ticket.
+    pub fn durable(&self) -> Ticket {
+        self.shared.durability.durable()
+    }
+
+    /// Registers the listener the flusher calls with each new durable ticket, so async callers
+    /// can wait for durability without holding a thread.
+    pub fn on_durable(&self, listener: DurableListener) {
+        self.shared.durability.on_durable(listener);
     }
 }
 

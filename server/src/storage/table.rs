@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::key::{self, KeyRange};
-use super::{codec, RejectReason, Rejection, Shared, StorageError};
+use super::{codec, RejectReason, Rejection, Shared, StorageError, Ticket};
 use crate::model::{Effect, EntityKey, Operation, StoredEntity, TableName};
 
 /// A live table: its identity, its tree, and a gate that deletion closes.
@@ -18,6 +18,15 @@ pub struct Table {
     /// tree, so after deletion takes the write side no write can land in the dropped tree.
     retired: RwLock<bool>,
     shared: Arc<Shared>,
+}
+
+/// What a commit stored, and the ticket to wait for before acknowledging it.
+#[derive(Debug)]
+pub struct Committed {
+    /// The entity each operation stored (`None` for deletes and checks).
+    pub stored: Vec<Option<StoredEntity>>,
+    /// Durable once the store's durable ticket reaches it; `None` if nothing was written.
+    pub ticket: Option<Ticket>,
 }
 
 /// A visitor's answer for the entity it was shown.
@@ -103,15 +112,17 @@ impl Table {
     /// The only path that writes entities: applies `operations` on one partition atomically.
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
-    /// rows, then all effects go to sled in one `apply_batch`, so readers see all of them or none.
-    /// The call returns once the batch is durable (group commit), with the entity each operation
-    /// stored (`None` for deletes and checks). Each row appears at most once in
+    /// rows, then all effects go to sled atomically ([`Table::apply`]), so readers see all of them or
+    /// none.
+    /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
+    /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
+    /// ticket when nothing was written. Each row appears at most once in
     /// `operations` (the caller validates that), so no operation needs to see another's effect.
     pub fn commit(
         &self,
         partition_key: &str,
         operations: &[Operation],
-    ) -> Result<Result<Vec<Option<StoredEntity>>, Rejection>, StorageError> {
+    ) -> Result<Result<Committed, Rejection>, StorageError> {
         let Some(gate) = self.gate() else {
             return Ok(Err(Rejection {
                 index: 0,
@@ -120,9 +131,8 @@ impl Table {
         };
         let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
-        let mut batch = sled::Batch::default();
+        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(operations.len());
         let mut results = Vec::with_capacity(operations.len());
-        let mut writes = 0;
         for (index, operation) in operations.iter().enumerate() {
             let key = EntityKey {
                 partition_key: partition_key.to_owned(),
@@ -138,30 +148,54 @@ impl Table {
                     }))
                 }
                 Ok(Effect::Put(entity)) => {
-                    batch.insert(
-                        encoded_key,
-                        codec::encode(entity.timestamp, &entity.properties),
-                    );
+                    let value = codec::encode(entity.timestamp, &entity.properties);
+                    writes.push((encoded_key, Some(value)));
                     results.push(Some(entity));
-                    writes += 1;
                 }
                 Ok(Effect::Remove) => {
-                    batch.remove(encoded_key);
+                    writes.push((encoded_key, None));
                     results.push(None);
-                    writes += 1;
                 }
                 Ok(Effect::Nothing) => results.push(None),
             }
         }
-        if writes == 0 {
-            return Ok(Ok(results));
+        if writes.is_empty() {
+            return Ok(Ok(Committed {
+                stored: results,
+                ticket: None,
+            }));
         }
-        self.tree.apply_batch(batch)?;
+        self.apply(writes)?;
         let ticket = self.shared.durability.record_write();
         drop(partition);
         drop(gate);
-        self.shared.durability.wait_durable(ticket)?;
-        Ok(Ok(results))
+        Ok(Ok(Committed {
+            stored: results,
+            ticket,
+        }))
+    }
+
+    /// Applies the writes atomically. One write is a plain insert or remove: sled's `apply_batch`
+    /// takes a process-wide exclusive lock that stalls every other reader and writer, which a
+    /// single key does not need to be atomic.
+    fn apply(&self, mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StorageError> {
+        if writes.len() == 1 {
+            let (key, value) = writes.pop().expect("one write");
+            match value {
+                Some(value) => self.tree.insert(key, value)?,
+                None => self.tree.remove(key)?,
+            };
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for (key, value) in writes {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+        self.tree.apply_batch(batch)?;
+        Ok(())
     }
 
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
