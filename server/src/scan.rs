@@ -120,6 +120,13 @@ impl Scan {
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
         let needed = self.needed_properties();
+        // The filter is evaluated on an entity decoded with only the properties it reads; the
+        // rest of a row is decoded only when it matches.
+        let filter_reads = filter.map(|f| {
+            let mut names = Vec::new();
+            f.custom_properties(&mut names);
+            names
+        });
         let resume_at = self
             .table
             .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
@@ -132,12 +139,15 @@ impl Scan {
                     return Ok(Visit::Stop);
                 }
                 examined += 1;
-                let entity = decode_entity(key, value, needed.as_deref())?;
-                if filter.is_none_or(|f| f.matches(&entity)) {
-                    matches += 1;
-                    bytes += value.len();
-                    on_match(entity.project(&self.spec.select));
+                if let (Some(filter), Some(reads)) = (filter, &filter_reads) {
+                    if !filter.matches(&decode_entity(key, value, Some(reads))?) {
+                        return Ok(Visit::Next);
+                    }
                 }
+                let entity = decode_entity(key, value, needed.as_deref())?;
+                matches += 1;
+                bytes += value.len();
+                on_match(entity.project(&self.spec.select));
                 Ok(Visit::Next)
             })?;
         Ok(Chunk {
