@@ -371,18 +371,7 @@ async fn a_token_from_a_deleted_and_recreated_table_is_refused() {
         .delete_table(pb::DeleteTableRequest { table: T.into() })
         .await
         .unwrap();
-    loop {
-        match client
-            .create_table(pb::CreateTableRequest { table: T.into() })
-            .await
-        {
-            Ok(_) => break,
-            Err(status) if reason(&status) == "TableBeingDeleted" => {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await
-            }
-            Err(status) => panic!("{status:?}"),
-        }
-    }
+    create_when_reclaimed(&mut client, T).await;
     let request = pb::QueryEntitiesRequest {
         continuation_token: token,
         ..query()

@@ -243,15 +243,7 @@ async fn deleting_a_large_table_makes_it_disappear_at_once() {
         .is_empty());
 
     // Once reclaimed, the name is free again and the new table starts empty.
-    let recreated = loop {
-        match client.create_table(create("Big")).await {
-            Ok(table) => break table.into_inner(),
-            Err(status) if reason(&status) == "TableBeingDeleted" => {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await
-            }
-            Err(status) => panic!("unexpected {status:?}"),
-        }
-    };
+    let recreated = create_when_reclaimed(&mut client, "Big").await;
     assert_eq!(recreated.name, "Big");
     let query = pb::QueryEntitiesRequest {
         table: "Big".into(),

@@ -5,8 +5,26 @@ use tracing_subscriber::EnvFilter;
 use trestle_server::config::LogFormat;
 use trestle_server::Args;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+/// Threads for blocking storage work. Writes wait for durability asynchronously, so blocking tasks
+/// are short; a small pool keeps context switches (and malloc arenas, hence RSS) down on a small
+/// machine.
+const MAX_BLOCKING_THREADS: usize = 32;
+
+fn main() -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     let subscriber = tracing_subscriber::fmt()

@@ -278,3 +278,19 @@ pub fn keys(entities: &[pb::Entity]) -> Vec<(String, String)> {
         .map(|e| (e.partition_key.clone(), e.row_key.clone()))
         .collect()
 }
+
+/// Creates `table`, waiting while a deleted namesake is still being reclaimed.
+pub async fn create_when_reclaimed(client: &mut RawClient, table: &str) -> pb::Table {
+    loop {
+        let request = pb::CreateTableRequest {
+            table: table.into(),
+        };
+        match client.create_table(request).await {
+            Ok(created) => return created.into_inner(),
+            Err(status) if reason(&status) == "TableBeingDeleted" => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await
+            }
+            Err(status) => panic!("unexpected {status:?}"),
+        }
+    }
+}
