@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, env = "TRESTLE_RELAXED_FLUSH_MS")]
     pub relaxed_flush_ms: Option<u64>,
     /// Bound of the page cache, in MiB.
-    #[arg(long, env = "TRESTLE_CACHE_MIB", default_value_t = 128)]
+    #[arg(long, env = "TRESTLE_CACHE_MIB", default_value_t = 64)]
     pub cache_mib: u64,
 }
 

@@ -5,6 +5,11 @@ use tracing_subscriber::EnvFilter;
 use trestle_server::config::LogFormat;
 use trestle_server::Args;
 
+/// glibc's allocator spent about 40% of the server's CPU on 100-insert transactions (profiled with
+/// `perf`); mimalloc's thread-local free lists remove most of that.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Threads for blocking storage work. Writes wait for durability asynchronously, so blocking tasks
 /// are short; a small pool keeps context switches (and malloc arenas, hence RSS) down on a small
 /// machine.

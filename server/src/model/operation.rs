@@ -54,6 +54,15 @@ impl Operation {
         }
     }
 
+    /// Whether resolving the operation needs the current row's properties (a merge does); the
+    /// others need only whether it exists and its timestamp.
+    pub fn reads_current_properties(&self) -> bool {
+        matches!(
+            self,
+            Operation::Merge(..) | Operation::Upsert(_, UpsertMode::Merge)
+        )
+    }
+
     /// The row the operation acts on.
     pub fn row_key(&self) -> &str {
         match self {

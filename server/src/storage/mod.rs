@@ -43,7 +43,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            cache_bytes: 128 * 1024 * 1024,
+            cache_bytes: 64 * 1024 * 1024,
             durability: Durability::Sync,
             reclaim_deleted_tables: true,
         }

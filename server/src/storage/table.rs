@@ -138,8 +138,13 @@ impl Table {
                 partition_key: partition_key.to_owned(),
                 row_key: operation.row_key().to_owned(),
             };
-            let current = self.read(&key)?;
             let encoded_key = key::encode(&key.partition_key, &key.row_key);
+            // Only a merge needs the current properties; skip materialising them otherwise.
+            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
+            let current = match self.tree.get(&encoded_key)? {
+                Some(bytes) => Some(codec::decode_selected(key, &bytes, keep)?),
+                None => None,
+            };
             match operation.resolve(current, now) {
                 Err(refusal) => {
                     return Ok(Err(Rejection {
