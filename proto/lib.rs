@@ -25,3 +25,24 @@ pub mod bench_pb {
 
     tonic::include_proto!("trestle.bench.v1");
 }
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    #[test]
+    fn the_descriptor_set_decodes_and_holds_the_service() {
+        let set = prost_types::FileDescriptorSet::decode(super::pb::FILE_DESCRIPTOR_SET)
+            .expect("a descriptor set");
+        let trestle = set
+            .file
+            .iter()
+            .find(|f| f.package() == "trestle.v1")
+            .expect("trestle.v1");
+        assert!(trestle.service.iter().any(|s| s.name() == "TableService"));
+        assert!(
+            set.file.iter().all(|f| f.package() != "trestle.bench.v1"),
+            "the echo baseline is not served"
+        );
+    }
+}
