@@ -523,6 +523,35 @@ async fn the_transaction_builder_refuses_what_the_server_would() {
         1,
         "nothing applied"
     );
+
+    // Every operation kind commits.
+    let mut tx = table.transaction("p");
+    tx.update(
+        ("p", "a"),
+        &Row {
+            n: 2,
+            name: "a2".into(),
+        },
+        &current.etag,
+    )
+    .unwrap();
+    tx.upsert(
+        ("p", "u"),
+        &Row {
+            n: 3,
+            name: "u".into(),
+        },
+        UpsertMode::Merge,
+    )
+    .unwrap();
+    tx.check_absent(("p", "x1")).unwrap();
+    let etags = tx.commit().await.unwrap();
+    assert_eq!(
+        etags[0].as_ref(),
+        Some(&table.get::<Row>(("p", "a")).await.unwrap().etag)
+    );
+    assert_eq!(table.get::<Row>(("p", "u")).await.unwrap().value.n, 3);
+    assert!(etags[2].is_none());
 }
 
 #[tokio::test]
