@@ -17,11 +17,15 @@
 //! eventually consistent and crash-safe: a durable transfer record is written first, each later
 //! step is idempotent, and [`Hr::resume_transfers`] completes any transfer interrupted at any step.
 
-use std::collections::HashMap;
+mod join;
+mod transfer;
 
 use serde::{Deserialize, Serialize};
 
-use crate::keys::{compound, prefix_end};
+pub use join::DepartmentCache;
+pub use transfer::TransferStep;
+
+use crate::keys::compound;
 use crate::{Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
 
 /// The row key of a department's own row.
@@ -101,26 +105,6 @@ pub enum Person {
     Contractor(Contractor),
 }
 
-/// The durable record of a transfer in flight, kept in the source partition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct TransferRecord {
-    #[serde(rename = "EmployeeId")]
-    employee_id: String,
-    #[serde(rename = "FromDepartment")]
-    from_department: String,
-    #[serde(rename = "ToDepartment")]
-    to_department: String,
-}
-
-/// Steps of a transfer, for interrupting one on purpose ([`Hr::interrupt_transfers_after`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransferStep {
-    /// The transfer record is written in the source partition.
-    Recorded,
-    /// The employee (and the count) arrived in the target partition.
-    Arrived,
-}
-
 #[derive(Debug, Serialize)]
 struct CountUpdate {
     #[serde(rename = "EmployeeCount")]
@@ -180,12 +164,6 @@ impl Hr {
     /// Creates the table if needed.
     pub async fn setup(&self) -> Result<()> {
         self.table.create_if_not_exists().await
-    }
-
-    /// For testing crash-safety: make every transfer stop with an error right after `step`, as if
-    /// the process died there. [`Hr::resume_transfers`] must then complete it.
-    pub fn interrupt_transfers_after(&mut self, step: Option<TransferStep>) {
-        self.interrupt_after = step;
     }
 
     /// Creates a department with no employees.
@@ -511,138 +489,6 @@ impl Hr {
             .map(|row| (row.key.row_key, row.etag))
             .collect())
     }
-
-    /// Moves an employee to another department. The source and target partitions cannot share a
-    /// transaction, so the move is three idempotent steps: record the transfer (source), arrive
-    /// (target: employee rows and count), depart (source: rows, count and the record, together).
-    pub async fn transfer(
-        &self,
-        employee_id: &str,
-        from_department: &str,
-        to_department: &str,
-    ) -> Result<()> {
-        let employee = self.employee(from_department, employee_id).await?;
-        let record = TransferRecord {
-            employee_id: employee_id.into(),
-            from_department: from_department.into(),
-            to_department: to_department.into(),
-        };
-        let mut tx = self.table.transaction(from_department);
-        tx.insert((from_department, transfer_row(employee_id)), &record)?;
-        tx.check_exists((from_department, employee_row(employee_id)), &employee.etag)?;
-        tx.commit().await?;
-        self.interrupt_if(TransferStep::Recorded)?;
-        self.arrive(&record, &employee.value).await?;
-        self.interrupt_if(TransferStep::Arrived)?;
-        self.depart(&record).await
-    }
-
-    fn interrupt_if(&self, step: TransferStep) -> Result<()> {
-        if self.interrupt_after == Some(step) {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("transfer interrupted after {step:?} (test hook)"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Adds the employee to the target department unless it is already there.
-    async fn arrive(&self, record: &TransferRecord, employee: &Employee) -> Result<()> {
-        let target = record.to_department.as_str();
-        loop {
-            let department = self.department(target).await?;
-            let arrived = Employee {
-                department_name: department.value.name.clone(),
-                manager: department.value.manager.clone(),
-                ..employee.clone()
-            };
-            let mut tx = self.table.transaction(target);
-            tx.merge(
-                (target, DEPARTMENT_ROW),
-                &CountUpdate {
-                    employee_count: department.value.employee_count + 1,
-                },
-                &department.etag,
-            )?;
-            self.add_employee_rows(&mut tx, target, &arrived)?;
-            match tx.commit().await {
-                Ok(_) => return Ok(()),
-                // The employee row already exists: an earlier attempt arrived.
-                Err(error) if error.is_conflict() && error.operation_index() == Some(1) => {
-                    return Ok(())
-                }
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
-    /// Removes the employee, its index rows and the transfer record from the source, and drops the
-    /// source count, in one transaction; done already if the record is gone.
-    async fn depart(&self, record: &TransferRecord) -> Result<()> {
-        let source = record.from_department.as_str();
-        let id = record.employee_id.as_str();
-        loop {
-            let Some(transfer) = self
-                .table
-                .get_if_exists::<crate::Properties>((source, transfer_row(id)))
-                .await?
-            else {
-                return Ok(());
-            };
-            let department = self.department(source).await?;
-            let employee = self.employee(source, id).await?;
-            let mut tx = self.table.transaction(source);
-            tx.merge(
-                (source, DEPARTMENT_ROW),
-                &CountUpdate {
-                    employee_count: department.value.employee_count - 1,
-                },
-                &department.etag,
-            )?;
-            tx.delete((source, employee_row(id)), &employee.etag)?;
-            tx.delete((source, email_row(&employee.value.email)), IfMatch::Any)?;
-            tx.delete(
-                (source, name_row(&employee.value.last_name, id)),
-                IfMatch::Any,
-            )?;
-            tx.delete((source, transfer_row(id)), &transfer.etag)?;
-            match tx.commit().await {
-                Ok(_) => return Ok(()),
-                Err(error) if error.is_precondition_failed() || error.is_not_found() => continue,
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
-    /// Completes every transfer interrupted at any step; returns how many it completed.
-    pub async fn resume_transfers(&self) -> Result<usize> {
-        let start = compound(&["transfer", ""]);
-        let end = prefix_end(&start).expect("a non-empty prefix has an end");
-        let filter = Filter::ge("RowKey", start.as_str()).and(Filter::lt("RowKey", end.as_str()));
-        let records = self
-            .table
-            .query::<TransferRecord>()
-            .filter(filter)
-            .all()
-            .await?;
-        for record in &records {
-            let record = &record.value;
-            if let Some(employee) = self
-                .table
-                .get_if_exists::<Person>((
-                    record.from_department.as_str(),
-                    employee_row(&record.employee_id),
-                ))
-                .await?
-            {
-                self.arrive(record, &into_employee(employee)?.value).await?;
-            }
-            self.depart(record).await?;
-        }
-        Ok(records.len())
-    }
 }
 
 fn into_employee(person: Entity<Person>) -> Result<Entity<Employee>> {
@@ -660,58 +506,5 @@ fn into_employee(person: Entity<Person>) -> Result<Entity<Employee>> {
                 person.key.row_key
             ),
         )),
-    }
-}
-
-/// Join in the client: every department loaded once (one query), refreshed on demand, and used to
-/// decorate employee lists without a read per employee.
-#[derive(Debug, Clone)]
-pub struct DepartmentCache {
-    table: TableClient,
-    departments: HashMap<String, Department>,
-}
-
-impl DepartmentCache {
-    /// Loads every department.
-    pub async fn load(hr: &Hr) -> Result<DepartmentCache> {
-        let mut cache = DepartmentCache {
-            table: hr.table.clone(),
-            departments: HashMap::new(),
-        };
-        cache.refresh().await?;
-        Ok(cache)
-    }
-
-    /// Reloads every department.
-    pub async fn refresh(&mut self) -> Result<()> {
-        let rows = self
-            .table
-            .query::<Department>()
-            .filter(Filter::eq("RowKey", DEPARTMENT_ROW))
-            .all()
-            .await?;
-        self.departments = rows
-            .into_iter()
-            .map(|row| (row.key.partition_key, row.value))
-            .collect();
-        Ok(())
-    }
-
-    /// A department by id, from the cache.
-    pub fn get(&self, department_id: &str) -> Option<&Department> {
-        self.departments.get(department_id)
-    }
-
-    /// Pairs each employee with its department, from the cache.
-    pub fn decorate<'a>(
-        &'a self,
-        department_id: &str,
-        employees: &'a [Employee],
-    ) -> Vec<(&'a Employee, Option<&'a Department>)> {
-        let department = self.get(department_id);
-        employees
-            .iter()
-            .map(|employee| (employee, department))
-            .collect()
     }
 }
