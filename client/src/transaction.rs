@@ -86,6 +86,16 @@ impl Transaction {
         Ok(key)
     }
 
+    /// Admits the row and serializes its entity.
+    fn admit_entity<T: Serialize + ?Sized>(
+        &mut self,
+        key: EntityKey,
+        value: &T,
+    ) -> Result<Option<pb::Entity>> {
+        let key = self.admit(key)?;
+        Ok(Some(wire(&key, value)?))
+    }
+
     fn push(&mut self, operation: Operation) -> &mut Self {
         self.operations.push(pb::TransactionOperation {
             operation: Some(operation),
@@ -99,8 +109,7 @@ impl Transaction {
         key: impl Into<EntityKey>,
         value: &T,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
-        let entity = Some(wire(&key, value)?);
+        let entity = self.admit_entity(key.into(), value)?;
         Ok(self.push(Operation::Insert(pb::InsertOperation { entity })))
     }
 
@@ -111,8 +120,7 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
-        let entity = Some(wire(&key, value)?);
+        let entity = self.admit_entity(key.into(), value)?;
         Ok(self.push(Operation::Update(pb::UpdateOperation {
             entity,
             if_match: if_match.into().to_wire(),
@@ -126,8 +134,7 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
-        let entity = Some(wire(&key, value)?);
+        let entity = self.admit_entity(key.into(), value)?;
         Ok(self.push(Operation::Merge(pb::MergeOperation {
             entity,
             if_match: if_match.into().to_wire(),
@@ -141,8 +148,7 @@ impl Transaction {
         value: &T,
         mode: UpsertMode,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
-        let entity = Some(wire(&key, value)?);
+        let entity = self.admit_entity(key.into(), value)?;
         Ok(self.push(Operation::Upsert(pb::UpsertOperation {
             entity,
             mode: upsert_mode(mode) as i32,
