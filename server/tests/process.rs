@@ -1,88 +1,14 @@
 //! The built `trestle-server` binary as a child process: acknowledged writes survive SIGKILL with
 //! no transaction partly applied, and SIGTERM shuts down cleanly with exit code 0.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::{entity, insert_op, int64, Client, ServerProcess};
 use trestle_proto::pb;
-
-type Client = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
-
-/// A `trestle-server` child process on an ephemeral port.
-struct ServerProcess {
-    child: Child,
-    addr: String,
-}
-
-impl ServerProcess {
-    /// Starts the binary on `data_dir` and reads the address it bound from its log.
-    fn start(data_dir: &Path) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_trestle-server"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start trestle-server");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("server exited before serving")
-                .expect("log line");
-            if let Some(rest) = line.split("addr=").nth(1) {
-                break rest.split_whitespace().next().expect("address").to_owned();
-            }
-        };
-        // Keep draining the log so the child never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        ServerProcess { child, addr }
-    }
-
-    async fn client(&self) -> Client {
-        Client::connect(format!("http://{}", self.addr))
-            .await
-            .expect("connect")
-    }
-
-    fn kill_9(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-    }
-}
-
-fn entity(pk: &str, rk: &str, properties: &[(&str, i64)]) -> pb::Entity {
-    pb::Entity {
-        partition_key: pk.into(),
-        row_key: rk.into(),
-        properties: properties
-            .iter()
-            .map(|(name, v)| {
-                (
-                    name.to_string(),
-                    pb::Value {
-                        kind: Some(pb::value::Kind::Int64Value(*v)),
-                    },
-                )
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
-    pb::TransactionOperation {
-        operation: Some(pb::transaction_operation::Operation::Insert(
-            pb::InsertOperation {
-                entity: Some(entity),
-            },
-        )),
-    }
-}
 
 const TABLE: &str = "Durable";
 const TX_ROWS: usize = 5;
@@ -139,34 +65,8 @@ async fn load(mut client: Client, cycle: u32, writer: u32, acked: Arc<Mutex<Ackn
     }
 }
 
-/// Every entity of the table, by (pk, rk).
 async fn all_entities(client: &mut Client) -> BTreeMap<(String, String), pb::Entity> {
-    let mut all = BTreeMap::new();
-    let mut request = pb::QueryEntitiesRequest {
-        table: TABLE.into(),
-        ..Default::default()
-    };
-    loop {
-        let page = client
-            .query_entities(request.clone())
-            .await
-            .expect("query")
-            .into_inner();
-        for e in page.entities {
-            all.insert((e.partition_key.clone(), e.row_key.clone()), e);
-        }
-        if page.continuation_token.is_empty() {
-            return all;
-        }
-        request.continuation_token = page.continuation_token;
-    }
-}
-
-fn int64(entity: &pb::Entity, name: &str) -> i64 {
-    match entity.properties[name].kind {
-        Some(pb::value::Kind::Int64Value(v)) => v,
-        ref other => panic!("{name} is {other:?}"),
-    }
+    support::all_entities(client, TABLE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,7 +146,7 @@ async fn acknowledged_writes_survive_sigkill_and_no_transaction_is_partial() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_flushes_and_exits_zero() {
     let data_dir = tempfile::tempdir().unwrap();
-    let mut server = ServerProcess::start(data_dir.path());
+    let server = ServerProcess::start(data_dir.path());
     let mut client = server.client().await;
     client
         .create_table(pb::CreateTableRequest {
@@ -259,12 +159,7 @@ async fn sigterm_finishes_flushes_and_exits_zero() {
         entity: Some(entity("p", "r", &[("V", 1)])),
     };
     client.insert_entity(request).await.unwrap();
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = server.child.wait().unwrap();
+    let exit = server.terminate();
     assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
 
     let restarted = ServerProcess::start(data_dir.path());

@@ -13,6 +13,9 @@ pub enum StorageError {
     /// A stored record could not be decoded.
     #[error("corrupt record: {0}")]
     Corrupt(String),
+    /// The data directory was written by a newer build, in a format this one cannot read.
+    #[error("the data directory has format version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was read or changed)")]
+    UnsupportedFormat { found: u32, supported: u32 },
 }
 
 /// Why a commit refused an operation (an expected outcome, not a fault).

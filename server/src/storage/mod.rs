@@ -7,6 +7,7 @@ mod clock;
 mod codec;
 mod durability;
 mod error;
+mod format;
 mod key;
 mod locks;
 mod table;
@@ -20,6 +21,7 @@ use std::thread::JoinHandle;
 use catalog::{TableRecord, TableState};
 pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
+pub use format::{CURRENT_FORMAT, FORMAT_KEY};
 pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
 pub use table::{decode_entity, Committed, Table, Visit, Visitor};
 
@@ -97,6 +99,7 @@ impl Store {
             config = config.flush_every_ms(Some(flush_every_ms));
         }
         let db = config.open()?;
+        format::check_or_mark(&db)?;
         let catalog = db.open_tree(CATALOG_TREE)?;
         let shared = Arc::new(Shared {
             locks: locks::PartitionLocks::default(),

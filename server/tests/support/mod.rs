@@ -1,0 +1,166 @@
+//! The built `trestle-server` binary as a child process on an ephemeral port, shared by the
+//! process-level tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use trestle_proto::pb;
+
+/// A raw gRPC client of the table service.
+pub type Client = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
+
+/// A running `trestle-server` child process.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl ServerProcess {
+    /// Starts the binary on `data_dir` with default flags.
+    pub fn start(data_dir: &Path) -> ServerProcess {
+        ServerProcess::start_with(data_dir, &[])
+    }
+
+    /// Starts the binary on `data_dir` with `extra` flags, and reads the address it bound from its
+    /// log.
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> ServerProcess {
+        let mut child = command(data_dir, extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start trestle-server");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("server exited before serving")
+                .expect("log line");
+            if let Some(rest) = line.split("addr=").nth(1) {
+                break rest.split_whitespace().next().expect("address").to_owned();
+            }
+        };
+        // Keep draining the log so the child never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        ServerProcess { child, addr }
+    }
+
+    /// Runs the binary on `data_dir` with `extra` flags to its exit, for starts that must fail:
+    /// the exit status and everything it printed.
+    pub fn run_to_exit(data_dir: &Path, extra: &[&str]) -> (ExitStatus, String) {
+        let output = command(data_dir, extra)
+            .output()
+            .expect("run trestle-server");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status, printed)
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        self.child.wait().expect("reap")
+    }
+}
+
+impl Drop for ServerProcess {
+    /// A test that fails midway must not leave its server running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn command(data_dir: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trestle-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .args(extra);
+    command
+}
+
+/// An entity with int64 properties.
+pub fn entity(pk: &str, rk: &str, properties: &[(&str, i64)]) -> pb::Entity {
+    pb::Entity {
+        partition_key: pk.into(),
+        row_key: rk.into(),
+        properties: properties
+            .iter()
+            .map(|(name, v)| {
+                (
+                    name.to_string(),
+                    pb::Value {
+                        kind: Some(pb::value::Kind::Int64Value(*v)),
+                    },
+                )
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A transaction operation inserting `entity`.
+pub fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
+    pb::TransactionOperation {
+        operation: Some(pb::transaction_operation::Operation::Insert(
+            pb::InsertOperation {
+                entity: Some(entity),
+            },
+        )),
+    }
+}
+
+/// Every entity of `table`, by (pk, rk), read page by page.
+pub async fn all_entities(
+    client: &mut Client,
+    table: &str,
+) -> std::collections::BTreeMap<(String, String), pb::Entity> {
+    let mut all = std::collections::BTreeMap::new();
+    let mut request = pb::QueryEntitiesRequest {
+        table: table.into(),
+        ..Default::default()
+    };
+    loop {
+        let page = client
+            .query_entities(request.clone())
+            .await
+            .expect("query")
+            .into_inner();
+        for e in page.entities {
+            all.insert((e.partition_key.clone(), e.row_key.clone()), e);
+        }
+        if page.continuation_token.is_empty() {
+            return all;
+        }
+        request.continuation_token = page.continuation_token;
+    }
+}
+
+/// The int64 property `name` of `entity`.
+pub fn int64(entity: &pb::Entity, name: &str) -> i64 {
+    match entity.properties[name].kind {
+        Some(pb::value::Kind::Int64Value(v)) => v,
+        ref other => panic!("{name} is {other:?}"),
+    }
+}
