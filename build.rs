@@ -1,5 +1,5 @@
 //! Generates the wire contract from `proto/` with protox (no system `protoc` needed) and writes the
-//! encoded file descriptor set that server reflection serves; also the benchmark's echo service.
+//! encoded file descriptor set that server reflection serves; also the benchmark's echo service and the access-token claims.
 
 use std::{env, fs, path::PathBuf};
 
@@ -8,6 +8,7 @@ use prost::Message;
 const PROTO_ROOT: &str = "proto";
 const PROTO_FILE: &str = "proto/trestle/v1/trestle.proto";
 const ECHO_PROTO_FILE: &str = "proto/trestle/bench/v1/echo.proto";
+const ACCESS_PROTO_FILE: &str = "proto/trestle/access/v1/access.proto";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
@@ -23,5 +24,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The benchmark's echo baseline: generated code only, never served by trestle-server.
     tonic_prost_build::configure()
         .compile_fds(protox::compile([ECHO_PROTO_FILE], [PROTO_ROOT])?)?;
+    // The claims of scoped access tokens: carried in request metadata, not a service.
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_fds(protox::compile([ACCESS_PROTO_FILE], [PROTO_ROOT])?)?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! The Trestle wire contract: the `trestle.v1` gRPC types and stubs generated from
 //! `proto/trestle/v1/trestle.proto`, and the encoded descriptor set that server reflection serves.
 //!
-//! Both the server and the SDK depend on this crate, so the contract is compiled once and can never
-//! drift between them.
+//! Both the server and the SDK depend on this crate, so the contract (the access-token format in
+//! [`access`] included) is compiled once and can never drift between them.
 
+pub mod access;
 pub mod datetime;
 
 /// Generated `trestle.v1` messages, client and server stubs.

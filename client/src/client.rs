@@ -1,17 +1,49 @@
 //! The connection: [`Client`], its builder, and the retry policy.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use trestle_proto::pb;
 use trestle_proto::pb::table_service_client::TableServiceClient;
 
 use crate::error::{Error, Result};
 use crate::table::TableClient;
 
-/// The generated gRPC stub the client drives.
-pub(crate) type Stub = TableServiceClient<Channel>;
+/// The generated gRPC stub the client drives, every request carrying the credential.
+pub(crate) type Stub = TableServiceClient<InterceptedService<Channel, Credential>>;
+
+/// Adds `authorization: Bearer …` to every request when a credential is set.
+#[derive(Clone, Default)]
+pub(crate) struct Credential(Option<MetadataValue<Ascii>>);
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Credential(<redacted>)"
+        } else {
+            "Credential(None)"
+        })
+    }
+}
+
+impl Interceptor for Credential {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
 
 /// The address [`Client::builder`] uses unless told otherwise.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
@@ -62,6 +94,26 @@ pub struct ClientBuilder {
     endpoint: String,
     timeout: Duration,
     retry: RetryPolicy,
+    token: Option<Secret>,
+    ca: Option<CaSource>,
+    tls_domain: Option<String>,
+}
+
+/// A credential kept out of `Debug` output.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Where the certificate authority for `https://` endpoints comes from.
+#[derive(Debug, Clone)]
+enum CaSource {
+    Pem(Vec<u8>),
+    File(PathBuf),
 }
 
 impl ClientBuilder {
@@ -83,24 +135,82 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects.
+    /// The credential sent with every request: a scoped access token (see [`crate::keys::mint`]
+    /// and `trestle-server token`) or, for operators, an account key's secret.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(Secret(token.into()));
+        self
+    }
+
+    /// Trust this PEM certificate authority for an `https://` endpoint (instead of the system's
+    /// roots).
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca = Some(CaSource::Pem(pem.into()));
+        self
+    }
+
+    /// Trust the PEM certificate authority in `path` for an `https://` endpoint.
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca = Some(CaSource::File(path.into()));
+        self
+    }
+
+    /// The name the server's certificate must carry, when it is not the endpoint's host.
+    pub fn tls_domain(mut self, domain: impl Into<String>) -> Self {
+        self.tls_domain = Some(domain.into());
+        self
+    }
+
+    /// Connects; an `https://` endpoint is reached over TLS, checked against the configured
+    /// authority or else the system's roots.
     pub async fn connect(self) -> Result<Client> {
-        let endpoint = Endpoint::from_shared(self.endpoint.clone())
+        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
             .map_err(|e| Error::invalid(format!("endpoint '{}': {e}", self.endpoint)))?
             .timeout(self.timeout)
             .tcp_nodelay(true);
+        if self.endpoint.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(self.tls_config()?)
+                .map_err(|e| Error::invalid(format!("TLS settings: {e}")))?;
+        }
+        let credential = match &self.token {
+            Some(Secret(token)) => Credential(Some(
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| Error::invalid("the token is not printable ASCII"))?,
+            )),
+            None => Credential(None),
+        };
         let channel = endpoint.connect().await.map_err(Error::from_transport)?;
         Ok(Client {
-            inner: TableServiceClient::new(channel).max_decoding_message_size(16 << 20),
+            inner: TableServiceClient::with_interceptor(channel, credential)
+                .max_decoding_message_size(16 << 20),
             retry: self.retry,
         })
+    }
+
+    fn tls_config(&self) -> Result<ClientTlsConfig> {
+        let mut tls = ClientTlsConfig::new();
+        tls = match &self.ca {
+            Some(CaSource::Pem(pem)) => tls.ca_certificate(Certificate::from_pem(pem)),
+            Some(CaSource::File(path)) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| Error::invalid(format!("CA file {}: {e}", path.display())))?;
+                tls.ca_certificate(Certificate::from_pem(pem))
+            }
+            None => tls.with_native_roots(),
+        };
+        if let Some(domain) = &self.tls_domain {
+            tls = tls.domain_name(domain.clone());
+        }
+        Ok(tls)
     }
 }
 
 /// A connection to a Trestle server: one HTTP/2 channel, cheap to clone and share between tasks.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: TableServiceClient<Channel>,
+    inner: Stub,
     retry: RetryPolicy,
 }
 
@@ -117,6 +227,9 @@ impl Client {
             endpoint: DEFAULT_ENDPOINT.to_owned(),
             timeout: DEFAULT_TIMEOUT,
             retry: RetryPolicy::default(),
+            token: None,
+            ca: None,
+            tls_domain: None,
         }
     }
 
@@ -180,6 +293,7 @@ impl Client {
                 Err(status) => {
                     let error = Error::from_status(status);
                     let retryable = error.never_sent()
+                        || error.kind() == crate::ErrorKind::Busy
                         || (idempotent && error.kind() == crate::ErrorKind::Unavailable);
                     if !retryable || attempt >= self.retry.max_attempts {
                         return Err(error);

@@ -22,6 +22,15 @@ pub enum ErrorKind {
     Unavailable,
     /// The request timed out.
     Timeout,
+    /// No valid credential (`AuthenticationFailed`): missing, expired, tampered or unknown key.
+    Unauthenticated,
+    /// The credential does not allow this (`AuthorizationPermissionMismatch`,
+    /// `AuthorizationResourceTypeMismatch`, `AuthorizationFailure`).
+    PermissionDenied,
+    /// The server turned the request away before doing anything (`ServerBusy`); safe to retry.
+    Busy,
+    /// The server's disk is full (`InsufficientStorage`): writes are refused, reads go on.
+    StorageFull,
     /// A value could not be mapped to or from entity properties.
     Mapping,
     /// The server failed.
@@ -123,7 +132,13 @@ impl Error {
             Code::AlreadyExists => ErrorKind::Conflict,
             Code::FailedPrecondition => ErrorKind::PreconditionFailed,
             Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidInput,
-            Code::ResourceExhausted => ErrorKind::TooLarge,
+            Code::ResourceExhausted => match info.map(|i| i.reason.as_str()) {
+                Some("ServerBusy") => ErrorKind::Busy,
+                Some("InsufficientStorage") => ErrorKind::StorageFull,
+                _ => ErrorKind::TooLarge,
+            },
+            Code::Unauthenticated => ErrorKind::Unauthenticated,
+            Code::PermissionDenied => ErrorKind::PermissionDenied,
             Code::Unavailable | Code::Cancelled => ErrorKind::Unavailable,
             Code::DeadlineExceeded => ErrorKind::Timeout,
             _ => ErrorKind::Internal,

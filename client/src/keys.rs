@@ -1,7 +1,27 @@
 //! Key helpers for the table-design patterns: each builds row or partition keys whose byte order
 //! is the order a query needs.
+//!
+//! And the other keys: account keys and scoped access tokens. A service holding the key file mints
+//! a token for exactly what a client may touch, and the client connects with
+//! [`crate::ClientBuilder::token`]:
+//!
+//! ```no_run
+//! use trestle_client::keys::{self, Grant, KeyBounds, KeyRing, Permissions};
+//!
+//! # fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let ring = KeyRing::load("trestle.keys".as_ref())?;
+//! let mut grant = Grant::new(Permissions::parse("ra")?, 900);
+//! grant.table = Some("Orders".into());
+//! grant.partitions = KeyBounds { start: Some("customer-42".into()), end: Some("customer-43".into()) };
+//! let token = keys::mint(ring.signing_key(), &grant);
+//! # Ok(()) }
+//! ```
 
 use crate::value::DateTime;
+
+pub use trestle_proto::access::{
+    mint, AccountKey, Grant, KeyBounds, KeyError, KeyRing, Permissions, TokenError,
+};
 
 /// The separator of [`compound`] keys.
 pub const SEPARATOR: char = '_';

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::auth::Authenticator;
 use crate::storage::{Durability, StoreOptions};
 
 /// Where the server listens by default: loopback only; opening wider is an explicit choice.
@@ -12,6 +13,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
 /// transaction gets `RequestBodyTooLarge` rather than a transport error.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Requests in flight at once by default; past it requests get `ServerBusy`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+/// Concurrent HTTP/2 streams (calls) one connection may open by default.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+
 /// What the library needs to serve.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -19,6 +25,16 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Store settings.
     pub store: StoreOptions,
+    /// Who may do what; open (no keys) by default, which only a loopback listener allows.
+    pub authenticator: Authenticator,
+    /// Serve open mode on a non-loopback address anyway.
+    pub insecure_open: bool,
+    /// Health and reflection need a credential too (they are open by default).
+    pub protect_introspection: bool,
+    /// Serve TLS with this certificate chain and key.
+    pub tls: Option<TlsIdentity>,
+    /// Request limits.
+    pub limits: Limits,
 }
 
 impl Config {
@@ -27,6 +43,47 @@ impl Config {
         Config {
             data_dir: data_dir.into(),
             store: StoreOptions::default(),
+            authenticator: Authenticator::open(),
+            insecure_open: false,
+            protect_introspection: false,
+            tls: None,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A PEM certificate chain and its private key.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// The certificate chain, PEM.
+    pub cert_pem: Vec<u8>,
+    /// The private key, PEM.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity { key: <redacted> }")
+    }
+}
+
+/// Bounds on what clients can make the server hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest request message decoded, in bytes.
+    pub max_message_bytes: usize,
+    /// Requests in flight at once (a stream counts until it ends).
+    pub max_in_flight: usize,
+    /// Concurrent calls per connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
         }
     }
 }
@@ -40,14 +97,69 @@ pub enum LogFormat {
     Json,
 }
 
-/// The `trestle-server` command line.
+/// The `trestle-server` command line: serve (no subcommand), or a key or token tool.
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "trestle-server",
     version,
-    about = "Trestle: a durable partitioned entity store with Azure Table semantics, over gRPC"
+    about = "Trestle: a durable partitioned entity store with Azure Table semantics, over gRPC",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Args {
+    /// A tool to run instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// How to serve.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// The tools beside serving.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Write a new key file (one random account key) readable only by its owner.
+    Keygen {
+        /// The file to create; an existing file is never overwritten.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print a scoped access token signed with the key file's first key.
+    Token(TokenArgs),
+}
+
+/// `trestle-server token`.
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// The key file whose first key signs.
+    #[arg(long)]
+    pub key_file: PathBuf,
+    /// Granted operations: r read, a add, u update, d delete, l list tables, c create/delete
+    /// tables (e.g. `rau`).
+    #[arg(long)]
+    pub permissions: String,
+    /// The one table the token is for; every table when absent.
+    #[arg(long)]
+    pub table: Option<String>,
+    /// Smallest PartitionKey covered (inclusive).
+    #[arg(long)]
+    pub partition_start: Option<String>,
+    /// First PartitionKey past the range (exclusive).
+    #[arg(long)]
+    pub partition_end: Option<String>,
+    /// Smallest RowKey covered in each partition (inclusive).
+    #[arg(long)]
+    pub row_start: Option<String>,
+    /// First RowKey past the range (exclusive).
+    #[arg(long)]
+    pub row_end: Option<String>,
+    /// Seconds the token is valid from now.
+    #[arg(long, default_value_t = 3600)]
+    pub ttl: u64,
+}
+
+/// The flags of the server itself.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -67,22 +179,95 @@ pub struct Args {
     /// Bound of the page cache, in MiB.
     #[arg(long, env = "TRESTLE_CACHE_MIB", default_value_t = 64)]
     pub cache_mib: u64,
+    /// Refuse writes while the data directory's disk has less free space than this, in MiB.
+    #[arg(long, env = "TRESTLE_MIN_FREE_MIB", default_value_t = 64)]
+    pub min_free_mib: u64,
+    /// Account keys (see `trestle-server keygen`): requests then need a key or a token. Without
+    /// it the server is open, which it allows only on a loopback address.
+    #[arg(long, env = "TRESTLE_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Serve with no key file on a non-loopback address: anyone who reaches it can do anything.
+    #[arg(long)]
+    pub insecure_open: bool,
+    /// Require a credential for health checks and reflection too.
+    #[arg(long)]
+    pub protect_introspection: bool,
+    /// Serve TLS with this PEM certificate chain (needs `--tls-key`).
+    #[arg(long, env = "TRESTLE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "TRESTLE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Requests in flight at once; past it requests get RESOURCE_EXHAUSTED `ServerBusy`.
+    #[arg(long, default_value_t = DEFAULT_MAX_IN_FLIGHT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_in_flight: usize,
+    /// Concurrent calls one connection may open.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
+    pub max_concurrent_streams: u32,
+    /// Largest request message, in MiB.
+    #[arg(long, default_value_t = 16,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_message_mib: usize,
 }
 
-impl Args {
-    /// The library configuration these arguments describe.
-    pub fn config(&self) -> Config {
+/// Why the command line's files could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The key file.
+    #[error("key file: {0}")]
+    Keys(#[from] trestle_proto::access::KeyError),
+    /// A TLS file.
+    #[error("{path}: {source}")]
+    Tls {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl ServeArgs {
+    /// The library configuration these arguments describe, with the key and TLS files read.
+    pub fn config(&self) -> Result<Config, ConfigError> {
         let durability = match self.relaxed_flush_ms {
             Some(flush_every_ms) => Durability::Periodic { flush_every_ms },
             None => Durability::Sync,
         };
-        Config {
+        let authenticator = match &self.key_file {
+            Some(path) => Authenticator::with_keys(trestle_proto::access::KeyRing::load(path)?),
+            None => Authenticator::open(),
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| ConfigError::Tls {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsIdentity {
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+            }),
+            _ => None,
+        };
+        Ok(Config {
             data_dir: self.data_dir.clone(),
             store: StoreOptions {
                 cache_bytes: self.cache_mib * 1024 * 1024,
                 durability,
+                min_free_bytes: self.min_free_mib * 1024 * 1024,
                 ..StoreOptions::default()
             },
-        }
+            authenticator,
+            insecure_open: self.insecure_open,
+            protect_introspection: self.protect_introspection,
+            tls,
+            limits: Limits {
+                max_message_bytes: self.max_message_mib * 1024 * 1024,
+                max_in_flight: self.max_in_flight,
+                max_concurrent_streams: self.max_concurrent_streams,
+            },
+        })
     }
 }

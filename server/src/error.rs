@@ -48,6 +48,20 @@ pub enum ErrorCode {
     RequestBodyTooLarge,
     /// The server failed; the details are in its log.
     InternalError,
+    /// No valid credential: missing, malformed, tampered, expired or signed by an unknown key.
+    AuthenticationFailed,
+    /// The credential does not grant this operation (a permission letter is missing).
+    AuthorizationPermissionMismatch,
+    /// The credential is for another table, or a table-scoped token was used on the service.
+    AuthorizationResourceTypeMismatch,
+    /// The request touches keys outside the credential's granted range.
+    AuthorizationFailure,
+    /// Too many requests are in flight; retry with backoff.
+    ServerBusy,
+    /// The request's deadline passed before it finished.
+    OperationTimedOut,
+    /// The data directory's disk is (nearly) full: writes are refused, reads go on.
+    InsufficientStorage,
 }
 
 impl ErrorCode {
@@ -75,6 +89,13 @@ impl ErrorCode {
             }
             ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
             ErrorCode::InternalError => "InternalError",
+            ErrorCode::AuthenticationFailed => "AuthenticationFailed",
+            ErrorCode::AuthorizationPermissionMismatch => "AuthorizationPermissionMismatch",
+            ErrorCode::AuthorizationResourceTypeMismatch => "AuthorizationResourceTypeMismatch",
+            ErrorCode::AuthorizationFailure => "AuthorizationFailure",
+            ErrorCode::ServerBusy => "ServerBusy",
+            ErrorCode::OperationTimedOut => "OperationTimedOut",
+            ErrorCode::InsufficientStorage => "InsufficientStorage",
         }
     }
 }
@@ -139,7 +160,10 @@ pub enum TableError {
         index: usize,
         source: Box<TableError>,
     },
-    /// A storage fault (never shown to clients).
+    /// The request's deadline passed; the work stopped.
+    #[error("the request's deadline passed before it finished")]
+    DeadlineExceeded,
+    /// A storage fault (never shown to clients, except a full disk).
     #[error("storage fault: {0}")]
     Storage(#[from] StorageError),
 }
@@ -164,6 +188,8 @@ impl TableError {
             TableError::DuplicateRow { .. } => ErrorCode::InvalidDuplicateRow,
             TableError::RequestTooLarge { .. } => ErrorCode::RequestBodyTooLarge,
             TableError::Operation { source, .. } => source.code(),
+            TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,
+            TableError::Storage(fault) if fault.is_disk_full() => ErrorCode::InsufficientStorage,
             TableError::Storage(_) => ErrorCode::InternalError,
         }
     }

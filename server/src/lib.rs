@@ -7,8 +7,10 @@
 //! - [`query`], [`transaction`]: query and transaction rules;
 //! - [`engine`]: Azure Table semantics over the store (queries run by `scan`), with
 //!   [`error::TableError`];
+//! - [`auth`]: account keys and scoped tokens checked against what a request touches;
 //! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`.
 
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -24,6 +26,7 @@ use std::sync::Arc;
 
 pub use config::{Args, Config};
 pub use engine::Engine;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use trestle_proto::pb::table_service_server::TableServiceServer;
 
@@ -45,6 +48,9 @@ pub enum ServeError {
     /// A startup task failed.
     #[error("startup: {0}")]
     Startup(#[from] tokio::task::JoinError),
+    /// Open mode (no key file) on an address others can reach.
+    #[error("refusing to serve without a key file on {0}, which is not a loopback address: pass --key-file (or --insecure-open to accept that anyone reaching it can do anything)")]
+    OpenModeExposed(std::net::SocketAddr),
 }
 
 /// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha) on
@@ -54,13 +60,25 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if config.authenticator.is_open() {
+        if !addr.ip().is_loopback() && !config.insecure_open {
+            return Err(ServeError::OpenModeExposed(addr));
+        }
+        tracing::warn!(%addr, "OPEN MODE: no key file, every request has full access; fine for local development only");
+    }
     let engine = {
         let config = config.clone();
         tokio::task::spawn_blocking(move || Engine::open(&config.data_dir, config.store)).await??
     };
     let engine = Arc::new(engine);
-    let table_service = TableServiceServer::new(grpc::TableApi::new(engine.clone()))
-        .max_decoding_message_size(config::MAX_MESSAGE_BYTES);
+    let api = grpc::TableApi::new(
+        engine.clone(),
+        config.authenticator.clone(),
+        config.limits.max_in_flight,
+    );
+    let table_service =
+        TableServiceServer::new(api).max_decoding_message_size(config.limits.max_message_bytes);
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<TableServiceServer<grpc::TableApi>>()
@@ -71,13 +89,32 @@ pub async fn serve(
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
-    tonic::transport::Server::builder()
+    let introspection = grpc::introspection_guard(
+        config
+            .protect_introspection
+            .then(|| config.authenticator.clone()),
+    );
+    let mut server = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.limits.max_concurrent_streams));
+    if let Some(identity) = &config.tls {
+        let identity = tonic::transport::Identity::from_pem(&identity.cert_pem, &identity.key_pem);
+        server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+    }
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");
+    server
         .add_service(table_service)
-        .add_service(health_service)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_service(InterceptedService::new(
+            health_service,
+            introspection.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            reflection().build_v1()?,
+            introspection.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            reflection().build_v1alpha()?,
+            introspection,
+        ))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,

@@ -116,6 +116,12 @@ impl Scan {
         on_match: &mut dyn FnMut(StoredEntity),
     ) -> Result<Chunk, TableError> {
         let started = Instant::now();
+        let deadline = self.spec.deadline;
+        let past_deadline = |now: Instant| deadline.is_some_and(|deadline| now >= deadline);
+        if past_deadline(started) {
+            return Err(TableError::DeadlineExceeded);
+        }
+        let mut timed_out = false;
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
@@ -130,7 +136,12 @@ impl Scan {
         let resume_at = self
             .table
             .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
-                let over_time = examined % 256 == 255 && started.elapsed() > CHUNK_TIME_BUDGET;
+                let mut over_time = false;
+                if examined % 256 == 255 {
+                    let now = Instant::now();
+                    timed_out = past_deadline(now);
+                    over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
+                }
                 if matches >= limit
                     || bytes >= byte_budget
                     || examined >= MAX_EXAMINED_PER_CHUNK
@@ -150,6 +161,9 @@ impl Scan {
                 on_match(entity.project(&self.spec.select));
                 Ok(Visit::Next)
             })?;
+        if timed_out {
+            return Err(TableError::DeadlineExceeded);
+        }
         Ok(Chunk {
             resume_at,
             examined,

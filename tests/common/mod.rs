@@ -11,7 +11,23 @@ use tonic_types::StatusExt;
 use trestle_proto::pb;
 
 /// The generated gRPC client: these tests speak the wire contract directly.
-pub type RawClient = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
+pub type RawClient = pb::table_service_client::TableServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
+
+/// Sends `authorization: Bearer <credential>` with every request, when set.
+#[derive(Clone, Default)]
+pub struct Bearer(pub Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(credential) = &self.0 {
+            let value = format!("Bearer {credential}").parse().expect("ASCII");
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+}
 
 /// A running server; shuts down when dropped.
 pub struct TestServer {
@@ -55,9 +71,23 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 
-    /// A client connected to this server.
+    /// A client connected to this server, with no credential.
     pub async fn client(&self) -> RawClient {
-        RawClient::connect(self.endpoint()).await.expect("connect")
+        self.client_with(Bearer(None)).await
+    }
+
+    /// A client sending `credential` (a token or an account key) with every request.
+    pub async fn client_as(&self, credential: &str) -> RawClient {
+        self.client_with(Bearer(Some(credential.to_owned()))).await
+    }
+
+    async fn client_with(&self, bearer: Bearer) -> RawClient {
+        let channel = tonic::transport::Endpoint::from_shared(self.endpoint())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        pb::table_service_client::TableServiceClient::with_interceptor(channel, bearer)
     }
 
     /// An SDK client connected to this server.

@@ -2,18 +2,23 @@
 //! runs the engine on the blocking pool, and converts the answer or the error.
 
 mod convert;
+mod deadline;
 mod status;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Instant;
 
 use prost::Message;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
+use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 
+use crate::auth::{needed_for, Access, Authenticator};
 use crate::engine::{Engine, Pending};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{IfMatch, Operation};
@@ -26,16 +31,63 @@ pub struct TableApi {
     engine: Arc<Engine>,
     /// The highest durable ticket, published by the store's flusher.
     durable: tokio::sync::watch::Receiver<Ticket>,
+    authenticator: Authenticator,
+    /// One permit per request in flight (a stream holds its permit until it ends).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max_in_flight: usize,
+}
+
+/// A request let in: what its credential grants, its deadline, and its in-flight permit.
+struct Admitted {
+    access: Access,
+    deadline: Option<Instant>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl TableApi {
-    /// Serves `engine`.
-    pub fn new(engine: Arc<Engine>) -> TableApi {
+    /// Serves `engine`, letting in what `authenticator` accepts, at most `max_in_flight` requests
+    /// at a time.
+    pub fn new(
+        engine: Arc<Engine>,
+        authenticator: Authenticator,
+        max_in_flight: usize,
+    ) -> TableApi {
         let (publish, durable) = tokio::sync::watch::channel(engine.durable());
         engine.on_durable(Box::new(move |ticket| {
             publish.send_replace(ticket);
         }));
-        TableApi { engine, durable }
+        TableApi {
+            engine,
+            durable,
+            authenticator,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
+            max_in_flight,
+        }
+    }
+
+    /// Lets a request in: a free in-flight slot (else `ServerBusy`), then a valid credential.
+    fn admit<T>(&self, request: &Request<T>) -> Result<Admitted, Status> {
+        let permit = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| status::server_busy(self.max_in_flight))?;
+        let metadata = request.metadata();
+        let authorization = metadata
+            .get("authorization")
+            .and_then(|value| value.to_str().ok());
+        let access = self
+            .authenticator
+            .authenticate(authorization)
+            .map_err(|error| {
+                tracing::debug!(%error, "unauthenticated request");
+                status::auth_status(&error, None)
+            })?;
+        Ok(Admitted {
+            access,
+            deadline: deadline::from_metadata(metadata, Instant::now()),
+            permit,
+        })
     }
 
     /// Runs a write on the blocking pool, then waits (without holding a thread) until the group
@@ -72,23 +124,51 @@ impl TableApi {
             }
             Err(panicked) => {
                 tracing::error!(error = %panicked, "request task failed");
-                Err(Status::internal(
-                    "internal error; the server log has the details",
-                ))
+                Err(status::internal())
             }
         }
     }
 
     async fn write_entity(
         &self,
+        admitted: Admitted,
         table: String,
         operation: Operation,
     ) -> Result<Response<pb::Entity>, Status> {
+        let partition_key = operation.partition_key().unwrap_or_default();
+        admitted
+            .access
+            .entity(
+                &table,
+                needed_for(&operation),
+                partition_key,
+                operation.row_key(),
+            )
+            .map_err(|error| status::auth_status(&error, None))?;
         let stored = self
             .run_write(move |engine| engine.write(&table, operation))
             .await?;
         let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
         Ok(Response::new(convert::entity_to_pb(stored)))
+    }
+}
+
+/// The interceptor of health and reflection: lets every call in, or with `Some(authenticator)`
+/// only calls with a valid credential.
+pub fn introspection_guard(
+    authenticator: Option<Authenticator>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |request: Request<()>| {
+        if let Some(authenticator) = &authenticator {
+            let authorization = request
+                .metadata()
+                .get("authorization")
+                .and_then(|value| value.to_str().ok());
+            authenticator
+                .authenticate(authorization)
+                .map_err(|error| status::auth_status(&error, None))?;
+        }
+        Ok(request)
     }
 }
 
@@ -107,6 +187,8 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
         page_size: req.page_size,
         filter: req.filter,
         filter_expr: None,
+        scope: None,
+        deadline: None,
     };
     (req.table, spec, req.continuation_token)
 }
@@ -124,6 +206,20 @@ fn invalid(error: crate::model::ValidationError) -> Status {
     status::to_status(&TableError::Invalid(error))
 }
 
+/// Narrows a query to what `admitted` may read and gives it the caller's deadline.
+fn scoped_query(
+    admitted: &Admitted,
+    request: pb::QueryEntitiesRequest,
+) -> Result<(String, QuerySpec, String), Status> {
+    let (table, mut spec, continuation) = query_spec(request);
+    admitted
+        .access
+        .query(&table, &mut spec)
+        .map_err(|error| status::auth_status(&error, None))?;
+    spec.deadline = admitted.deadline;
+    Ok((table, spec, continuation))
+}
+
 #[tonic::async_trait]
 impl pb::table_service_server::TableService for TableApi {
     #[instrument(skip_all, fields(table = %request.get_ref().table))]
@@ -131,7 +227,12 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::CreateTableRequest>,
     ) -> Result<Response<pb::Table>, Status> {
+        let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
+        admitted
+            .access
+            .manage_table(&table)
+            .map_err(|error| status::auth_status(&error, None))?;
         let name = self.run(move |engine| engine.create_table(&table)).await?;
         tracing::info!(table = %name, "created table");
         Ok(Response::new(pb::Table {
@@ -144,7 +245,12 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::DeleteTableRequest>,
     ) -> Result<Response<pb::DeleteTableResponse>, Status> {
+        let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
+        admitted
+            .access
+            .manage_table(&table)
+            .map_err(|error| status::auth_status(&error, None))?;
         self.run(move |engine| engine.delete_table(&table)).await?;
         tracing::info!("deleted table");
         Ok(Response::new(pb::DeleteTableResponse {}))
@@ -155,6 +261,11 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::ListTablesRequest>,
     ) -> Result<Response<pb::ListTablesResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        admitted
+            .access
+            .list_tables()
+            .map_err(|error| status::auth_status(&error, None))?;
         let req = request.into_inner();
         let page = self
             .run(move |engine| engine.list_tables(&req.prefix, req.page_size, &req.page_token))
@@ -176,9 +287,10 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::InsertEntityRequest>,
     ) -> Result<Response<pb::Entity>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
-        self.write_entity(req.table, Operation::Insert(entity))
+        self.write_entity(admitted, req.table, Operation::Insert(entity))
             .await
     }
 
@@ -187,10 +299,11 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::UpdateEntityRequest>,
     ) -> Result<Response<pb::Entity>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        self.write_entity(req.table, Operation::Update(entity, if_match))
+        self.write_entity(admitted, req.table, Operation::Update(entity, if_match))
             .await
     }
 
@@ -199,10 +312,11 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::MergeEntityRequest>,
     ) -> Result<Response<pb::Entity>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        self.write_entity(req.table, Operation::Merge(entity, if_match))
+        self.write_entity(admitted, req.table, Operation::Merge(entity, if_match))
             .await
     }
 
@@ -211,10 +325,11 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::UpsertEntityRequest>,
     ) -> Result<Response<pb::Entity>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let mode = convert::upsert_mode(req.mode).map_err(invalid)?;
-        self.write_entity(req.table, Operation::Upsert(entity, mode))
+        self.write_entity(admitted, req.table, Operation::Upsert(entity, mode))
             .await
     }
 
@@ -223,9 +338,19 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::DeleteEntityRequest>,
     ) -> Result<Response<pb::DeleteEntityResponse>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
+        admitted
+            .access
+            .entity(
+                &req.table,
+                Permissions::DELETE,
+                &key.partition_key,
+                &key.row_key,
+            )
+            .map_err(|error| status::auth_status(&error, None))?;
         self.run_write(move |engine| engine.delete(&req.table, key, if_match))
             .await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
@@ -236,8 +361,18 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::GetEntityRequest>,
     ) -> Result<Response<pb::Entity>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
+        admitted
+            .access
+            .entity(
+                &req.table,
+                Permissions::READ,
+                &key.partition_key,
+                &key.row_key,
+            )
+            .map_err(|error| status::auth_status(&error, None))?;
         let entity = self
             .run(move |engine| engine.get(&req.table, key, req.select))
             .await?;
@@ -249,7 +384,8 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<pb::QueryEntitiesResponse>, Status> {
-        let (table, spec, continuation) = query_spec(request.into_inner());
+        let admitted = self.admit(&request)?;
+        let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let page = self
             .run(move |engine| engine.query(&table, spec, &continuation))
             .await?;
@@ -280,22 +416,37 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<Self::ScanEntitiesStream>, Status> {
-        let (table, spec, continuation) = query_spec(request.into_inner());
+        let admitted = self.admit(&request)?;
+        let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let (sender, receiver) = tokio::sync::mpsc::channel(STREAM_BUFFERED_BATCHES);
         let engine = self.engine.clone();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
+            // The stream counts as in flight until it ends.
+            let _permit = admitted.permit;
             let mut send = |batch: Vec<crate::model::StoredEntity>| {
                 let entities = batch.into_iter().map(convert::entity_to_pb).collect();
                 sender
                     .blocking_send(Ok(pb::ScanEntitiesResponse { entities }))
                     .is_ok()
             };
-            if let Err(error) = engine.stream(&table, spec, &continuation, &mut send) {
-                log_failure(&error);
-                let _ = sender.blocking_send(Err(status::to_status(&error)));
-            }
+            // A panic must end the stream with an error, never as if the scan were complete.
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                engine.stream(&table, spec, &continuation, &mut send)
+            }));
+            let failure = match outcome {
+                Ok(Ok(())) => return,
+                Ok(Err(error)) => {
+                    log_failure(&error);
+                    status::to_status(&error)
+                }
+                Err(_) => {
+                    tracing::error!("a streaming scan panicked");
+                    status::internal()
+                }
+            };
+            let _ = sender.blocking_send(Err(failure));
         });
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
@@ -305,7 +456,8 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<pb::CountEntitiesResponse>, Status> {
-        let (table, spec, continuation) = query_spec(request.into_inner());
+        let admitted = self.admit(&request)?;
+        let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let count = self
             .run(move |engine| engine.count(&table, spec, &continuation))
             .await?;
@@ -317,6 +469,7 @@ impl pb::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::SubmitTransactionRequest>,
     ) -> Result<Response<pb::SubmitTransactionResponse>, Status> {
+        let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let request_bytes = req.encoded_len();
         let operations = req
@@ -329,6 +482,10 @@ impl pb::table_service_server::TableService for TableApi {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| status::to_status(&error))?;
         let (table, partition_key) = (req.table, req.partition_key);
+        admitted
+            .access
+            .transaction(&table, &partition_key, &operations)
+            .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
         let results = self
             .run_write(move |engine| {
                 engine.transact(&table, &partition_key, operations, request_bytes)

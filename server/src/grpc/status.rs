@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::auth::AuthError;
 use crate::error::{ErrorCode, TableError};
 
 /// The `ErrorInfo.domain` of every Trestle error.
@@ -22,8 +23,38 @@ pub(crate) fn to_status(error: &TableError) -> Status {
         ErrorCode::InternalError => "internal error; the server log has the details".to_owned(),
         _ => error.to_string(),
     };
+    status(code, message, error.operation_index())
+}
+
+/// Converts a refused credential into the status sent to the client; `operation` is the failing
+/// operation of a transaction.
+pub(crate) fn auth_status(error: &AuthError, operation: Option<usize>) -> Status {
+    status(error.code(), error.to_string(), operation)
+}
+
+/// The status of a request turned away because `max_in_flight` requests are running.
+pub(crate) fn server_busy(max_in_flight: usize) -> Status {
+    status(
+        ErrorCode::ServerBusy,
+        format!(
+            "the server is at its limit of {max_in_flight} requests in flight; retry with backoff"
+        ),
+        None,
+    )
+}
+
+/// The status of a request whose handler panicked (the panic itself is logged).
+pub(crate) fn internal() -> Status {
+    status(
+        ErrorCode::InternalError,
+        "internal error; the server log has the details".to_owned(),
+        None,
+    )
+}
+
+fn status(code: ErrorCode, message: String, operation_index: Option<usize>) -> Status {
     let mut metadata = HashMap::new();
-    if let Some(index) = error.operation_index() {
+    if let Some(index) = operation_index {
         metadata.insert(OPERATION_INDEX_KEY.to_owned(), index.to_string());
     }
     let details = ErrorDetails::with_error_info(code.as_str(), ERROR_DOMAIN, metadata);
@@ -37,7 +68,15 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::TableBeingDeleted
         | ErrorCode::EntityAlreadyExists => Code::AlreadyExists,
         ErrorCode::UpdateConditionNotSatisfied => Code::FailedPrecondition,
-        ErrorCode::EntityTooLarge | ErrorCode::RequestBodyTooLarge => Code::ResourceExhausted,
+        ErrorCode::EntityTooLarge
+        | ErrorCode::RequestBodyTooLarge
+        | ErrorCode::ServerBusy
+        | ErrorCode::InsufficientStorage => Code::ResourceExhausted,
+        ErrorCode::AuthenticationFailed => Code::Unauthenticated,
+        ErrorCode::AuthorizationPermissionMismatch
+        | ErrorCode::AuthorizationResourceTypeMismatch
+        | ErrorCode::AuthorizationFailure => Code::PermissionDenied,
+        ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
         ErrorCode::InvalidInput
         | ErrorCode::OutOfRangeInput
         | ErrorCode::PropertiesNeedValue

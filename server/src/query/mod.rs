@@ -33,6 +33,11 @@ pub struct QuerySpec {
     pub filter: String,
     /// The parsed `filter`, set by [`QuerySpec::validate`].
     pub filter_expr: Option<Expr>,
+    /// A condition the caller's access imposes (a token's key range), ANDed with the filter by
+    /// [`QuerySpec::validate`]; not part of the filter text or its comparison limit.
+    pub scope: Option<Expr>,
+    /// When the caller stops waiting: the scan stops work and fails with `OperationTimedOut`.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl QuerySpec {
@@ -67,6 +72,12 @@ impl QuerySpec {
                 message: error.message,
             })?;
             self.filter_expr = Some(expr);
+        }
+        if let Some(scope) = self.scope.take() {
+            self.filter_expr = Some(match self.filter_expr.take() {
+                Some(filter) => Expr::And(Box::new(scope), Box::new(filter)),
+                None => scope,
+            });
         }
         self.select = validate_select(self.select)?;
         Ok(self)

@@ -10,12 +10,34 @@ pub enum StorageError {
     /// sled failed (I/O, or a corruption it detected).
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
+    /// The file system failed outside sled.
+    #[error("file system: {0}")]
+    Io(#[from] std::io::Error),
     /// A stored record could not be decoded.
     #[error("corrupt record: {0}")]
     Corrupt(String),
     /// The data directory was written by a newer build, in a format this one cannot read.
     #[error("the data directory has format version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was read or changed)")]
     UnsupportedFormat { found: u32, supported: u32 },
+    /// Free space on the data directory's disk is below the reserve: writes are refused before
+    /// they start, so sled never meets a full disk mid-write.
+    #[error("the data directory's disk has {free_mib} MiB free, below the {reserve_mib} MiB reserve; writes resume once space is freed")]
+    DiskFull { free_mib: u64, reserve_mib: u64 },
+}
+
+impl StorageError {
+    /// Whether the fault is a full disk: the reserve refused the write, or the file system
+    /// reported no space left (ENOSPC).
+    pub fn is_disk_full(&self) -> bool {
+        const ENOSPC: i32 = 28;
+        match self {
+            StorageError::DiskFull { .. } => true,
+            StorageError::Io(io) | StorageError::Sled(sled::Error::Io(io)) => {
+                io.raw_os_error() == Some(ENOSPC)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Why a commit refused an operation (an expected outcome, not a fault).

@@ -10,6 +10,7 @@ mod error;
 mod format;
 mod key;
 mod locks;
+mod space;
 mod table;
 
 use std::collections::HashMap;
@@ -37,6 +38,8 @@ pub struct StoreOptions {
     pub cache_bytes: u64,
     /// When writes are acknowledged.
     pub durability: Durability,
+    /// Writes are refused while the disk has less free space than this (0 = no reserve).
+    pub min_free_bytes: u64,
     /// Reclaim deleted tables in the background. Off only in tests that need to observe a table
     /// while it is being deleted; reclamation then waits for the next open.
     pub reclaim_deleted_tables: bool,
@@ -47,6 +50,7 @@ impl Default for StoreOptions {
         StoreOptions {
             cache_bytes: 64 * 1024 * 1024,
             durability: Durability::Sync,
+            min_free_bytes: 64 * 1024 * 1024,
             reclaim_deleted_tables: true,
         }
     }
@@ -67,6 +71,7 @@ struct Shared {
     locks: locks::PartitionLocks,
     durability: durability::GroupCommit,
     clock: clock::Clock,
+    space: space::SpaceReserve,
 }
 
 /// The store: a sled database holding every table.
@@ -105,6 +110,7 @@ impl Store {
             locks: locks::PartitionLocks::default(),
             durability: durability::GroupCommit::new(db.clone(), options.durability),
             clock: clock::Clock::default(),
+            space: space::SpaceReserve::new(path, options.min_free_bytes),
         });
         let mut tables = HashMap::new();
         let mut deleting = Vec::new();
@@ -157,6 +163,7 @@ impl Store {
             .catalog_writes
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.shared.space.check()?;
         if let Some(bytes) = self.catalog.get(name.folded())? {
             return Ok(Err(match TableRecord::decode(&bytes)?.state {
                 TableState::Active => CreateRefusal::AlreadyExists,

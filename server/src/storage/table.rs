@@ -129,6 +129,7 @@ impl Table {
                 reason: RejectReason::TableGone,
             }));
         };
+        self.shared.space.check()?;
         let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
         let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(operations.len());

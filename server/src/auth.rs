@@ -1,0 +1,318 @@
+//! Who may do what: authenticates a request's bearer credential against the server's account keys,
+//! then checks what the request touches (a table, a row, every operation of a transaction, a
+//! query's key range) against a scoped token's grant. Nothing here knows gRPC; messages never hold
+//! a secret or a token.
+
+use std::time::SystemTime;
+
+use trestle_proto::access::{self, Grant, KeyRing, Permissions, TokenError};
+
+use crate::error::ErrorCode;
+use crate::model::{Operation, Value};
+use crate::query::filter::{CompareOp, Property};
+use crate::query::{Expr, QuerySpec};
+
+/// Why a request was not allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No valid credential.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The grant lacks a permission.
+    #[error("the access token does not grant {needed:?} permission (it grants {granted:?})")]
+    PermissionMismatch { needed: String, granted: String },
+    /// The grant is for another resource.
+    #[error("{0}")]
+    ResourceMismatch(String),
+    /// A key outside the granted range.
+    #[error("{0}")]
+    OutOfScope(String),
+}
+
+impl AuthError {
+    /// The Azure error code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AuthError::Unauthenticated(_) => ErrorCode::AuthenticationFailed,
+            AuthError::PermissionMismatch { .. } => ErrorCode::AuthorizationPermissionMismatch,
+            AuthError::ResourceMismatch(_) => ErrorCode::AuthorizationResourceTypeMismatch,
+            AuthError::OutOfScope(_) => ErrorCode::AuthorizationFailure,
+        }
+    }
+}
+
+/// Checks bearer credentials against the server's keys; with no keys, the server is open.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    keys: Option<KeyRing>,
+}
+
+impl Authenticator {
+    /// Open mode: every request has full access.
+    pub fn open() -> Authenticator {
+        Authenticator { keys: None }
+    }
+
+    /// Requests need an account key or a token signed by one of `keys`.
+    pub fn with_keys(keys: KeyRing) -> Authenticator {
+        Authenticator { keys: Some(keys) }
+    }
+
+    /// Whether requests are let in without a credential.
+    pub fn is_open(&self) -> bool {
+        self.keys.is_none()
+    }
+
+    /// What the `authorization` header value `authorization` grants.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Access, AuthError> {
+        let Some(keys) = &self.keys else {
+            return Ok(Access::Full);
+        };
+        let unauthenticated = |why: &str| Err(AuthError::Unauthenticated(why.to_owned()));
+        let Some(header) = authorization else {
+            return unauthenticated(
+                "this server needs a credential: send `authorization: Bearer <token or key>`",
+            );
+        };
+        let Some(credential) = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+        else {
+            return unauthenticated("the authorization header is not `Bearer <token or key>`");
+        };
+        let credential = credential.trim();
+        if keys.key_with_secret(credential).is_some() {
+            return Ok(Access::Full);
+        }
+        match access::verify(keys, credential, SystemTime::now()) {
+            Ok(grant) => Ok(Access::Scoped(grant)),
+            Err(TokenError::Malformed) => unauthenticated(
+                "the credential is neither an account key of this server nor a well-formed access token",
+            ),
+            Err(error) => Err(AuthError::Unauthenticated(error.to_string())),
+        }
+    }
+}
+
+/// What an authenticated request may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// An account key, or open mode: everything.
+    Full,
+    /// A scoped token.
+    Scoped(Grant),
+}
+
+impl Access {
+    /// Creating or deleting table `table`.
+    pub fn manage_table(&self, table: &str) -> Result<(), AuthError> {
+        self.on_table(table, Permissions::MANAGE_TABLES)
+    }
+
+    /// Listing tables: a service-level operation, which a token for one table cannot do.
+    pub fn list_tables(&self) -> Result<(), AuthError> {
+        let Access::Scoped(grant) = self else {
+            return Ok(());
+        };
+        if grant.table.is_some() {
+            return Err(AuthError::ResourceMismatch(
+                "a token for one table cannot list tables; it needs a token for every table".into(),
+            ));
+        }
+        require(grant, Permissions::LIST_TABLES)
+    }
+
+    /// `needed` on the entity (`partition_key`, `row_key`) of `table`.
+    pub fn entity(
+        &self,
+        table: &str,
+        needed: Permissions,
+        partition_key: &str,
+        row_key: &str,
+    ) -> Result<(), AuthError> {
+        self.on_table(table, needed)?;
+        match self {
+            Access::Scoped(grant) if !grant.covers_key(partition_key, row_key) => {
+                Err(AuthError::OutOfScope(format!(
+                    "the access token does not cover entity (PartitionKey '{partition_key}', RowKey '{row_key}')"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every operation of a transaction on `partition_key`; on refusal, the failing operation's
+    /// index.
+    pub fn transaction(
+        &self,
+        table: &str,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<(), (usize, AuthError)> {
+        for (index, operation) in operations.iter().enumerate() {
+            self.entity(
+                table,
+                needed_for(operation),
+                partition_key,
+                operation.row_key(),
+            )
+            .map_err(|error| (index, error))?;
+        }
+        Ok(())
+    }
+
+    /// Reading with `spec` from `table`: refused when it names a partition outside the grant,
+    /// otherwise narrowed to the granted key range.
+    pub fn query(&self, table: &str, spec: &mut QuerySpec) -> Result<(), AuthError> {
+        self.on_table(table, Permissions::READ)?;
+        let Access::Scoped(grant) = self else {
+            return Ok(());
+        };
+        if let Some(partition_key) = &spec.partition_key {
+            if !grant.partitions.contains(partition_key) {
+                return Err(AuthError::OutOfScope(format!(
+                    "the access token does not cover partition '{partition_key}'"
+                )));
+            }
+        }
+        spec.scope = key_scope(grant);
+        Ok(())
+    }
+
+    fn on_table(&self, table: &str, needed: Permissions) -> Result<(), AuthError> {
+        let Access::Scoped(grant) = self else {
+            return Ok(());
+        };
+        if !grant.covers_table(table) {
+            return Err(AuthError::ResourceMismatch(format!(
+                "the access token is not for table '{table}'"
+            )));
+        }
+        require(grant, needed)
+    }
+}
+
+fn require(grant: &Grant, needed: Permissions) -> Result<(), AuthError> {
+    if grant.permissions.contains(needed) {
+        Ok(())
+    } else {
+        Err(AuthError::PermissionMismatch {
+            needed: needed.letters(),
+            granted: grant.permissions.letters(),
+        })
+    }
+}
+
+/// The permissions an operation needs: Azure's (an upsert needs both add and update).
+pub fn needed_for(operation: &Operation) -> Permissions {
+    match operation {
+        Operation::Insert(_) => Permissions::ADD,
+        Operation::Update(..) | Operation::Merge(..) => Permissions::UPDATE,
+        Operation::Upsert(..) => Permissions::ADD.union(Permissions::UPDATE),
+        Operation::Delete { .. } => Permissions::DELETE,
+        Operation::Check { .. } => Permissions::READ,
+    }
+}
+
+/// The grant's key range as a filter condition, `None` when it covers every key.
+fn key_scope(grant: &Grant) -> Option<Expr> {
+    let bound = |property: Property, op: CompareOp, value: &Option<String>| {
+        value.as_ref().map(|value| Expr::Compare {
+            property,
+            op,
+            literal: Value::String(value.clone()),
+        })
+    };
+    [
+        bound(
+            Property::PartitionKey,
+            CompareOp::Ge,
+            &grant.partitions.start,
+        ),
+        bound(Property::PartitionKey, CompareOp::Lt, &grant.partitions.end),
+        bound(Property::RowKey, CompareOp::Ge, &grant.rows.start),
+        bound(Property::RowKey, CompareOp::Lt, &grant.rows.end),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(|all, next| Expr::And(Box::new(all), Box::new(next)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trestle_proto::access::KeyBounds;
+
+    fn scoped(letters: &str, table: Option<&str>, partitions: (&str, &str)) -> Access {
+        let mut grant = Grant::new(Permissions::parse(letters).unwrap(), 60);
+        grant.table = table.map(str::to_owned);
+        grant.partitions = KeyBounds {
+            start: Some(partitions.0.into()),
+            end: Some(partitions.1.into()),
+        };
+        Access::Scoped(grant)
+    }
+
+    #[test]
+    fn entity_checks_table_permission_and_range() {
+        let access = scoped("ra", Some("Orders"), ("b", "d"));
+        assert_eq!(access.entity("orders", Permissions::READ, "b", "x"), Ok(()));
+        assert_eq!(
+            access
+                .entity("Orders", Permissions::DELETE, "b", "x")
+                .unwrap_err()
+                .code(),
+            ErrorCode::AuthorizationPermissionMismatch
+        );
+        assert_eq!(
+            access
+                .entity("Other", Permissions::READ, "b", "x")
+                .unwrap_err()
+                .code(),
+            ErrorCode::AuthorizationResourceTypeMismatch
+        );
+        assert_eq!(
+            access
+                .entity("Orders", Permissions::READ, "d", "x")
+                .unwrap_err()
+                .code(),
+            ErrorCode::AuthorizationFailure
+        );
+        assert_eq!(
+            access.list_tables().unwrap_err().code(),
+            ErrorCode::AuthorizationResourceTypeMismatch
+        );
+        assert_eq!(Access::Full.list_tables(), Ok(()));
+    }
+
+    #[test]
+    fn queries_are_narrowed_or_refused() {
+        let access = scoped("r", None, ("b", "d"));
+        let mut spec = QuerySpec::default();
+        access.query("T", &mut spec).unwrap();
+        assert!(spec.scope.is_some());
+        let mut outside = QuerySpec {
+            partition_key: Some("e".into()),
+            ..QuerySpec::default()
+        };
+        assert_eq!(
+            access.query("T", &mut outside).unwrap_err().code(),
+            ErrorCode::AuthorizationFailure
+        );
+    }
+
+    #[test]
+    fn open_mode_and_missing_credentials() {
+        assert_eq!(Authenticator::open().authenticate(None), Ok(Access::Full));
+        let keys = KeyRing::generate().unwrap();
+        let secret = format!("Bearer {}", keys.signing_key().secret_text());
+        let auth = Authenticator::with_keys(keys);
+        assert_eq!(auth.authenticate(Some(&secret)), Ok(Access::Full));
+        for bad in [None, Some("Basic abc"), Some("Bearer nope")] {
+            assert_eq!(
+                auth.authenticate(bad).unwrap_err().code(),
+                ErrorCode::AuthenticationFailed
+            );
+        }
+    }
+}
