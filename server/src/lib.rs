@@ -53,6 +53,14 @@ pub enum ServeError {
     OpenModeExposed(std::net::SocketAddr),
 }
 
+/// Refuses open mode (no keys) on an address other hosts can reach, unless `insecure_open`.
+pub fn check_exposure(addr: std::net::SocketAddr, config: &Config) -> Result<(), ServeError> {
+    if config.authenticator.is_open() && !addr.ip().is_loopback() && !config.insecure_open {
+        return Err(ServeError::OpenModeExposed(addr));
+    }
+    Ok(())
+}
+
 /// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha) on
 /// `listener` until `shutdown` completes; then finishes in-flight requests, flushes, and returns.
 pub async fn serve(
@@ -61,10 +69,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
+    check_exposure(addr, &config)?;
     if config.authenticator.is_open() {
-        if !addr.ip().is_loopback() && !config.insecure_open {
-            return Err(ServeError::OpenModeExposed(addr));
-        }
         tracing::warn!(%addr, "OPEN MODE: no key file, every request has full access; fine for local development only");
     }
     let engine = {

@@ -101,6 +101,10 @@ async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(error) = trestle_server::check_exposure(args.listen, &config) {
+        tracing::error!(%error, "not serving");
+        return ExitCode::FAILURE;
+    }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(error) => {

@@ -8,6 +8,19 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 
 use trestle_proto::pb;
 
+/// Runs a `trestle-server` tool (`keygen`, `token`) to its exit: status, stdout, stderr.
+pub fn run_tool(args: &[&str]) -> (ExitStatus, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_trestle-server"))
+        .args(args)
+        .output()
+        .expect("run trestle-server");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// A raw gRPC client of the table service.
 pub type Client = pb::table_service_client::TableServiceClient<tonic::transport::Channel>;
 
@@ -66,6 +79,34 @@ impl ServerProcess {
             .expect("connect")
     }
 
+    /// A client sending `authorization: Bearer <credential>` with every request.
+    pub async fn client_as(
+        &self,
+        credential: &str,
+    ) -> pb::table_service_client::TableServiceClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            impl tonic::service::Interceptor + Clone,
+        >,
+    > {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let value: tonic::metadata::MetadataValue<_> =
+            format!("Bearer {credential}").parse().expect("ASCII");
+        pb::table_service_client::TableServiceClient::with_interceptor(
+            channel,
+            move |mut request: tonic::Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("authorization", value.clone());
+                Ok(request)
+            },
+        )
+    }
+
     /// SIGKILL: no chance to flush or clean up.
     pub fn kill_9(mut self) {
         self.child.kill().expect("SIGKILL");
@@ -93,10 +134,10 @@ impl Drop for ServerProcess {
 
 fn command(data_dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_trestle-server"));
-    command
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(extra);
+    if !extra.contains(&"--listen") {
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
+    command.arg("--data-dir").arg(data_dir).args(extra);
     command
 }
 

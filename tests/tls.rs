@@ -1,0 +1,106 @@
+//! TLS with rustls: a certificate made at test time (rcgen) by a throwaway CA; the SDK connects with
+//! `https://` and that CA, and refuses a server it cannot verify.
+
+mod common;
+
+use common::TestServer;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
+use trestle_client::{Client, ErrorKind, Properties};
+use trestle_server::config::TlsIdentity;
+
+struct Certificates {
+    ca_pem: String,
+    identity: TlsIdentity,
+}
+
+fn certificates() -> Certificates {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let server_key = KeyPair::generate().unwrap();
+    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &ca)
+        .unwrap();
+    Certificates {
+        ca_pem: ca.pem(),
+        identity: TlsIdentity {
+            cert_pem: server_cert.pem().into_bytes(),
+            key_pem: server_key.serialize_pem().into_bytes(),
+        },
+    }
+}
+
+async fn tls_server(certificates: &Certificates) -> TestServer {
+    let identity = certificates.identity.clone();
+    TestServer::start_with(move |config| config.tls = Some(identity)).await
+}
+
+#[tokio::test]
+async fn the_sdk_talks_tls_with_the_servers_ca() {
+    let certificates = certificates();
+    let server = tls_server(&certificates).await;
+    let client = Client::builder()
+        .endpoint(format!("https://{}", server.addr))
+        .ca_certificate(certificates.ca_pem.clone())
+        .tls_domain("localhost")
+        .connect()
+        .await
+        .unwrap();
+    let table = client.table("Secure");
+    table.create().await.unwrap();
+    let row = Properties::new().with("Note", "over TLS");
+    table.insert(("p", "r"), &row).await.unwrap();
+    let read = table.get::<Properties>(("p", "r")).await.unwrap();
+    assert_eq!(read.value.get_str("Note"), Some("over TLS"));
+
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &certificates.ca_pem).unwrap();
+    let from_file = Client::builder()
+        .endpoint(format!("https://{}", server.addr))
+        .ca_file(ca_file.path())
+        .tls_domain("localhost")
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(from_file.list_tables("").await.unwrap(), ["Secure"]);
+}
+
+#[tokio::test]
+async fn unverifiable_or_plaintext_connections_fail() {
+    let certificates = certificates();
+    let server = tls_server(&certificates).await;
+    // The system roots do not know the throwaway CA.
+    let untrusted = async {
+        Client::builder()
+            .endpoint(format!("https://{}", server.addr))
+            .tls_domain("localhost")
+            .connect()
+            .await?
+            .list_tables("")
+            .await
+    };
+    assert_eq!(untrusted.await.unwrap_err().kind(), ErrorKind::Unavailable);
+    // The certificate names localhost, not another host.
+    let wrong_name = async {
+        Client::builder()
+            .endpoint(format!("https://{}", server.addr))
+            .ca_certificate(certificates.ca_pem.clone())
+            .tls_domain("example.com")
+            .connect()
+            .await?
+            .list_tables("")
+            .await
+    };
+    assert_eq!(wrong_name.await.unwrap_err().kind(), ErrorKind::Unavailable);
+    let plaintext = async {
+        Client::builder()
+            .endpoint(server.endpoint())
+            .connect()
+            .await?
+            .list_tables("")
+            .await
+    };
+    assert!(plaintext.await.is_err(), "plaintext reached a TLS server");
+}
