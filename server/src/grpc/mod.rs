@@ -496,3 +496,25 @@ impl pb::table_service_server::TableService for TableApi {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StoreOptions;
+
+    #[tokio::test]
+    async fn a_panicking_request_is_an_internal_error_and_the_service_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
+        let api = TableApi::new(engine, Authenticator::open(), 8);
+        let failed = api
+            .run(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
+            .await
+            .unwrap_err();
+        assert_eq!(failed.code(), tonic::Code::Internal);
+        assert!(!failed.message().contains("a bug"), "panic text leaked");
+        let created = api.run(|engine| engine.create_table("After")).await;
+        assert!(created.is_ok());
+        assert_eq!(api.in_flight.available_permits(), 8);
+    }
+}

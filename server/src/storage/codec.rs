@@ -165,10 +165,10 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    #[test]
-    fn every_type_round_trips() {
-        let properties = Properties::from([
+    fn every_type() -> Properties {
+        Properties::from([
             ("s".to_owned(), Value::String("héllo".into())),
             ("i".to_owned(), Value::Int32(-7)),
             ("l".to_owned(), Value::Int64(i64::MIN)),
@@ -177,7 +177,34 @@ mod tests {
             ("t".to_owned(), Value::DateTime(Ticks::MIN)),
             ("g".to_owned(), Value::Guid(Uuid::from_u128(42))),
             ("x".to_owned(), Value::Binary(vec![0, 255, 7])),
-        ]);
+        ])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// A corrupt record yields an error (or some entity), never a panic.
+        #[test]
+        fn truncated_and_flipped_records_never_panic(
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            mask in 1u8..=255,
+        ) {
+            let record = encode(Ticks(9), &every_type());
+            let key = EntityKey::new("p".into(), "r".into()).unwrap();
+            let truncated = &record[..cut.index(record.len())];
+            prop_assert!(decode(key.clone(), truncated).is_err());
+            let mut flipped = record.clone();
+            let at = flip.index(flipped.len());
+            flipped[at] ^= mask;
+            let _ = decode(key.clone(), &flipped);
+            let _ = decode_selected(key, &flipped, Some(&["s".to_owned()]));
+        }
+    }
+
+    #[test]
+    fn every_type_round_trips() {
+        let properties = every_type();
         let key = EntityKey::new("p".into(), "r".into()).unwrap();
         let bytes = encode(Ticks(123), &properties);
         let entity = decode(key.clone(), &bytes).unwrap();

@@ -47,3 +47,21 @@ impl Drop for PartitionGuard<'_> {
         self.locks.released.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_that_panics_releases_the_partition() {
+        let locks = PartitionLocks::default();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _guard = locks.lock(1, b"p");
+            panic!("a handler fails while holding the partition");
+        }));
+        assert!(panicked.is_err());
+        // Neither the partition nor the lock set is left poisoned or held.
+        let _again = locks.lock(1, b"p");
+        let _other = locks.lock(1, b"q");
+    }
+}

@@ -1,0 +1,11 @@
+//! The stored-entity codec on arbitrary key and record bytes.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use trestle_server::storage::decode_entity;
+
+fuzz_target!(|input: (&[u8], &[u8])| {
+    let (key, record) = input;
+    let _ = decode_entity(key, record, None);
+    let _ = decode_entity(key, record, Some(&["Name".to_owned()]));
+});
