@@ -88,14 +88,7 @@ async fn a_directory_from_the_build_before_the_marker_opens_and_is_marked() {
         let row = client.get_entity(get("p2", rk)).await.unwrap().into_inner();
         assert_eq!(kind(&row, "N"), Kind::Int32Value(n));
     }
-    let tables = client
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .tables;
-    let names: Vec<_> = tables.into_iter().map(|t| t.name).collect();
-    assert_eq!(names, ["Legacy", "Other"]);
+    assert_eq!(support::table_names(&mut client).await, ["Legacy", "Other"]);
     // The old directory takes writes in the current build.
     client
         .insert_entity(pb::InsertEntityRequest {

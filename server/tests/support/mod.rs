@@ -198,6 +198,17 @@ pub async fn all_entities(
     }
 }
 
+/// The names of every table, in order.
+pub async fn table_names(client: &mut Client) -> Vec<String> {
+    let tables = client
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .expect("list tables")
+        .into_inner()
+        .tables;
+    tables.into_iter().map(|t| t.name).collect()
+}
+
 /// The int64 property `name` of `entity`.
 pub fn int64(entity: &pb::Entity, name: &str) -> i64 {
     match entity.properties[name].kind {
