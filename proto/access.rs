@@ -562,6 +562,25 @@ mod tests {
     }
 
     #[test]
+    fn a_rotated_ring_verifies_tokens_of_both_keys_and_signs_with_the_new_one() {
+        let old = ring();
+        let new = ring();
+        let old_token = mint(old.signing_key(), &Grant::new(Permissions::READ, 60));
+        let new_line = new.to_file_text().lines().nth(1).unwrap().to_owned();
+        let old_line = old.to_file_text().lines().nth(1).unwrap().to_owned();
+        let rotated = KeyRing::parse(&format!("{new_line}\n{old_line}\n")).unwrap();
+        assert_eq!(rotated.signing_key().id(), new.signing_key().id());
+        let new_token = mint(rotated.signing_key(), &Grant::new(Permissions::READ, 60));
+        assert!(verify(&rotated, &old_token, SystemTime::now()).is_ok());
+        assert!(verify(&rotated, &new_token, SystemTime::now()).is_ok());
+        // Once the old key is dropped, its tokens stop working.
+        assert_eq!(
+            verify(&new, &old_token, SystemTime::now()),
+            Err(TokenError::UnknownKey)
+        );
+    }
+
+    #[test]
     fn permissions_parse_letters_and_refuse_others() {
         let p = Permissions::parse("dr").unwrap();
         assert_eq!(p.letters(), "rd");
