@@ -411,6 +411,12 @@ impl Grant {
     }
 }
 
+/// Whether `credential` has the form of an access token (rather than an account key's secret,
+/// which is plain base64url and never contains the token prefix's `.`).
+pub fn looks_like_token(credential: &str) -> bool {
+    credential.starts_with(TOKEN_PREFIX)
+}
+
 /// Signs `grant` with `key`: the token to send as `authorization: Bearer <token>`.
 pub fn mint(key: &AccountKey, grant: &Grant) -> String {
     let claims = URL_SAFE_NO_PAD.encode(grant.to_claims(&key.id).encode_to_vec());

@@ -136,15 +136,12 @@ impl TableApi {
         operation: Operation,
     ) -> Result<Response<pb::Entity>, Status> {
         let partition_key = operation.partition_key().unwrap_or_default();
-        admitted
-            .access
-            .entity(
-                &table,
-                needed_for(&operation),
-                partition_key,
-                operation.row_key(),
-            )
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.entity(
+            &table,
+            needed_for(&operation),
+            partition_key,
+            operation.row_key(),
+        )?;
         let stored = self
             .run_write(move |engine| engine.write(&table, operation))
             .await?;
@@ -164,9 +161,7 @@ pub fn introspection_guard(
                 .metadata()
                 .get("authorization")
                 .and_then(|value| value.to_str().ok());
-            authenticator
-                .authenticate(authorization)
-                .map_err(|error| status::auth_status(&error, None))?;
+            authenticator.authenticate(authorization)?;
         }
         Ok(request)
     }
@@ -212,10 +207,7 @@ fn scoped_query(
     request: pb::QueryEntitiesRequest,
 ) -> Result<(String, QuerySpec, String), Status> {
     let (table, mut spec, continuation) = query_spec(request);
-    admitted
-        .access
-        .query(&table, &mut spec)
-        .map_err(|error| status::auth_status(&error, None))?;
+    admitted.access.query(&table, &mut spec)?;
     spec.deadline = admitted.deadline;
     Ok((table, spec, continuation))
 }
@@ -229,10 +221,7 @@ impl pb::table_service_server::TableService for TableApi {
     ) -> Result<Response<pb::Table>, Status> {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
-        admitted
-            .access
-            .manage_table(&table)
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.manage_table(&table)?;
         let name = self.run(move |engine| engine.create_table(&table)).await?;
         tracing::info!(table = %name, "created table");
         Ok(Response::new(pb::Table {
@@ -247,10 +236,7 @@ impl pb::table_service_server::TableService for TableApi {
     ) -> Result<Response<pb::DeleteTableResponse>, Status> {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
-        admitted
-            .access
-            .manage_table(&table)
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.manage_table(&table)?;
         self.run(move |engine| engine.delete_table(&table)).await?;
         tracing::info!("deleted table");
         Ok(Response::new(pb::DeleteTableResponse {}))
@@ -262,10 +248,7 @@ impl pb::table_service_server::TableService for TableApi {
         request: Request<pb::ListTablesRequest>,
     ) -> Result<Response<pb::ListTablesResponse>, Status> {
         let admitted = self.admit(&request)?;
-        admitted
-            .access
-            .list_tables()
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.list_tables()?;
         let req = request.into_inner();
         let page = self
             .run(move |engine| engine.list_tables(&req.prefix, req.page_size, &req.page_token))
@@ -342,15 +325,12 @@ impl pb::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        admitted
-            .access
-            .entity(
-                &req.table,
-                Permissions::DELETE,
-                &key.partition_key,
-                &key.row_key,
-            )
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.entity(
+            &req.table,
+            Permissions::DELETE,
+            &key.partition_key,
+            &key.row_key,
+        )?;
         self.run_write(move |engine| engine.delete(&req.table, key, if_match))
             .await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
@@ -364,15 +344,12 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
-        admitted
-            .access
-            .entity(
-                &req.table,
-                Permissions::READ,
-                &key.partition_key,
-                &key.row_key,
-            )
-            .map_err(|error| status::auth_status(&error, None))?;
+        admitted.access.entity(
+            &req.table,
+            Permissions::READ,
+            &key.partition_key,
+            &key.row_key,
+        )?;
         let entity = self
             .run(move |engine| engine.get(&req.table, key, req.select))
             .await?;

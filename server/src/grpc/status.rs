@@ -32,6 +32,13 @@ pub(crate) fn auth_status(error: &AuthError, operation: Option<usize>) -> Status
     status(error.code(), error.to_string(), operation)
 }
 
+impl From<AuthError> for Status {
+    /// A refusal outside a transaction (one inside names its operation: [`auth_status`]).
+    fn from(error: AuthError) -> Status {
+        auth_status(&error, None)
+    }
+}
+
 /// The status of a request turned away because `max_in_flight` requests are running.
 pub(crate) fn server_busy(max_in_flight: usize) -> Status {
     status(
