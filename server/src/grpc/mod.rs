@@ -129,6 +129,18 @@ impl TableApi {
         }
     }
 
+    /// Runs a short read on the calling runtime thread, sparing the hand-off to the blocking pool
+    /// and back (two thread wake-ups, more than a cached sled read costs).
+    fn run_inline<T>(
+        &self,
+        op: impl FnOnce(&Engine) -> Result<T, TableError>,
+    ) -> Result<T, Status> {
+        op(&self.engine).map_err(|error| {
+            log_failure(&error);
+            status::to_status(&error)
+        })
+    }
+
     async fn write_entity(
         &self,
         admitted: Admitted,
@@ -214,7 +226,7 @@ fn scoped_query(
 
 #[tonic::async_trait]
 impl pb::table_service_server::TableService for TableApi {
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn create_table(
         &self,
         request: Request<pb::CreateTableRequest>,
@@ -229,7 +241,7 @@ impl pb::table_service_server::TableService for TableApi {
         }))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn delete_table(
         &self,
         request: Request<pb::DeleteTableRequest>,
@@ -237,12 +249,13 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
         admitted.access.manage_table(&table)?;
+        let deleted = table.clone();
         self.run(move |engine| engine.delete_table(&table)).await?;
-        tracing::info!("deleted table");
+        tracing::info!(table = %deleted, "deleted table");
         Ok(Response::new(pb::DeleteTableResponse {}))
     }
 
-    #[instrument(skip_all, fields(prefix = %request.get_ref().prefix))]
+    #[instrument(level = "debug", skip_all, fields(prefix = %request.get_ref().prefix))]
     async fn list_tables(
         &self,
         request: Request<pb::ListTablesRequest>,
@@ -265,7 +278,7 @@ impl pb::table_service_server::TableService for TableApi {
         }))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn insert_entity(
         &self,
         request: Request<pb::InsertEntityRequest>,
@@ -277,7 +290,7 @@ impl pb::table_service_server::TableService for TableApi {
             .await
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn update_entity(
         &self,
         request: Request<pb::UpdateEntityRequest>,
@@ -290,7 +303,7 @@ impl pb::table_service_server::TableService for TableApi {
             .await
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn merge_entity(
         &self,
         request: Request<pb::MergeEntityRequest>,
@@ -303,7 +316,7 @@ impl pb::table_service_server::TableService for TableApi {
             .await
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn upsert_entity(
         &self,
         request: Request<pb::UpsertEntityRequest>,
@@ -316,7 +329,7 @@ impl pb::table_service_server::TableService for TableApi {
             .await
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
     async fn delete_entity(
         &self,
         request: Request<pb::DeleteEntityRequest>,
@@ -336,7 +349,7 @@ impl pb::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
     async fn get_entity(
         &self,
         request: Request<pb::GetEntityRequest>,
@@ -350,13 +363,11 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        let entity = self
-            .run(move |engine| engine.get(&req.table, key, req.select))
-            .await?;
+        let entity = self.run_inline(|engine| engine.get(&req.table, key, req.select))?;
         Ok(Response::new(convert::entity_to_pb(entity)))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
     async fn query_entities(
         &self,
         request: Request<pb::QueryEntitiesRequest>,
@@ -388,7 +399,7 @@ impl pb::table_service_server::TableService for TableApi {
 
     type ScanEntitiesStream = ReceiverStream<Result<pb::ScanEntitiesResponse, Status>>;
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
     async fn scan_entities(
         &self,
         request: Request<pb::QueryEntitiesRequest>,
@@ -428,7 +439,7 @@ impl pb::table_service_server::TableService for TableApi {
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
     async fn count_entities(
         &self,
         request: Request<pb::QueryEntitiesRequest>,
@@ -441,7 +452,7 @@ impl pb::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
 
-    #[instrument(skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, ops = request.get_ref().operations.len()))]
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, ops = request.get_ref().operations.len()))]
     async fn submit_transaction(
         &self,
         request: Request<pb::SubmitTransactionRequest>,
