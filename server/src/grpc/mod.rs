@@ -1,5 +1,5 @@
 //! The gRPC edge, and the only module that names tonic or `pb`: each handler converts its request,
-//! runs the engine on the blocking pool, and converts the answer or the error.
+//! runs the engine (inline or on the blocking pool), and converts the answer or the error.
 
 mod convert;
 mod deadline;
@@ -90,14 +90,9 @@ impl TableApi {
         })
     }
 
-    /// Runs a write on the blocking pool, then waits (without holding a thread) until the group
-    /// commit has made it durable; only then is it acknowledged.
-    async fn run_write<T, F>(&self, op: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Engine) -> Result<Pending<T>, TableError> + Send + 'static,
-    {
-        let pending = self.run(op).await?;
+    /// Acknowledges a write once the group commit has made it durable, waiting without holding a
+    /// thread.
+    async fn durable<T>(&self, pending: Pending<T>) -> Result<T, Status> {
         if let Some(ticket) = pending.ticket {
             let mut durable = self.durable.clone();
             durable
@@ -108,37 +103,29 @@ impl TableApi {
         Ok(pending.value)
     }
 
-    /// Runs `op` on the blocking pool. The task runs to completion even if the client goes away,
-    /// so a write is never cut in half by a cancelled RPC.
+    /// Runs `op` on the blocking pool: for work that may take long (queries, table creation and
+    /// deletion, which wait for a flush). The task runs to completion even if the client goes away.
     async fn run<T, F>(&self, op: F) -> Result<T, Status>
     where
         T: Send + 'static,
         F: FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
     {
         let engine = self.engine.clone();
-        match tokio::task::spawn_blocking(move || op(&engine)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => {
-                log_failure(&error);
-                Err(status::to_status(&error))
-            }
-            Err(panicked) => {
-                tracing::error!(error = %panicked, "request task failed");
-                Err(status::internal())
-            }
-        }
+        let outcome = tokio::task::spawn_blocking(move || op(&engine)).await;
+        answer(outcome.map_err(|_| ()))
     }
 
-    /// Runs a short read on the calling runtime thread, sparing the hand-off to the blocking pool
-    /// and back (two thread wake-ups, more than a cached sled read costs).
+    /// Runs a short storage operation (an entity read, a write, a transaction of at most 100
+    /// operations on one partition) on the calling runtime thread, sparing the hand-off to the
+    /// blocking pool and back: two thread wake-ups cost more than the operation, and fewer
+    /// threads keep fewer allocator heaps. Being synchronous, it cannot be cut in half by a
+    /// cancelled RPC; a panic is an `InternalError`, as on the blocking pool.
     fn run_inline<T>(
         &self,
         op: impl FnOnce(&Engine) -> Result<T, TableError>,
     ) -> Result<T, Status> {
-        op(&self.engine).map_err(|error| {
-            log_failure(&error);
-            status::to_status(&error)
-        })
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| op(&self.engine)));
+        answer(outcome.map_err(drop))
     }
 
     async fn write_entity(
@@ -154,9 +141,8 @@ impl TableApi {
             partition_key,
             operation.row_key(),
         )?;
-        let stored = self
-            .run_write(move |engine| engine.write(&table, operation))
-            .await?;
+        let pending = self.run_inline(|engine| engine.write(&table, operation))?;
+        let stored = self.durable(pending).await?;
         let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
         Ok(Response::new(convert::entity_to_pb(stored)))
     }
@@ -198,6 +184,21 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
         deadline: None,
     };
     (req.table, spec, req.continuation_token)
+}
+
+/// The answer to a request whose storage work returned `outcome` (`Err` if it panicked).
+fn answer<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, Status> {
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            log_failure(&error);
+            Err(status::to_status(&error))
+        }
+        Err(()) => {
+            tracing::error!("a request panicked");
+            Err(status::internal())
+        }
+    }
 }
 
 /// Logs a failed request once: faults as errors, refusals of bad input at debug level.
@@ -344,8 +345,8 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        self.run_write(move |engine| engine.delete(&req.table, key, if_match))
-            .await?;
+        let pending = self.run_inline(|engine| engine.delete(&req.table, key, if_match))?;
+        self.durable(pending).await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }
 
@@ -474,11 +475,10 @@ impl pb::table_service_server::TableService for TableApi {
             .access
             .transaction(&table, &partition_key, &operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
-        let results = self
-            .run_write(move |engine| {
-                engine.transact(&table, &partition_key, operations, request_bytes)
-            })
-            .await?;
+        let pending = self.run_inline(|engine| {
+            engine.transact(&table, &partition_key, operations, request_bytes)
+        })?;
+        let results = self.durable(pending).await?;
         Ok(Response::new(pb::SubmitTransactionResponse {
             results: results.into_iter().map(convert::operation_result).collect(),
         }))
@@ -501,6 +501,10 @@ mod tests {
             .unwrap_err();
         assert_eq!(failed.code(), tonic::Code::Internal);
         assert!(!failed.message().contains("a bug"), "panic text leaked");
+        let failed_inline = api
+            .run_inline(|_| -> Result<(), TableError> { panic!("a bug in a short handler") })
+            .unwrap_err();
+        assert_eq!(failed_inline.code(), tonic::Code::Internal);
         let created = api.run(|engine| engine.create_table("After")).await;
         assert!(created.is_ok());
         assert_eq!(api.in_flight.available_permits(), 8);
