@@ -20,6 +20,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     tonic_prost_build::configure()
         .btree_map(".trestle.v1.Entity.properties")
+        // Written by hand so that the server can send entities it encoded itself (`pages.rs`).
+        .extern_path(
+            ".trestle.v1.QueryEntitiesResponse",
+            "crate::pages::QueryEntitiesResponse",
+        )
+        .extern_path(
+            ".trestle.v1.ScanEntitiesResponse",
+            "crate::pages::ScanEntitiesResponse",
+        )
         .compile_fds(descriptors)?;
     // The benchmark's echo baseline: generated code only, never served by trestle-server.
     tonic_prost_build::configure()

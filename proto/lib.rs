@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod datetime;
+pub mod pages;
 
 /// Generated `trestle.v1` messages, client and server stubs.
 pub mod pb {
@@ -13,6 +14,8 @@ pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
 
     tonic::include_proto!("trestle.v1");
+
+    pub use crate::pages::{QueryEntitiesResponse, ScanEntitiesResponse};
 
     /// The encoded `FileDescriptorSet` of `trestle.v1`, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -9,8 +9,8 @@ use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableNa
 use crate::query::{self, PlanKind, QuerySpec, TablesToken};
 use crate::scan::Scan;
 use crate::storage::{
-    Committed, CreateRefusal, DurableListener, RejectReason, Rejection, Store, StoreOptions, Table,
-    Ticket,
+    Committed, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection, StorageError,
+    Store, StoreOptions, Table, Ticket,
 };
 
 /// Stop filling a query page after this many stored bytes, so that a page of large entities stays
@@ -26,17 +26,28 @@ pub struct TablePage {
     pub next_page_token: Option<String>,
 }
 
-/// One page of entities.
+/// What reading one page of entities found, besides the entities themselves.
 #[derive(Debug)]
-pub struct EntityPage {
-    /// Entities in query order.
-    pub entities: Vec<StoredEntity>,
+pub struct PageInfo {
     /// Token of the next page, if any.
     pub continuation_token: Option<String>,
     /// The kind of plan the query ran with.
     pub plan: PlanKind,
     /// Entities read to fill the page (matches and non-matches).
     pub examined: usize,
+}
+
+/// Receives the matches of a query, read in place: one page's, or a streamed query's a batch at
+/// a time.
+pub trait MatchSink {
+    /// Takes one match (showing only the selected properties). An error (a corrupt record) ends
+    /// the query with it.
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError>;
+
+    /// Ends a batch of a streamed query; `false` when the reader went away.
+    fn end_batch(&mut self) -> bool {
+        true
+    }
 }
 
 /// The result of a write, to acknowledge only once its ticket is durable ([`Engine::wait`], or
@@ -217,39 +228,42 @@ impl Engine {
         }
     }
 
-    /// Reads one page of a query.
+    /// Reads one page of a query, passing each match to `sink`.
     pub fn query(
         &self,
         table: &str,
         spec: QuerySpec,
         continuation: &str,
-    ) -> Result<EntityPage, TableError> {
+        sink: &mut dyn MatchSink,
+    ) -> Result<PageInfo, TableError> {
         let scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
-        let mut entities = Vec::new();
-        let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| entities.push(entity))?;
-        Ok(EntityPage {
-            entities,
+        let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| sink.take(entity))?;
+        Ok(PageInfo {
             continuation_token: chunk.resume_at.map(|key| scan.token(key)),
             plan: scan.plan.kind,
             examined: chunk.examined,
         })
     }
 
-    /// Streams every match of a query in order, a batch of at most `page_size` entities at a
-    /// time, until `sink` returns `false` (the reader went away) or the query is complete. No lock
-    /// is held while `sink` runs, so a slow reader holds up no writer.
+    /// Streams every match of a query in order to `sink`, ending a batch after at most
+    /// `page_size` matches or [`PAGE_BYTE_BUDGET`] stored bytes, until the sink says the reader
+    /// went away or the query is complete. No lock is held while the sink ends a batch, so a slow
+    /// reader holds up no writer.
     pub fn stream(
         &self,
         table: &str,
         spec: QuerySpec,
         continuation: &str,
-        sink: &mut dyn FnMut(Vec<StoredEntity>) -> bool,
+        sink: &mut dyn MatchSink,
     ) -> Result<(), TableError> {
         let mut scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
         loop {
-            let mut batch = Vec::new();
-            let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| batch.push(entity))?;
-            if !batch.is_empty() && !sink(batch) {
+            let mut matched = false;
+            let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| {
+                matched = true;
+                sink.take(entity)
+            })?;
+            if matched && !sink.end_batch() {
                 return Ok(());
             }
             match chunk.resume_at {
@@ -271,7 +285,10 @@ impl Engine {
         scan.spec.page_size = u32::MAX;
         let mut count = 0u64;
         loop {
-            let chunk = scan.read(usize::MAX, &mut |_| count += 1)?;
+            let chunk = scan.read(usize::MAX, &mut |_| {
+                count += 1;
+                Ok(())
+            })?;
             match chunk.resume_at {
                 Some(key) => scan.resume_at(key),
                 None => return Ok(count),

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TableError;
-use crate::model::{StoredEntity, ValidationError};
+use crate::model::ValidationError;
 use crate::query::{plan, ContinuationToken, QuerySpec, ScanPlan};
-use crate::storage::{decode_entity, KeyRange, Table, Visit};
+use crate::storage::{decode_entity, EntityView, KeyRange, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
@@ -84,19 +84,6 @@ impl Scan {
             .collect();
     }
 
-    /// The properties a scan must decode: the selected ones and those the filter reads, or `None`
-    /// (all) when nothing is selected.
-    fn needed_properties(&self) -> Option<Vec<String>> {
-        if self.spec.select.is_empty() {
-            return None;
-        }
-        let mut needed = self.spec.select.clone();
-        if let Some(filter) = &self.spec.filter_expr {
-            filter.custom_properties(&mut needed);
-        }
-        Some(needed)
-    }
-
     /// The continuation token that resumes this query at `key`.
     pub(crate) fn token(&self, key: Vec<u8>) -> String {
         ContinuationToken {
@@ -107,13 +94,14 @@ impl Scan {
         .encode()
     }
 
-    /// Reads one chunk: up to `page_size` matches (projected), `byte_budget` stored bytes,
+    /// Reads one chunk: up to `page_size` matches, `byte_budget` stored bytes,
     /// [`MAX_EXAMINED_PER_CHUNK`] entities examined and [`CHUNK_TIME_BUDGET`] of time, whichever
-    /// comes first. Each match goes to `on_match`.
+    /// comes first. Each match goes to `on_match`, read in place and showing only the selected
+    /// properties; an error from `on_match` (a corrupt record) ends the chunk.
     pub(crate) fn read(
         &self,
         byte_budget: usize,
-        on_match: &mut dyn FnMut(StoredEntity),
+        on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<(), StorageError>,
     ) -> Result<Chunk, TableError> {
         let started = Instant::now();
         let deadline = self.spec.deadline;
@@ -125,9 +113,8 @@ impl Scan {
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
-        let needed = self.needed_properties();
-        // The filter is evaluated on an entity decoded with only the properties it reads; the
-        // rest of a row is decoded only when it matches.
+        // The filter is evaluated on an entity decoded with only the properties it reads; a
+        // match is passed on in place, never decoded whole.
         let filter_reads = filter.map(|f| {
             let mut names = Vec::new();
             f.custom_properties(&mut names);
@@ -155,10 +142,9 @@ impl Scan {
                         return Ok(Visit::Next);
                     }
                 }
-                let entity = decode_entity(key, value, needed.as_deref())?;
                 matches += 1;
                 bytes += value.len();
-                on_match(entity.project(&self.spec.select));
+                on_match(&EntityView::parse(key, value)?.selecting(&self.spec.select))?;
                 Ok(Visit::Next)
             })?;
         if timed_out {

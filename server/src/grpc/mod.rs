@@ -4,6 +4,7 @@
 mod convert;
 mod deadline;
 mod status;
+mod wire;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -19,11 +20,11 @@ use trestle_proto::pb;
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 
 use crate::auth::{needed_for, Access, Authenticator};
-use crate::engine::{Engine, Pending};
+use crate::engine::{Engine, MatchSink, Pending};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{IfMatch, Operation};
 use crate::query::QuerySpec;
-use crate::storage::Ticket;
+use crate::storage::{EntityView, StorageError, Ticket};
 
 /// The `trestle.v1.TableService` implementation.
 #[derive(Debug, Clone)]
@@ -167,6 +168,26 @@ pub fn introspection_guard(
 
 /// Batches a streamed scan may have ready ahead of the reader: the backpressure bound.
 const STREAM_BUFFERED_BATCHES: usize = 2;
+
+/// A streamed scan's matches, encoded and sent a batch at a time.
+struct StreamedBatches {
+    sender: tokio::sync::mpsc::Sender<Result<pb::ScanEntitiesResponse, Status>>,
+    encoder: wire::EntityEncoder,
+}
+
+impl MatchSink for StreamedBatches {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError> {
+        self.encoder.take(entity)
+    }
+
+    fn end_batch(&mut self) -> bool {
+        let batch = pb::ScanEntitiesResponse {
+            entities: Vec::new(),
+            encoded_entities: self.encoder.take_encoded(),
+        };
+        self.sender.blocking_send(Ok(batch)).is_ok()
+    }
+}
 
 /// The query a `QueryEntitiesRequest` describes: table, spec and continuation token.
 fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
@@ -375,21 +396,22 @@ impl pb::table_service_server::TableService for TableApi {
     ) -> Result<Response<pb::QueryEntitiesResponse>, Status> {
         let admitted = self.admit(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let page = self
-            .run(move |engine| engine.query(&table, spec, &continuation))
+        let (page, encoder) = self
+            .run(move |engine| {
+                let mut encoder = wire::EntityEncoder::default();
+                let page = engine.query(&table, spec, &continuation, &mut encoder)?;
+                Ok((page, encoder))
+            })
             .await?;
         tracing::debug!(
             plan = page.plan.as_str(),
             examined = page.examined,
-            returned = page.entities.len(),
+            returned = encoder.encoded.len(),
             "query page"
         );
         Ok(Response::new(pb::QueryEntitiesResponse {
-            entities: page
-                .entities
-                .into_iter()
-                .map(convert::entity_to_pb)
-                .collect(),
+            entities: Vec::new(),
+            encoded_entities: encoder.encoded,
             continuation_token: page.continuation_token.unwrap_or_default(),
             stats: Some(pb::QueryStats {
                 plan: page.plan.as_str().to_owned(),
@@ -414,15 +436,13 @@ impl pb::table_service_server::TableService for TableApi {
             let _entered = span.enter();
             // The stream counts as in flight until it ends.
             let _permit = admitted.permit;
-            let mut send = |batch: Vec<crate::model::StoredEntity>| {
-                let entities = batch.into_iter().map(convert::entity_to_pb).collect();
-                sender
-                    .blocking_send(Ok(pb::ScanEntitiesResponse { entities }))
-                    .is_ok()
+            let mut batches = StreamedBatches {
+                sender,
+                encoder: wire::EntityEncoder::default(),
             };
             // A panic must end the stream with an error, never as if the scan were complete.
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                engine.stream(&table, spec, &continuation, &mut send)
+                engine.stream(&table, spec, &continuation, &mut batches)
             }));
             let failure = match outcome {
                 Ok(Ok(())) => return,
@@ -435,7 +455,7 @@ impl pb::table_service_server::TableService for TableApi {
                     status::internal()
                 }
             };
-            let _ = sender.blocking_send(Err(failure));
+            let _ = batches.sender.blocking_send(Err(failure));
         });
         Ok(Response::new(ReceiverStream::new(receiver)))
     }

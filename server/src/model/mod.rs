@@ -15,7 +15,7 @@ pub use etag::{ETag, IfMatch};
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use time::{Ticks, TICKS_PER_SECOND};
-pub use value::{utf16_bytes, Value};
+pub use value::{utf16_bytes, Value, ValueRef};
 
 /// Longest PartitionKey or RowKey, in bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 1024;

@@ -49,6 +49,43 @@ impl Value {
     }
 }
 
+/// A property value borrowed from where it is stored, read without copying.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    /// Edm.String.
+    String(&'a str),
+    /// Edm.Int32.
+    Int32(i32),
+    /// Edm.Int64.
+    Int64(i64),
+    /// Edm.Double.
+    Double(f64),
+    /// Edm.Boolean.
+    Bool(bool),
+    /// Edm.DateTime, in 100 ns ticks.
+    DateTime(Ticks),
+    /// Edm.Guid.
+    Guid(Uuid),
+    /// Edm.Binary.
+    Binary(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    /// The owned value.
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::String(s) => Value::String(s.to_owned()),
+            ValueRef::Int32(v) => Value::Int32(v),
+            ValueRef::Int64(v) => Value::Int64(v),
+            ValueRef::Double(v) => Value::Double(v),
+            ValueRef::Bool(v) => Value::Bool(v),
+            ValueRef::DateTime(t) => Value::DateTime(t),
+            ValueRef::Guid(g) => Value::Guid(g),
+            ValueRef::Binary(b) => Value::Binary(b.to_vec()),
+        }
+    }
+}
+
 /// The size of a string in UTF-16, in bytes: how Azure measures strings.
 pub fn utf16_bytes(s: &str) -> usize {
     s.encode_utf16().count() * 2

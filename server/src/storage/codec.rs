@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::StorageError;
-use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value, ValueRef};
 
 const FORMAT_V1: u8 = 1;
 
@@ -69,28 +69,10 @@ pub(crate) fn decode_selected(
     bytes: &[u8],
     keep: Option<&[String]>,
 ) -> Result<StoredEntity, StorageError> {
-    let mut reader = Reader { bytes };
-    let format = reader.take::<1>()?[0];
-    if format != FORMAT_V1 {
-        return Err(StorageError::Corrupt(format!(
-            "unknown entity format {format}"
-        )));
-    }
-    let timestamp = Ticks(i64::from_le_bytes(reader.take()?));
-    let count = u16::from_le_bytes(reader.take()?);
-    let mut properties = Properties::new();
-    for _ in 0..count {
-        let name_len = usize::from(u16::from_le_bytes(reader.take()?));
-        let name = reader.slice(name_len)?;
-        let wanted = keep.is_none_or(|keep| keep.iter().any(|k| k.as_bytes() == name));
-        if wanted {
-            let name = String::from_utf8(name.to_vec())
-                .map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))?;
-            properties.insert(name, decode_value(&mut reader)?);
-        } else {
-            skip_value(&mut reader)?;
-        }
-    }
+    let (timestamp, stored) = StoredProperties::read(bytes, keep)?;
+    let properties = stored
+        .map(|property| property.map(|(name, value)| (name.to_owned(), value.to_value())))
+        .collect::<Result<Properties, StorageError>>()?;
     Ok(StoredEntity {
         key,
         properties,
@@ -98,23 +80,137 @@ pub(crate) fn decode_selected(
     })
 }
 
-fn decode_value(reader: &mut Reader<'_>) -> Result<Value, StorageError> {
+/// A stored entity read in place: keys, timestamp and properties borrowed from sled's bytes, so
+/// that a query can send it on without building an owned entity first.
+#[derive(Debug, Clone, Copy)]
+pub struct EntityView<'a> {
+    /// The PartitionKey.
+    pub partition_key: &'a str,
+    /// The RowKey.
+    pub row_key: &'a str,
+    /// When the entity was last written.
+    pub timestamp: Ticks,
+    value: &'a [u8],
+    /// The properties shown (all when empty).
+    select: &'a [String],
+}
+
+impl<'a> EntityView<'a> {
+    /// Reads an entity from its encoded key and stored bytes, checking only the header: the
+    /// properties are checked as [`EntityView::properties`] reads them.
+    pub fn parse(encoded_key: &'a [u8], value: &'a [u8]) -> Result<EntityView<'a>, StorageError> {
+        let (partition_key, row_key) = super::key::split(encoded_key)?;
+        let (timestamp, _) = StoredProperties::read(value, None)?;
+        Ok(EntityView {
+            partition_key,
+            row_key,
+            timestamp,
+            value,
+            select: &[],
+        })
+    }
+
+    /// The same entity showing only the properties named in `select` (all when empty).
+    pub fn selecting(self, select: &'a [String]) -> EntityView<'a> {
+        EntityView { select, ..self }
+    }
+
+    /// The shown properties, in stored (name) order.
+    pub fn properties(&self) -> StoredProperties<'a> {
+        let keep = (!self.select.is_empty()).then_some(self.select);
+        StoredProperties::read(self.value, keep)
+            .expect("the header was checked by parse")
+            .1
+    }
+}
+
+/// The properties of a stored entity, read one at a time without copying; unselected ones are
+/// skipped over without being decoded.
+#[derive(Debug, Clone)]
+pub struct StoredProperties<'a> {
+    reader: Reader<'a>,
+    remaining: u16,
+    keep: Option<&'a [String]>,
+}
+
+impl<'a> StoredProperties<'a> {
+    /// Reads the header of a stored entity: its timestamp, then its properties.
+    fn read(
+        bytes: &'a [u8],
+        keep: Option<&'a [String]>,
+    ) -> Result<(Ticks, StoredProperties<'a>), StorageError> {
+        let mut reader = Reader { bytes };
+        let format = reader.take::<1>()?[0];
+        if format != FORMAT_V1 {
+            return Err(StorageError::Corrupt(format!(
+                "unknown entity format {format}"
+            )));
+        }
+        let timestamp = Ticks(i64::from_le_bytes(reader.take()?));
+        let remaining = u16::from_le_bytes(reader.take()?);
+        Ok((
+            timestamp,
+            StoredProperties {
+                reader,
+                remaining,
+                keep,
+            },
+        ))
+    }
+
+    fn next_property(&mut self) -> Result<Option<(&'a str, ValueRef<'a>)>, StorageError> {
+        while self.remaining > 0 {
+            self.remaining -= 1;
+            let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
+            let name = self.reader.slice(name_len)?;
+            let wanted = self
+                .keep
+                .is_none_or(|keep| keep.iter().any(|k| k.as_bytes() == name));
+            if wanted {
+                return Ok(Some((utf8(name)?, decode_value(&mut self.reader)?)));
+            }
+            skip_value(&mut self.reader)?;
+        }
+        Ok(None)
+    }
+}
+
+impl<'a> Iterator for StoredProperties<'a> {
+    type Item = Result<(&'a str, ValueRef<'a>), StorageError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_property() {
+            Ok(property) => property.map(Ok),
+            Err(error) => {
+                // A corrupt record ends the iteration after its error.
+                self.remaining = 0;
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, StorageError> {
+    std::str::from_utf8(bytes).map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))
+}
+
+fn decode_value<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'a>, StorageError> {
     let tag = reader.take::<1>()?[0];
     Ok(match tag {
         TAG_STRING => {
             let len = reader.length()?;
-            Value::String(reader.text(len)?)
+            ValueRef::String(utf8(reader.slice(len)?)?)
         }
         TAG_BINARY => {
             let len = reader.length()?;
-            Value::Binary(reader.slice(len)?.to_vec())
+            ValueRef::Binary(reader.slice(len)?)
         }
-        TAG_INT32 => Value::Int32(i32::from_le_bytes(reader.take()?)),
-        TAG_INT64 => Value::Int64(i64::from_le_bytes(reader.take()?)),
-        TAG_DOUBLE => Value::Double(f64::from_le_bytes(reader.take()?)),
-        TAG_BOOL => Value::Bool(reader.take::<1>()?[0] != 0),
-        TAG_DATETIME => Value::DateTime(Ticks(i64::from_le_bytes(reader.take()?))),
-        TAG_GUID => Value::Guid(Uuid::from_bytes(reader.take()?)),
+        TAG_INT32 => ValueRef::Int32(i32::from_le_bytes(reader.take()?)),
+        TAG_INT64 => ValueRef::Int64(i64::from_le_bytes(reader.take()?)),
+        TAG_DOUBLE => ValueRef::Double(f64::from_le_bytes(reader.take()?)),
+        TAG_BOOL => ValueRef::Bool(reader.take::<1>()?[0] != 0),
+        TAG_DATETIME => ValueRef::DateTime(Ticks(i64::from_le_bytes(reader.take()?))),
+        TAG_GUID => ValueRef::Guid(Uuid::from_bytes(reader.take()?)),
         other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
     })
 }
@@ -132,6 +228,7 @@ fn skip_value(reader: &mut Reader<'_>) -> Result<(), StorageError> {
     reader.slice(len).map(drop)
 }
 
+#[derive(Debug, Clone)]
 struct Reader<'a> {
     bytes: &'a [u8],
 }
@@ -154,11 +251,6 @@ impl<'a> Reader<'a> {
 
     fn length(&mut self) -> Result<usize, StorageError> {
         Ok(u32::from_le_bytes(self.take()?) as usize)
-    }
-
-    fn text(&mut self, len: usize) -> Result<String, StorageError> {
-        String::from_utf8(self.slice(len)?.to_vec())
-            .map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))
     }
 }
 
@@ -199,6 +291,9 @@ mod tests {
             flipped[at] ^= mask;
             let _ = decode(key.clone(), &flipped);
             let _ = decode_selected(key, &flipped, Some(&["s".to_owned()]));
+            if let Ok(view) = EntityView::parse(b"p\0r", &flipped) {
+                view.properties().for_each(drop);
+            }
         }
     }
 

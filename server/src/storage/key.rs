@@ -24,15 +24,21 @@ pub fn encode(partition_key: &str, row_key: &str) -> Vec<u8> {
 
 /// Splits an encoded key into (PartitionKey, RowKey).
 pub(crate) fn decode(key: &[u8]) -> Result<(String, String), StorageError> {
-    let split = key
+    let (partition_key, row_key) = split(key)?;
+    Ok((partition_key.to_owned(), row_key.to_owned()))
+}
+
+/// Splits an encoded key into (PartitionKey, RowKey), borrowed.
+pub(crate) fn split(key: &[u8]) -> Result<(&str, &str), StorageError> {
+    let at = key
         .iter()
         .position(|b| *b == SEPARATOR)
         .ok_or_else(|| StorageError::Corrupt("entity key without separator".into()))?;
-    let text = |bytes: &[u8]| {
-        String::from_utf8(bytes.to_vec())
+    let text = |bytes| {
+        std::str::from_utf8(bytes)
             .map_err(|_| StorageError::Corrupt("entity key is not UTF-8".into()))
     };
-    Ok((text(&key[..split])?, text(&key[split + 1..])?))
+    Ok((text(&key[..at])?, text(&key[at + 1..])?))
 }
 
 /// The raw PartitionKey bytes of an encoded key.

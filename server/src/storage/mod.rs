@@ -20,6 +20,9 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use catalog::{TableRecord, TableState};
+#[cfg(test)]
+pub(crate) use codec::encode as encode_value;
+pub use codec::{EntityView, StoredProperties};
 pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
 pub use format::{CURRENT_FORMAT, FORMAT_KEY};

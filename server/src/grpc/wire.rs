@@ -1,0 +1,258 @@
+//! Query results written straight from stored bytes into protobuf wire form: each match becomes an
+//! encoded `trestle.v1.Entity` without an owned entity or a `pb::Entity` built in between.
+//! Decoded, the bytes are exactly what [`super::convert::entity_to_pb`] would have sent.
+
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use trestle_proto::pages::EncodedEntities;
+
+use crate::engine::MatchSink;
+use crate::model::{ETag, Ticks, ValueRef};
+use crate::storage::{EntityView, StorageError};
+
+// Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` and of `Timestamp`.
+const ENTITY_PARTITION_KEY: u32 = 1;
+const ENTITY_ROW_KEY: u32 = 2;
+const ENTITY_PROPERTIES: u32 = 3;
+const ENTITY_TIMESTAMP: u32 = 4;
+const ENTITY_ETAG: u32 = 5;
+const ENTRY_KEY: u32 = 1;
+const ENTRY_VALUE: u32 = 2;
+const VALUE_STRING: u32 = 1;
+const VALUE_INT32: u32 = 2;
+const VALUE_INT64: u32 = 3;
+const VALUE_DOUBLE: u32 = 4;
+const VALUE_BOOL: u32 = 5;
+const VALUE_DATETIME: u32 = 6;
+const VALUE_GUID: u32 = 7;
+const VALUE_BINARY: u32 = 8;
+const TIMESTAMP_SECONDS: u32 = 1;
+const TIMESTAMP_NANOS: u32 = 2;
+
+/// Collects matches as encoded entities, reusing one scratch buffer for all of them.
+#[derive(Debug, Default)]
+pub(crate) struct EntityEncoder {
+    /// The entities encoded so far.
+    pub(crate) encoded: EncodedEntities,
+    scratch: Vec<u8>,
+}
+
+impl EntityEncoder {
+    /// Takes the entities encoded so far, leaving the encoder empty.
+    pub(crate) fn take_encoded(&mut self) -> EncodedEntities {
+        std::mem::take(&mut self.encoded)
+    }
+}
+
+impl MatchSink for EntityEncoder {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError> {
+        let out = &mut self.scratch;
+        out.clear();
+        put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
+        put_text(ENTITY_ROW_KEY, entity.row_key, out);
+        for property in entity.properties() {
+            let (name, value) = property?;
+            let value_len = value_len(value);
+            let entry_len = text_len(ENTRY_KEY, name) + nested_len(ENTRY_VALUE, value_len);
+            put_len_prefix(ENTITY_PROPERTIES, entry_len, out);
+            put_text(ENTRY_KEY, name, out);
+            put_len_prefix(ENTRY_VALUE, value_len, out);
+            put_value(value, out);
+        }
+        put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
+        put_timestamp(entity.timestamp, out);
+        put_text(
+            ENTITY_ETAG,
+            ETag::for_timestamp(entity.timestamp).as_str(),
+            out,
+        );
+        let body = &self.scratch;
+        self.encoded
+            .push(body.len(), |fields| fields.extend_from_slice(body));
+        Ok(())
+    }
+}
+
+fn put_len_prefix(field: u32, len: usize, out: &mut Vec<u8>) {
+    encode_key(field, WireType::LengthDelimited, out);
+    encode_varint(len as u64, out);
+}
+
+/// A string or bytes field; empty ones are left out, as proto3 does.
+fn put_bytes(field: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    if !bytes.is_empty() {
+        put_len_prefix(field, bytes.len(), out);
+        out.extend_from_slice(bytes);
+    }
+}
+
+fn put_text(field: u32, text: &str, out: &mut Vec<u8>) {
+    put_bytes(field, text.as_bytes(), out);
+}
+
+fn text_len(field: u32, text: &str) -> usize {
+    if text.is_empty() {
+        0
+    } else {
+        nested_len(field, text.len())
+    }
+}
+
+/// The length of a length-delimited field holding `len` bytes.
+fn nested_len(field: u32, len: usize) -> usize {
+    key_len(field) + encoded_len_varint(len as u64) + len
+}
+
+fn varint_len(field: u32, value: u64) -> usize {
+    key_len(field) + encoded_len_varint(value)
+}
+
+fn put_varint(field: u32, value: u64, out: &mut Vec<u8>) {
+    encode_key(field, WireType::Varint, out);
+    encode_varint(value, out);
+}
+
+/// `google.protobuf.Timestamp` parts of a tick count; zero parts are left out.
+fn timestamp_parts(ticks: Ticks) -> (u64, u64) {
+    let (seconds, nanos) = ticks.to_unix();
+    // Protobuf's int64 and int32 are varints of the two's complement, sign-extended to 64 bits.
+    (seconds as u64, i64::from(nanos) as u64)
+}
+
+fn timestamp_len(ticks: Ticks) -> usize {
+    let (seconds, nanos) = timestamp_parts(ticks);
+    let part = |field, value| {
+        if value == 0 {
+            0
+        } else {
+            varint_len(field, value)
+        }
+    };
+    part(TIMESTAMP_SECONDS, seconds) + part(TIMESTAMP_NANOS, nanos)
+}
+
+fn put_timestamp(ticks: Ticks, out: &mut Vec<u8>) {
+    let (seconds, nanos) = timestamp_parts(ticks);
+    if seconds != 0 {
+        put_varint(TIMESTAMP_SECONDS, seconds, out);
+    }
+    if nanos != 0 {
+        put_varint(TIMESTAMP_NANOS, nanos, out);
+    }
+}
+
+/// A GUID as the wire carries it: canonical, lower-case, hyphenated.
+const GUID_TEXT_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
+
+/// The length of a `Value` message. A oneof member is sent even when it holds its default.
+fn value_len(value: ValueRef<'_>) -> usize {
+    match value {
+        ValueRef::String(s) => nested_len(VALUE_STRING, s.len()),
+        ValueRef::Binary(b) => nested_len(VALUE_BINARY, b.len()),
+        ValueRef::Guid(_) => nested_len(VALUE_GUID, GUID_TEXT_LEN),
+        ValueRef::Int32(v) => varint_len(VALUE_INT32, i64::from(v) as u64),
+        ValueRef::Int64(v) => varint_len(VALUE_INT64, v as u64),
+        ValueRef::Double(_) => key_len(VALUE_DOUBLE) + 8,
+        ValueRef::Bool(_) => varint_len(VALUE_BOOL, 0),
+        ValueRef::DateTime(t) => nested_len(VALUE_DATETIME, timestamp_len(t)),
+    }
+}
+
+fn put_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
+    match value {
+        ValueRef::String(s) => {
+            put_len_prefix(VALUE_STRING, s.len(), out);
+            out.extend_from_slice(s.as_bytes());
+        }
+        ValueRef::Binary(b) => {
+            put_len_prefix(VALUE_BINARY, b.len(), out);
+            out.extend_from_slice(b);
+        }
+        ValueRef::Guid(g) => {
+            put_len_prefix(VALUE_GUID, GUID_TEXT_LEN, out);
+            let mut text = [0u8; GUID_TEXT_LEN];
+            out.extend_from_slice(g.hyphenated().encode_lower(&mut text).as_bytes());
+        }
+        ValueRef::Int32(v) => put_varint(VALUE_INT32, i64::from(v) as u64, out),
+        ValueRef::Int64(v) => put_varint(VALUE_INT64, v as u64, out),
+        ValueRef::Double(v) => {
+            encode_key(VALUE_DOUBLE, WireType::SixtyFourBit, out);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        ValueRef::Bool(v) => put_varint(VALUE_BOOL, u64::from(v), out),
+        ValueRef::DateTime(t) => {
+            put_len_prefix(VALUE_DATETIME, timestamp_len(t), out);
+            put_timestamp(t, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+    use trestle_proto::pb;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::model::{EntityKey, Properties, StoredEntity, Value};
+    use crate::storage::{encode_key, encode_value};
+
+    fn encoded_then_decoded(entity: &StoredEntity, select: &[String]) -> pb::Entity {
+        let key = encode_key(&entity.key.partition_key, &entity.key.row_key);
+        let value = encode_value(entity.timestamp, &entity.properties);
+        let mut encoder = EntityEncoder::default();
+        let view = EntityView::parse(&key, &value).unwrap().selecting(select);
+        encoder.take(&view).unwrap();
+        let page = pb::ScanEntitiesResponse {
+            entities: Vec::new(),
+            encoded_entities: encoder.take_encoded(),
+        };
+        let mut decoded = pb::ScanEntitiesResponse::decode(&page.encode_to_vec()[..]).unwrap();
+        assert_eq!(decoded.entities.len(), 1);
+        decoded.entities.pop().unwrap()
+    }
+
+    fn every_type(timestamp: Ticks, partition_key: &str) -> StoredEntity {
+        StoredEntity {
+            key: EntityKey::new(partition_key.into(), "r-1 ü".into()).unwrap(),
+            properties: Properties::from([
+                ("s".to_owned(), Value::String("héllo".into())),
+                ("empty".to_owned(), Value::String(String::new())),
+                ("i".to_owned(), Value::Int32(-7)),
+                ("zero".to_owned(), Value::Int32(0)),
+                ("l".to_owned(), Value::Int64(i64::MIN)),
+                ("d".to_owned(), Value::Double(f64::NEG_INFINITY)),
+                ("b".to_owned(), Value::Bool(false)),
+                ("t".to_owned(), Value::DateTime(Ticks::MIN)),
+                ("epoch".to_owned(), Value::DateTime(Ticks(0))),
+                ("g".to_owned(), Value::Guid(Uuid::from_u128(42))),
+                ("x".to_owned(), Value::Binary(vec![0, 255, 7])),
+                ("nothing".to_owned(), Value::Binary(Vec::new())),
+            ]),
+            timestamp,
+        }
+    }
+
+    #[test]
+    fn encoding_from_storage_equals_converting_the_decoded_entity() {
+        for (timestamp, partition_key) in [
+            (Ticks(638_000_000_001_234_567), "p"),
+            (Ticks(0), ""),
+            (Ticks::MIN, "q"),
+        ] {
+            let entity = every_type(timestamp, partition_key);
+            assert_eq!(
+                encoded_then_decoded(&entity, &[]),
+                super::super::convert::entity_to_pb(entity.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn only_selected_properties_are_encoded() {
+        let entity = every_type(Ticks(5), "p");
+        let select = ["g".to_owned(), "missing".to_owned()];
+        let expected = super::super::convert::entity_to_pb(entity.clone().project(&select));
+        assert_eq!(encoded_then_decoded(&entity, &select), expected);
+        assert_eq!(expected.properties.len(), 1);
+    }
+}
