@@ -1,20 +1,64 @@
 //! Running a planned query: reading the planned key ranges a bounded chunk at a time, evaluating
 //! the filter, and resuming from continuation tokens.
 
+use std::cell::Cell;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TableError;
-use crate::model::ValidationError;
-use crate::query::{plan, ContinuationToken, QuerySpec, ScanPlan};
-use crate::storage::{decode_entity, EntityView, KeyRange, StorageError, Table, Visit};
+use crate::model::{Ticks, ValidationError, ValueRef};
+use crate::query::{plan, ContinuationToken, Expr, QuerySpec, Record, ScanPlan};
+use crate::storage::{EntityView, KeyRange, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
 pub const MAX_EXAMINED_PER_CHUNK: usize = 10_000;
 /// Longest time one chunk spends reading.
 pub const CHUNK_TIME_BUDGET: Duration = Duration::from_millis(500);
+
+/// A stored entity as a filter reads it: in place, each property it names found in the stored
+/// bytes and decoded alone; the first corrupt property met is kept to fail the scan with.
+struct FilterView<'v, 'a> {
+    entity: &'v EntityView<'a>,
+    corrupt: Cell<Option<StorageError>>,
+}
+
+impl FilterView<'_, '_> {
+    /// Whether `entity` matches `filter`, or why its stored bytes could not be read.
+    fn matches(filter: &Expr, entity: &EntityView<'_>) -> Result<bool, StorageError> {
+        let view = FilterView {
+            entity,
+            corrupt: Cell::new(None),
+        };
+        let matched = filter.matches(&view);
+        match view.corrupt.into_inner() {
+            Some(error) => Err(error),
+            None => Ok(matched),
+        }
+    }
+}
+
+impl Record for FilterView<'_, '_> {
+    fn partition_key(&self) -> &str {
+        self.entity.partition_key
+    }
+
+    fn row_key(&self) -> &str {
+        self.entity.row_key
+    }
+
+    fn timestamp(&self) -> Ticks {
+        self.entity.timestamp
+    }
+
+    fn property(&self, name: &str) -> Option<ValueRef<'_>> {
+        self.entity.property(name).unwrap_or_else(|error| {
+            self.corrupt.set(Some(error));
+            None
+        })
+    }
+}
 
 /// A query bound to its table and plan, positioned at the next entity to read.
 #[derive(Debug)]
@@ -113,13 +157,6 @@ impl Scan {
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
-        // The filter is evaluated on an entity decoded with only the properties it reads; a
-        // match is passed on in place, never decoded whole.
-        let filter_reads = filter.map(|f| {
-            let mut names = Vec::new();
-            f.custom_properties(&mut names);
-            names
-        });
         let resume_at = self
             .table
             .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
@@ -137,14 +174,15 @@ impl Scan {
                     return Ok(Visit::Stop);
                 }
                 examined += 1;
-                if let (Some(filter), Some(reads)) = (filter, &filter_reads) {
-                    if !filter.matches(&decode_entity(key, value, Some(reads))?) {
+                let entity = EntityView::parse(key, value)?;
+                if let Some(filter) = filter {
+                    if !FilterView::matches(filter, &entity)? {
                         return Ok(Visit::Next);
                     }
                 }
                 matches += 1;
                 bytes += value.len();
-                on_match(&EntityView::parse(key, value)?.selecting(&self.spec.select))?;
+                on_match(&entity.selecting(&self.spec.select))?;
                 Ok(Visit::Next)
             })?;
         if timed_out {
@@ -154,5 +192,35 @@ impl Scan {
             resume_at,
             examined,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Properties, Value};
+    use crate::storage::{encode_key, encode_value};
+
+    #[test]
+    fn filters_read_stored_bytes_and_fail_on_corrupt_ones() {
+        let key = encode_key("p", "r");
+        let record = encode_value(
+            Ticks(7),
+            &Properties::from([
+                ("Age".to_owned(), Value::Int32(40)),
+                ("Name".to_owned(), Value::String("Ada".into())),
+            ]),
+        );
+        let entity = EntityView::parse(&key, &record).unwrap();
+        let filter = |text| Expr::parse(text).unwrap();
+        let matches = |text| FilterView::matches(&filter(text), &entity).unwrap();
+        assert!(matches("Name eq 'Ada' and Age gt 30 and PartitionKey eq 'p'"));
+        assert!(!matches("Missing eq 1"));
+        assert!(!matches("Age eq 'forty'"));
+
+        // The header is whole, the last property is cut short: a filter reading it fails.
+        let truncated = &record[..record.len() - 2];
+        let entity = EntityView::parse(&key, truncated).unwrap();
+        assert!(FilterView::matches(&filter("Name eq 'Ada'"), &entity).is_err());
     }
 }

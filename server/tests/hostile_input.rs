@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use trestle_proto::access::{self, Grant, KeyRing, Permissions};
 use trestle_server::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
 use trestle_server::query::{ContinuationToken, Expr, TablesToken};
-use trestle_server::storage::decode_entity;
+use trestle_server::storage::EntityView;
 
 /// Pieces of the filter grammar, so that random sequences reach deep into the parser.
 const FILTER_TOKENS: &[&str] = &[
@@ -128,8 +128,12 @@ proptest! {
         value in prop::collection::vec(any::<u8>(), 0..200),
         keep_name in "[A-Za-z]{0,4}",
     ) {
-        let _ = decode_entity(&key, &value, None);
-        let _ = decode_entity(&key, &value, Some(&[keep_name]));
+        if let Ok(entity) = EntityView::parse(&key, &value) {
+            entity.properties().for_each(drop);
+            let _ = entity.property(&keep_name);
+            let select = [keep_name];
+            entity.selecting(&select).properties().for_each(drop);
+        }
     }
 }
 

@@ -2,13 +2,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trestle_server::storage::{decode_entity, EntityView};
+use trestle_server::storage::EntityView;
 
 fuzz_target!(|input: (&[u8], &[u8])| {
     let (key, record) = input;
-    let _ = decode_entity(key, record, None);
-    let _ = decode_entity(key, record, Some(&["Name".to_owned()]));
     if let Ok(view) = EntityView::parse(key, record) {
         view.properties().for_each(drop);
+        let _ = view.property("Name");
+        let select = ["Name".to_owned()];
+        view.selecting(&select).properties().for_each(drop);
     }
 });

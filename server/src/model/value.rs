@@ -26,6 +26,20 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value, borrowed.
+    pub fn borrowed(&self) -> ValueRef<'_> {
+        match self {
+            Value::String(s) => ValueRef::String(s),
+            Value::Int32(v) => ValueRef::Int32(*v),
+            Value::Int64(v) => ValueRef::Int64(*v),
+            Value::Double(v) => ValueRef::Double(*v),
+            Value::Bool(v) => ValueRef::Bool(*v),
+            Value::DateTime(t) => ValueRef::DateTime(*t),
+            Value::Guid(g) => ValueRef::Guid(*g),
+            Value::Binary(b) => ValueRef::Binary(b),
+        }
+    }
+
     /// The bytes that count against the 64 KiB value limit: strings as UTF-16, binaries as is;
     /// `None` for fixed-size types.
     pub fn limited_size(&self) -> Option<usize> {

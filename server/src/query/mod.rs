@@ -5,7 +5,7 @@ pub mod filter;
 pub mod plan;
 mod token;
 
-pub use filter::Expr;
+pub use filter::{Expr, Record};
 pub use plan::{plan, PlanKind, ScanPlan};
 pub use token::{ContinuationToken, TablesToken};
 

@@ -115,6 +115,16 @@ impl<'a> EntityView<'a> {
         EntityView { select, ..self }
     }
 
+    /// The named property, if the entity has it (and shows it), found without decoding the others.
+    pub fn property(&self, name: &str) -> Result<Option<ValueRef<'a>>, StorageError> {
+        if !self.select.is_empty() && !self.select.iter().any(|s| s == name) {
+            return Ok(None);
+        }
+        let mut properties = self.properties();
+        properties.keep = None;
+        properties.find(name)
+    }
+
     /// The shown properties, in stored (name) order.
     pub fn properties(&self) -> StoredProperties<'a> {
         let keep = (!self.select.is_empty()).then_some(self.select);
@@ -156,6 +166,19 @@ impl<'a> StoredProperties<'a> {
                 keep,
             },
         ))
+    }
+
+    /// Walks to the property called `name` and decodes only its value.
+    fn find(mut self, name: &str) -> Result<Option<ValueRef<'a>>, StorageError> {
+        while self.remaining > 0 {
+            self.remaining -= 1;
+            let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
+            if self.reader.slice(name_len)? == name.as_bytes() {
+                return decode_value(&mut self.reader).map(Some);
+            }
+            skip_value(&mut self.reader)?;
+        }
+        Ok(None)
     }
 
     fn next_property(&mut self) -> Result<Option<(&'a str, ValueRef<'a>)>, StorageError> {

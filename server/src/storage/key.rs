@@ -22,12 +22,6 @@ pub fn encode(partition_key: &str, row_key: &str) -> Vec<u8> {
     key
 }
 
-/// Splits an encoded key into (PartitionKey, RowKey).
-pub(crate) fn decode(key: &[u8]) -> Result<(String, String), StorageError> {
-    let (partition_key, row_key) = split(key)?;
-    Ok((partition_key.to_owned(), row_key.to_owned()))
-}
-
 /// Splits an encoded key into (PartitionKey, RowKey), borrowed.
 pub(crate) fn split(key: &[u8]) -> Result<(&str, &str), StorageError> {
     let at = key
@@ -253,7 +247,7 @@ mod tests {
         sorted.sort();
         assert_eq!(encoded, sorted);
         for ((p, r), e) in keys.iter().zip(&encoded) {
-            assert_eq!(decode(e).unwrap(), (p.to_string(), r.to_string()));
+            assert_eq!(split(e).unwrap(), (*p, *r));
             assert_eq!(partition_of(e), p.as_bytes());
         }
     }

@@ -27,7 +27,7 @@ pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
 pub use format::{CURRENT_FORMAT, FORMAT_KEY};
 pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
-pub use table::{decode_entity, Committed, Table, Visit, Visitor};
+pub use table::{Committed, Table, Visit, Visitor};
 
 use crate::model::TableName;
 

@@ -41,21 +41,6 @@ pub enum Visit {
 /// Sees each entity of a scan as (encoded key, stored bytes) and says whether to go on.
 pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<Visit, StorageError> + 'a;
 
-/// Decodes an entity from the encoded key and stored bytes a [`Table::visit`] visitor is shown,
-/// materialising only the properties named in `keep` (all when `None`).
-pub fn decode_entity(
-    encoded_key: &[u8],
-    value: &[u8],
-    keep: Option<&[String]>,
-) -> Result<StoredEntity, StorageError> {
-    let (partition_key, row_key) = key::decode(encoded_key)?;
-    let key = EntityKey {
-        partition_key,
-        row_key,
-    };
-    codec::decode_selected(key, value, keep)
-}
-
 type Gate<'a> = RwLockReadGuard<'a, bool>;
 
 impl Table {
@@ -208,7 +193,7 @@ impl Table {
     /// `reverse`, until the visitor says [`Visit::Stop`]; returns the key it stopped at (to resume
     /// from, inclusive), or `None` when every range is exhausted.
     ///
-    /// The visitor gets each entity's encoded key and stored bytes ([`decode_entity`] reads them),
+    /// The visitor gets each entity's encoded key and stored bytes ([`super::EntityView`] reads them),
     /// and runs under that entity's partition lock: each partition's part of a scan sees the
     /// partition at one instant, never half a transaction. Keep the visitor short.
     pub fn visit(

@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 
 use super::{CompareOp, Expr, Property};
-use crate::model::{StoredEntity, Value};
+use crate::model::{StoredEntity, Ticks, Value, ValueRef};
 
 /// How a property value relates to a literal.
 enum Relation {
@@ -21,9 +21,39 @@ enum Relation {
     Mismatch,
 }
 
+/// What a filter reads of an entity: an owned entity, or one read in place from its stored bytes.
+pub trait Record {
+    /// The PartitionKey.
+    fn partition_key(&self) -> &str;
+    /// The RowKey.
+    fn row_key(&self) -> &str;
+    /// When the entity was last written.
+    fn timestamp(&self) -> Ticks;
+    /// The named custom property, if the entity has it.
+    fn property(&self, name: &str) -> Option<ValueRef<'_>>;
+}
+
+impl Record for StoredEntity {
+    fn partition_key(&self) -> &str {
+        &self.key.partition_key
+    }
+
+    fn row_key(&self) -> &str {
+        &self.key.row_key
+    }
+
+    fn timestamp(&self) -> Ticks {
+        self.timestamp
+    }
+
+    fn property(&self, name: &str) -> Option<ValueRef<'_>> {
+        self.properties.get(name).map(Value::borrowed)
+    }
+}
+
 impl Expr {
     /// Whether `entity` matches.
-    pub fn matches(&self, entity: &StoredEntity) -> bool {
+    pub fn matches<R: Record + ?Sized>(&self, entity: &R) -> bool {
         match self {
             Expr::And(a, b) => a.matches(entity) && b.matches(entity),
             Expr::Or(a, b) => a.matches(entity) || b.matches(entity),
@@ -34,10 +64,10 @@ impl Expr {
                 literal,
             } => {
                 let relation = match property {
-                    Property::PartitionKey => relate_str(&entity.key.partition_key, literal),
-                    Property::RowKey => relate_str(&entity.key.row_key, literal),
-                    Property::Timestamp => relate(&Value::DateTime(entity.timestamp), literal),
-                    Property::Custom(name) => match entity.properties.get(name) {
+                    Property::PartitionKey => relate_str(entity.partition_key(), literal),
+                    Property::RowKey => relate_str(entity.row_key(), literal),
+                    Property::Timestamp => relate(ValueRef::DateTime(entity.timestamp()), literal),
+                    Property::Custom(name) => match entity.property(name) {
                         Some(value) => relate(value, literal),
                         None => return false,
                     },
@@ -70,24 +100,25 @@ fn relate_str(property: &str, literal: &Value) -> Relation {
     }
 }
 
-fn relate(property: &Value, literal: &Value) -> Relation {
+fn relate(property: ValueRef<'_>, literal: &Value) -> Relation {
     use Value as V;
+    use ValueRef as P;
     let doubles = |a: f64, b: f64| {
         a.partial_cmp(&b)
             .map_or(Relation::Unordered, Relation::Ordered)
     };
     match (property, literal) {
-        (V::String(a), V::String(b)) => Relation::Ordered(a.as_bytes().cmp(b.as_bytes())),
-        (V::Int32(a), V::Int32(b)) => Relation::Ordered(a.cmp(b)),
-        (V::Int64(a), V::Int32(b)) => Relation::Ordered(a.cmp(&i64::from(*b))),
-        (V::Int64(a), V::Int64(b)) => Relation::Ordered(a.cmp(b)),
-        (V::Double(a), V::Int32(b)) => doubles(*a, f64::from(*b)),
-        (V::Double(a), V::Int64(b)) => doubles(*a, *b as f64),
-        (V::Double(a), V::Double(b)) => doubles(*a, *b),
-        (V::Bool(a), V::Bool(b)) => Relation::Ordered(a.cmp(b)),
-        (V::DateTime(a), V::DateTime(b)) => Relation::Ordered(a.cmp(b)),
-        (V::Guid(a), V::Guid(b)) => Relation::Ordered(a.as_bytes().cmp(b.as_bytes())),
-        (V::Binary(a), V::Binary(b)) => Relation::Ordered(a.cmp(b)),
+        (P::String(a), V::String(b)) => Relation::Ordered(a.as_bytes().cmp(b.as_bytes())),
+        (P::Int32(a), V::Int32(b)) => Relation::Ordered(a.cmp(b)),
+        (P::Int64(a), V::Int32(b)) => Relation::Ordered(a.cmp(&i64::from(*b))),
+        (P::Int64(a), V::Int64(b)) => Relation::Ordered(a.cmp(b)),
+        (P::Double(a), V::Int32(b)) => doubles(a, f64::from(*b)),
+        (P::Double(a), V::Int64(b)) => doubles(a, *b as f64),
+        (P::Double(a), V::Double(b)) => doubles(a, *b),
+        (P::Bool(a), V::Bool(b)) => Relation::Ordered(a.cmp(b)),
+        (P::DateTime(a), V::DateTime(b)) => Relation::Ordered(a.cmp(b)),
+        (P::Guid(a), V::Guid(b)) => Relation::Ordered(a.as_bytes().cmp(b.as_bytes())),
+        (P::Binary(a), V::Binary(b)) => Relation::Ordered(a.cmp(b.as_slice())),
         _ => Relation::Mismatch,
     }
 }

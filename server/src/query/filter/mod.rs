@@ -9,6 +9,8 @@ mod eval;
 mod lexer;
 mod parser;
 
+pub use eval::Record;
+
 use crate::model::Value;
 
 /// Most comparisons one filter may hold (Azure's limit).
@@ -111,26 +113,6 @@ impl Expr {
     /// Parses a filter.
     pub fn parse(text: &str) -> Result<Expr, FilterError> {
         parser::parse(text)
-    }
-
-    /// Adds the names of the custom properties the expression reads to `names`.
-    pub fn custom_properties(&self, names: &mut Vec<String>) {
-        match self {
-            Expr::And(a, b) | Expr::Or(a, b) => {
-                a.custom_properties(names);
-                b.custom_properties(names);
-            }
-            Expr::Not(inner) => inner.custom_properties(names),
-            Expr::Compare {
-                property: Property::Custom(name),
-                ..
-            } => {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
-            }
-            Expr::Compare { .. } => {}
-        }
     }
 }
 
