@@ -214,7 +214,9 @@ mod tests {
         let entity = EntityView::parse(&key, &record).unwrap();
         let filter = |text| Expr::parse(text).unwrap();
         let matches = |text| FilterView::matches(&filter(text), &entity).unwrap();
-        assert!(matches("Name eq 'Ada' and Age gt 30 and PartitionKey eq 'p'"));
+        assert!(matches(
+            "Name eq 'Ada' and Age gt 30 and PartitionKey eq 'p'"
+        ));
         assert!(!matches("Missing eq 1"));
         assert!(!matches("Age eq 'forty'"));
 

@@ -86,7 +86,10 @@ impl ServerProcess {
         let exe = std::env::current_exe()
             .expect("current exe")
             .with_file_name("trestle-server");
-        let data_dir = std::env::temp_dir().join(format!("trestle-bench-{}", std::process::id()));
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let data_dir =
+            std::env::temp_dir().join(format!("trestle-bench-{}-{nth}", std::process::id()));
         let mut child = Command::new(&exe)
             .args([
                 "--listen",
@@ -325,7 +328,16 @@ async fn main() {
                 continue;
             }
             "delete_table" => {
-                rows.push(delete_table(&client, &plan, server.as_ref()).await);
+                // On a server of its own, so that other workloads' tables and garbage do not blur
+                // the data directory's sizes.
+                let own_server = server.as_ref().map(|_| ServerProcess::start());
+                let own_client = match &own_server {
+                    Some(own) => Client::connect(format!("http://{}", own.addr))
+                        .await
+                        .expect("connect to the delete_table server"),
+                    None => client.clone(),
+                };
+                rows.push(delete_table(&own_client, &plan, own_server.as_ref()).await);
                 continue;
             }
             _ => (workloads::mixed(&client, &plan).await, false, false),
@@ -376,7 +388,8 @@ async fn main() {
 }
 
 /// `DeleteTable` of a fully loaded table: its latency, and the data directory's size after loading
-/// it, after deleting it and loading another of the same size.
+/// it, and after deleting it and loading another of the same size (the growth is the second size
+/// over the first).
 async fn delete_table(client: &Client, plan: &Plan, server: Option<&ServerProcess>) -> Row {
     let size = || server.map_or(0, |s| disk_usage(&s.data_dir));
     let before_load = size();
@@ -394,8 +407,8 @@ async fn delete_table(client: &Client, plan: &Plan, server: Option<&ServerProces
     workloads::load(client, "Reloaded", plan.partitions, plan.rows_per_partition).await;
     let after_second = size();
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    let growth = if after_first > before_load {
-        (after_second - before_load) as f64 / (after_first - before_load) as f64 - 1.0
+    let growth = if after_first > 0 {
+        after_second as f64 / after_first as f64 - 1.0
     } else {
         0.0
     };
