@@ -13,6 +13,9 @@ use crate::pb::{Entity, QueryStats};
 
 /// The field number of `entities` in both responses.
 const ENTITIES: u32 = 1;
+/// Field numbers of `QueryEntitiesResponse`'s other fields.
+const CONTINUATION_TOKEN: u32 = 2;
+const STATS: u32 = 3;
 
 /// Entities in wire form: each a complete `entities` field (key, length, `Entity` message).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -96,10 +99,10 @@ impl prost::Message for QueryEntitiesResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         encode_entities(&self.entities, &self.encoded_entities, buf);
         if !self.continuation_token.is_empty() {
-            encoding::string::encode(2, &self.continuation_token, buf);
+            encoding::string::encode(CONTINUATION_TOKEN, &self.continuation_token, buf);
         }
         if let Some(stats) = &self.stats {
-            encoding::message::encode(3, stats, buf);
+            encoding::message::encode(STATS, stats, buf);
         }
     }
 
@@ -112,8 +115,10 @@ impl prost::Message for QueryEntitiesResponse {
     ) -> Result<(), DecodeError> {
         match tag {
             ENTITIES => encoding::message::merge_repeated(wire_type, &mut self.entities, buf, ctx),
-            2 => encoding::string::merge(wire_type, &mut self.continuation_token, buf, ctx),
-            3 => encoding::message::merge(
+            CONTINUATION_TOKEN => {
+                encoding::string::merge(wire_type, &mut self.continuation_token, buf, ctx)
+            }
+            STATS => encoding::message::merge(
                 wire_type,
                 self.stats.get_or_insert_with(QueryStats::default),
                 buf,
@@ -127,12 +132,12 @@ impl prost::Message for QueryEntitiesResponse {
         let token = if self.continuation_token.is_empty() {
             0
         } else {
-            encoding::string::encoded_len(2, &self.continuation_token)
+            encoding::string::encoded_len(CONTINUATION_TOKEN, &self.continuation_token)
         };
         let stats = self
             .stats
             .as_ref()
-            .map_or(0, |stats| encoding::message::encoded_len(3, stats));
+            .map_or(0, |stats| encoding::message::encoded_len(STATS, stats));
         entities_len(&self.entities, &self.encoded_entities) + token + stats
     }
 

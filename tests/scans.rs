@@ -405,3 +405,47 @@ async fn pages_of_large_entities_stay_under_the_message_limit() {
         "a page stops at the byte budget: {pages:?}"
     );
 }
+
+/// Entities whose wire form is much larger than their stored form (GUIDs are 16 bytes stored, 36
+/// characters sent; negative Int32s 4 bytes stored, 10 sent): pages and streamed batches are
+/// bounded by what they send, so they still fit the client's default 4 MiB message limit.
+#[tokio::test]
+async fn pages_are_bounded_by_their_encoded_size() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let guid = pb::Value {
+        kind: Some(pb::value::Kind::GuidValue(
+            "a455c695-df98-5678-aaaa-81d3367e5a34".into(),
+        )),
+    };
+    let names: Vec<String> = (0..250).map(|i| format!("P{i}")).collect();
+    let properties: Vec<(&str, pb::Value)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let value = if i % 2 == 0 { guid.clone() } else { int32(-1) };
+            (name.as_str(), value)
+        })
+        .collect();
+    let rows: Vec<String> = (0..500).map(|r| format!("r{r:04}")).collect();
+    for chunk in rows.chunks(100) {
+        let ops = chunk
+            .iter()
+            .map(|rk| tx_insert(entity("wide", rk, &properties)))
+            .collect();
+        client
+            .submit_transaction(transaction(T, "wide", ops))
+            .await
+            .unwrap();
+    }
+    let (entities, pages) = query_all(&mut client, query()).await;
+    assert_eq!(entities.len(), 500);
+    assert!(pages.len() > 1, "pages stop at the byte budget: {pages:?}");
+
+    let mut stream = client.scan_entities(query()).await.unwrap().into_inner();
+    let mut streamed = 0;
+    while let Some(batch) = stream.message().await.unwrap() {
+        streamed += batch.entities.len();
+    }
+    assert_eq!(streamed, 500);
+}

@@ -13,8 +13,8 @@ use crate::storage::{
     Store, StoreOptions, Table, Ticket,
 };
 
-/// Stop filling a query page after this many stored bytes, so that a page of large entities stays
-/// well under gRPC's default 4 MiB message limit.
+/// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
+/// that a page of large entities stays well under gRPC's default 4 MiB message limit.
 pub const PAGE_BYTE_BUDGET: usize = 2 * 1024 * 1024;
 
 /// One page of tables.
@@ -40,9 +40,10 @@ pub struct PageInfo {
 /// Receives the matches of a query, read in place: one page's, or a streamed query's a batch at
 /// a time.
 pub trait MatchSink {
-    /// Takes one match (showing only the selected properties). An error (a corrupt record) ends
-    /// the query with it.
-    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError>;
+    /// Takes one match (showing only the selected properties) and says how many bytes it added to
+    /// the page (counted against [`PAGE_BYTE_BUDGET`]). An error (a corrupt record) ends the query
+    /// with it.
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError>;
 
     /// Ends a batch of a streamed query; `false` when the reader went away.
     fn end_batch(&mut self) -> bool {
@@ -246,7 +247,7 @@ impl Engine {
     }
 
     /// Streams every match of a query in order to `sink`, ending a batch after at most
-    /// `page_size` matches or [`PAGE_BYTE_BUDGET`] stored bytes, until the sink says the reader
+    /// `page_size` matches or [`PAGE_BYTE_BUDGET`] bytes, until the sink says the reader
     /// went away or the query is complete. No lock is held while the sink ends a batch, so a slow
     /// reader holds up no writer.
     pub fn stream(
@@ -287,7 +288,7 @@ impl Engine {
         loop {
             let chunk = scan.read(usize::MAX, &mut |_| {
                 count += 1;
-                Ok(())
+                Ok(0)
             })?;
             match chunk.resume_at {
                 Some(key) => scan.resume_at(key),

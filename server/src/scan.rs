@@ -138,14 +138,15 @@ impl Scan {
         .encode()
     }
 
-    /// Reads one chunk: up to `page_size` matches, `byte_budget` stored bytes,
+    /// Reads one chunk: up to `page_size` matches, `byte_budget` bytes of output (as `on_match`
+    /// counts them),
     /// [`MAX_EXAMINED_PER_CHUNK`] entities examined and [`CHUNK_TIME_BUDGET`] of time, whichever
     /// comes first. Each match goes to `on_match`, read in place and showing only the selected
     /// properties; an error from `on_match` (a corrupt record) ends the chunk.
     pub(crate) fn read(
         &self,
         byte_budget: usize,
-        on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<(), StorageError>,
+        on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError>,
     ) -> Result<Chunk, TableError> {
         let started = Instant::now();
         let deadline = self.spec.deadline;
@@ -181,8 +182,7 @@ impl Scan {
                     }
                 }
                 matches += 1;
-                bytes += value.len();
-                on_match(&entity.selecting(&self.spec.select))?;
+                bytes += on_match(&entity.selecting(&self.spec.select))?;
                 Ok(Visit::Next)
             })?;
         if timed_out {

@@ -176,7 +176,7 @@ struct StreamedBatches {
 }
 
 impl MatchSink for StreamedBatches {
-    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError> {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
         self.encoder.take(entity)
     }
 

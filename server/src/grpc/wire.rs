@@ -44,7 +44,8 @@ impl EntityEncoder {
 }
 
 impl MatchSink for EntityEncoder {
-    fn take(&mut self, entity: &EntityView<'_>) -> Result<(), StorageError> {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
+        let before = self.encoded.encoded_len();
         let out = &mut self.scratch;
         out.clear();
         put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
@@ -68,7 +69,7 @@ impl MatchSink for EntityEncoder {
         let body = &self.scratch;
         self.encoded
             .push(body.len(), |fields| fields.extend_from_slice(body));
-        Ok(())
+        Ok(self.encoded.encoded_len() - before)
     }
 }
 
