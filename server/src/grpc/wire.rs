@@ -28,12 +28,14 @@ const VALUE_BINARY: u32 = 8;
 const TIMESTAMP_SECONDS: u32 = 1;
 const TIMESTAMP_NANOS: u32 = 2;
 
-/// Collects matches as encoded entities, reusing one scratch buffer for all of them.
+/// Collects matches as encoded entities, reusing one scratch buffer (and one for the ETag) for all
+/// of them.
 #[derive(Debug, Default)]
 pub(crate) struct EntityEncoder {
     /// The entities encoded so far.
     pub(crate) encoded: EncodedEntities,
     scratch: Vec<u8>,
+    etag: String,
 }
 
 impl EntityEncoder {
@@ -61,11 +63,9 @@ impl MatchSink for EntityEncoder {
         }
         put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
         put_timestamp(entity.timestamp, out);
-        put_text(
-            ENTITY_ETAG,
-            ETag::for_timestamp(entity.timestamp).as_str(),
-            out,
-        );
+        self.etag.clear();
+        ETag::write_for_timestamp(entity.timestamp, &mut self.etag);
+        put_text(ENTITY_ETAG, &self.etag, out);
         let body = &self.scratch;
         self.encoded
             .push(body.len(), |fields| fields.extend_from_slice(body));

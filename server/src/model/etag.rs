@@ -10,8 +10,16 @@ pub struct ETag(String);
 impl ETag {
     /// The ETag of an entity written at `timestamp`.
     pub fn for_timestamp(timestamp: Ticks) -> ETag {
-        let encoded = timestamp.to_rfc3339().replace(':', "%3A");
-        ETag(format!("W/\"datetime'{encoded}'\""))
+        let mut tag = String::with_capacity(48);
+        Self::write_for_timestamp(timestamp, &mut tag);
+        ETag(tag)
+    }
+
+    /// Appends the ETag of an entity written at `timestamp` to `out`, without allocating.
+    pub fn write_for_timestamp(timestamp: Ticks, out: &mut String) {
+        out.push_str("W/\"datetime'");
+        trestle_proto::datetime::format_into(timestamp.0, "%3A", out);
+        out.push_str("'\"");
     }
 
     /// The tag as sent on the wire.
