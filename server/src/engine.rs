@@ -195,13 +195,13 @@ impl Engine {
         in_transaction: bool,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         let table = self.table(table_name)?;
-        match table.commit(partition_key, &operations)? {
+        match table.commit(partition_key, operations)? {
             Ok(Committed { stored, ticket }) => Ok(Pending {
                 value: stored,
                 ticket,
             }),
             Err(Rejection { index, reason }) => {
-                let error = rejection_error(&table, partition_key, &operations[index], reason);
+                let error = rejection_error(&table, partition_key, reason);
                 Err(if in_transaction {
                     error.at_operation(index)
                 } else {
@@ -333,30 +333,25 @@ fn lookup_name(name: &str) -> Result<TableName, TableError> {
     TableName::parse(name).map_err(|_| TableError::TableNotFound(name.to_owned()))
 }
 
-fn rejection_error(
-    table: &Table,
-    partition_key: &str,
-    operation: &Operation,
-    reason: RejectReason,
-) -> TableError {
+fn rejection_error(table: &Table, partition_key: &str, reason: RejectReason) -> TableError {
+    let (row_key, refusal) = match reason {
+        RejectReason::TableGone => return TableError::TableNotFound(table.name().to_string()),
+        RejectReason::Refused { row_key, refusal } => (row_key, refusal),
+    };
     let partition_key = partition_key.to_owned();
-    let row_key = operation.row_key().to_owned();
-    match reason {
-        RejectReason::TableGone => TableError::TableNotFound(table.name().to_string()),
-        RejectReason::Refused(Refusal::NotFound) => TableError::EntityNotFound {
+    match refusal {
+        Refusal::NotFound => TableError::EntityNotFound {
             partition_key,
             row_key,
         },
-        RejectReason::Refused(Refusal::AlreadyExists) => TableError::EntityAlreadyExists {
+        Refusal::AlreadyExists => TableError::EntityAlreadyExists {
             partition_key,
             row_key,
         },
-        RejectReason::Refused(Refusal::ConditionNotSatisfied) => {
-            TableError::ConditionNotSatisfied {
-                partition_key,
-                row_key,
-            }
-        }
-        RejectReason::Refused(Refusal::Invalid(invalid)) => TableError::Invalid(invalid),
+        Refusal::ConditionNotSatisfied => TableError::ConditionNotSatisfied {
+            partition_key,
+            row_key,
+        },
+        Refusal::Invalid(invalid) => TableError::Invalid(invalid),
     }
 }

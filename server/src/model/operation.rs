@@ -100,22 +100,23 @@ pub enum Refusal {
 }
 
 impl Operation {
-    /// Decides the operation's effect on its row given the row's `current` content, Azure's way.
+    /// Decides the operation's effect on its row given the row's `current` content, Azure's way;
+    /// the written entity takes the operation's own keys and properties, uncopied.
     ///
     /// A written entity gets `now`, or one tick past its previous timestamp if that is not
     /// earlier, so that each entity's timestamp (and so its ETag) strictly increases.
-    pub fn resolve(&self, current: Option<StoredEntity>, now: Ticks) -> Result<Effect, Refusal> {
-        let put = |entity: &NewEntity, properties, previous: Option<&StoredEntity>| {
-            let timestamp = previous.map_or(now, |p| now.max(Ticks(p.timestamp.0 + 1)));
+    pub fn resolve(self, current: Option<StoredEntity>, now: Ticks) -> Result<Effect, Refusal> {
+        let put = |key, properties, previous: Option<Ticks>| {
+            let timestamp = previous.map_or(now, |p| now.max(Ticks(p.0 + 1)));
             Effect::Put(StoredEntity {
-                key: entity.key.clone(),
+                key,
                 properties,
                 timestamp,
             })
         };
         match (self, current) {
             (Operation::Insert(_), Some(_)) => Err(Refusal::AlreadyExists),
-            (Operation::Insert(new), None) => Ok(put(new, new.properties.clone(), None)),
+            (Operation::Insert(new), None) => Ok(put(new.key, new.properties, None)),
             (
                 Operation::Update(_, _)
                 | Operation::Merge(_, _)
@@ -137,19 +138,19 @@ impl Operation {
                 Some(old),
             ) if !if_match.matches(&old.etag()) => Err(Refusal::ConditionNotSatisfied),
             (Operation::Update(new, _), Some(old)) => {
-                Ok(put(new, new.properties.clone(), Some(&old)))
+                Ok(put(new.key, new.properties, Some(old.timestamp)))
             }
             (Operation::Upsert(new, UpsertMode::Replace), old) => {
-                Ok(put(new, new.properties.clone(), old.as_ref()))
+                Ok(put(new.key, new.properties, old.map(|old| old.timestamp)))
             }
             (Operation::Merge(new, _) | Operation::Upsert(new, UpsertMode::Merge), Some(old)) => {
-                let mut merged = old.properties.clone();
-                merged.extend(new.properties.clone());
+                let mut merged = old.properties;
+                merged.extend(new.properties);
                 validate_shape(&new.key, &merged).map_err(Refusal::Invalid)?;
-                Ok(put(new, merged, Some(&old)))
+                Ok(put(new.key, merged, Some(old.timestamp)))
             }
             (Operation::Upsert(new, UpsertMode::Merge), None) => {
-                Ok(put(new, new.properties.clone(), None))
+                Ok(put(new.key, new.properties, None))
             }
             (Operation::Delete { .. }, Some(_)) => Ok(Effect::Remove),
             (
@@ -236,7 +237,7 @@ mod tests {
             condition: CheckCondition::NotExists,
         };
         assert_eq!(
-            must_not_exist.resolve(Some(old), Ticks(11)),
+            must_not_exist.clone().resolve(Some(old), Ticks(11)),
             Err(Refusal::AlreadyExists)
         );
         assert_eq!(must_not_exist.resolve(None, Ticks(11)), Ok(Effect::Nothing));

@@ -44,7 +44,12 @@ impl StorageError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RejectReason {
     /// The operation's precondition or limits do not hold for its row.
-    Refused(Refusal),
+    Refused {
+        /// The operation's row.
+        row_key: String,
+        /// What does not hold.
+        refusal: Refusal,
+    },
     /// The table was deleted while the request was in flight.
     TableGone,
 }

@@ -106,7 +106,7 @@ impl Table {
     pub fn commit(
         &self,
         partition_key: &str,
-        operations: &[Operation],
+        operations: Vec<Operation>,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let Some(gate) = self.gate() else {
             return Ok(Err(Rejection {
@@ -119,24 +119,31 @@ impl Table {
         let now = self.shared.clock.next();
         let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(operations.len());
         let mut results = Vec::with_capacity(operations.len());
-        for (index, operation) in operations.iter().enumerate() {
-            let key = EntityKey {
-                partition_key: partition_key.to_owned(),
-                row_key: operation.row_key().to_owned(),
-            };
-            let encoded_key = key::encode(&key.partition_key, &key.row_key);
+        for (index, operation) in operations.into_iter().enumerate() {
+            let row_key = operation.row_key();
+            let encoded_key = key::encode(partition_key, row_key);
             // Only a merge needs the current properties; skip materialising them otherwise.
             let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
             let current = match self.tree.get(&encoded_key)? {
-                Some(bytes) => Some(codec::decode_selected(key, &bytes, keep)?),
+                Some(bytes) => {
+                    let key = EntityKey {
+                        partition_key: partition_key.to_owned(),
+                        row_key: row_key.to_owned(),
+                    };
+                    Some(codec::decode_selected(key, &bytes, keep)?)
+                }
                 None => None,
             };
             match operation.resolve(current, now) {
                 Err(refusal) => {
+                    let (_, row_key) = key::split(&encoded_key)?;
                     return Ok(Err(Rejection {
                         index,
-                        reason: RejectReason::Refused(refusal),
-                    }))
+                        reason: RejectReason::Refused {
+                            row_key: row_key.to_owned(),
+                            refusal,
+                        },
+                    }));
                 }
                 Ok(Effect::Put(entity)) => {
                     let value = codec::encode(entity.timestamp, &entity.properties);
