@@ -211,17 +211,19 @@ impl Engine {
         }
     }
 
-    /// Reads one entity, keeping only the `select`ed properties (all when empty).
-    pub fn get(
+    /// Reads one entity in place, showing only the `select`ed properties (all when empty), and
+    /// passes it to `read`.
+    pub fn get<R>(
         &self,
         table: &str,
         key: EntityKey,
         select: Vec<String>,
-    ) -> Result<StoredEntity, TableError> {
+        read: impl FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
+    ) -> Result<R, TableError> {
         let select = query::validate_select(select)?;
         let table = self.table(table)?;
-        match table.get(&key)? {
-            Some(entity) => Ok(entity.project(&select)),
+        match table.get(&key, |entity| read(&entity.selecting(&select)))? {
+            Some(read) => Ok(read),
             None => Err(TableError::EntityNotFound {
                 partition_key: key.partition_key,
                 row_key: key.row_key,

@@ -49,7 +49,8 @@ fn recreating_a_table_while_it_is_reclaimed_is_refused() {
         code(engine.get(
             "Events",
             EntityKey::new("p".into(), "0000-000".into()).unwrap(),
-            vec![]
+            vec![],
+            |entity| Ok(entity.row_key.to_owned())
         )),
         ErrorCode::TableNotFound
     );

@@ -5,9 +5,10 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, Properties,
-    StoredEntity, Ticks, UpsertMode, ValidationError, Value,
+    validate_key, CheckCondition, ETag, EntityKey, IfMatch, KeyKind, NewEntity, Operation,
+    Properties, StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef,
 };
+use crate::storage::{EntityView, StorageError};
 
 /// A request's entity, validated.
 pub(crate) fn new_entity(entity: Option<pb::Entity>) -> Result<NewEntity, ValidationError> {
@@ -134,25 +135,39 @@ pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
         row_key: entity.key.row_key,
         properties: entity
             .properties
-            .into_iter()
-            .map(|(name, value)| (name, value_to_pb(value)))
+            .iter()
+            .map(|(name, value)| (name.clone(), value_to_pb(value.borrowed())))
             .collect(),
         timestamp: Some(timestamp(entity.timestamp)),
         etag,
     }
 }
 
-fn value_to_pb(value: Value) -> pb::Value {
+/// An entity read in place on the wire, without an owned entity built in between.
+pub(crate) fn entity_view_to_pb(entity: &EntityView<'_>) -> Result<pb::Entity, StorageError> {
+    Ok(pb::Entity {
+        partition_key: entity.partition_key.to_owned(),
+        row_key: entity.row_key.to_owned(),
+        properties: entity
+            .properties()
+            .map(|property| property.map(|(name, value)| (name.to_owned(), value_to_pb(value))))
+            .collect::<Result<_, StorageError>>()?,
+        timestamp: Some(timestamp(entity.timestamp)),
+        etag: ETag::for_timestamp(entity.timestamp).as_str().to_owned(),
+    })
+}
+
+fn value_to_pb(value: ValueRef<'_>) -> pb::Value {
     use pb::value::Kind;
     let kind = match value {
-        Value::String(s) => Kind::StringValue(s),
-        Value::Int32(v) => Kind::Int32Value(v),
-        Value::Int64(v) => Kind::Int64Value(v),
-        Value::Double(v) => Kind::DoubleValue(v),
-        Value::Bool(v) => Kind::BoolValue(v),
-        Value::DateTime(t) => Kind::DatetimeValue(timestamp(t)),
-        Value::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
-        Value::Binary(b) => Kind::BinaryValue(b),
+        ValueRef::String(s) => Kind::StringValue(s.to_owned()),
+        ValueRef::Int32(v) => Kind::Int32Value(v),
+        ValueRef::Int64(v) => Kind::Int64Value(v),
+        ValueRef::Double(v) => Kind::DoubleValue(v),
+        ValueRef::Bool(v) => Kind::BoolValue(v),
+        ValueRef::DateTime(t) => Kind::DatetimeValue(timestamp(t)),
+        ValueRef::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
+        ValueRef::Binary(b) => Kind::BinaryValue(b.to_vec()),
     };
     pb::Value { kind: Some(kind) }
 }

@@ -385,8 +385,10 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        let entity = self.run_inline(|engine| engine.get(&req.table, key, req.select))?;
-        Ok(Response::new(convert::entity_to_pb(entity)))
+        let entity = self.run_inline(|engine| {
+            engine.get(&req.table, key, req.select, convert::entity_view_to_pb)
+        })?;
+        Ok(Response::new(entity))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]

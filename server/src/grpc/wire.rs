@@ -209,7 +209,11 @@ mod tests {
         };
         let mut decoded = pb::ScanEntitiesResponse::decode(&page.encode_to_vec()[..]).unwrap();
         assert_eq!(decoded.entities.len(), 1);
-        decoded.entities.pop().unwrap()
+        let decoded = decoded.entities.pop().unwrap();
+        // GetEntity converts the same view without the encoder: both must agree.
+        let converted = super::super::convert::entity_view_to_pb(&view).unwrap();
+        assert_eq!(converted, decoded);
+        decoded
     }
 
     fn every_type(timestamp: Ticks, partition_key: &str) -> StoredEntity {

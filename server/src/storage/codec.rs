@@ -57,11 +57,6 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// Decodes a stored value back into the entity with the given keys.
-pub(crate) fn decode(key: EntityKey, bytes: &[u8]) -> Result<StoredEntity, StorageError> {
-    decode_selected(key, bytes, None)
-}
-
 /// Decodes only the properties named in `keep` (all when `None`); the others are skipped over
 /// without being materialised.
 pub(crate) fn decode_selected(
@@ -308,11 +303,11 @@ mod tests {
             let record = encode(Ticks(9), &every_type());
             let key = EntityKey::new("p".into(), "r".into()).unwrap();
             let truncated = &record[..cut.index(record.len())];
-            prop_assert!(decode(key.clone(), truncated).is_err());
+            prop_assert!(decode_selected(key.clone(), truncated, None).is_err());
             let mut flipped = record.clone();
             let at = flip.index(flipped.len());
             flipped[at] ^= mask;
-            let _ = decode(key.clone(), &flipped);
+            let _ = decode_selected(key.clone(), &flipped, None);
             let _ = decode_selected(key, &flipped, Some(&["s".to_owned()]));
             if let Ok(view) = EntityView::parse(b"p\0r", &flipped) {
                 view.properties().for_each(drop);
@@ -325,7 +320,7 @@ mod tests {
         let properties = every_type();
         let key = EntityKey::new("p".into(), "r".into()).unwrap();
         let bytes = encode(Ticks(123), &properties);
-        let entity = decode(key.clone(), &bytes).unwrap();
+        let entity = decode_selected(key.clone(), &bytes, None).unwrap();
         assert_eq!(
             entity,
             StoredEntity {
@@ -361,7 +356,7 @@ mod tests {
         );
         let key = EntityKey::new("p".into(), "r".into()).unwrap();
         for len in 0..bytes.len() {
-            assert!(decode(key.clone(), &bytes[..len]).is_err());
+            assert!(decode_selected(key.clone(), &bytes[..len], None).is_err());
         }
     }
 }

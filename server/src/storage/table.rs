@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::key::{self, KeyRange};
-use super::{codec, RejectReason, Rejection, Shared, StorageError, Ticket};
+use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ticket};
 use crate::model::{Effect, EntityKey, Operation, StoredEntity, TableName};
 
 /// A live table: its identity, its tree, and a gate that deletion closes.
@@ -78,18 +78,19 @@ impl Table {
         (!*gate).then_some(gate)
     }
 
-    /// Reads one entity; `Ok(None)` if it does not exist or the table is gone.
-    pub fn get(&self, key: &EntityKey) -> Result<Option<StoredEntity>, StorageError> {
+    /// Reads one entity in place, passing it to `read`; `Ok(None)` if it does not exist or the
+    /// table is gone.
+    pub fn get<R>(
+        &self,
+        key: &EntityKey,
+        read: impl FnOnce(EntityView<'_>) -> Result<R, StorageError>,
+    ) -> Result<Option<R>, StorageError> {
         let Some(_gate) = self.gate() else {
             return Ok(None);
         };
-        self.read(key)
-    }
-
-    fn read(&self, key: &EntityKey) -> Result<Option<StoredEntity>, StorageError> {
         let encoded = key::encode(&key.partition_key, &key.row_key);
-        match self.tree.get(encoded)? {
-            Some(bytes) => Ok(Some(codec::decode(key.clone(), &bytes)?)),
+        match self.tree.get(&encoded)? {
+            Some(bytes) => Ok(Some(read(EntityView::parse(&encoded, &bytes)?)?)),
             None => Ok(None),
         }
     }
