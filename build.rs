@@ -19,6 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         descriptors.encode_to_vec(),
     )?;
     tonic_prost_build::configure()
+        .codec_path("crate::codec::SliceCodec")
         .btree_map(".trestle.v1.Entity.properties")
         // Written by hand so that the server can send entities it encoded itself (`pages.rs`).
         .extern_path(

@@ -5,6 +5,7 @@
 //! [`access`] included) is compiled once and can never drift between them.
 
 pub mod access;
+pub mod codec;
 pub mod datetime;
 pub mod pages;
 
