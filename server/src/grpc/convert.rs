@@ -127,7 +127,7 @@ pub(crate) fn operation(operation: pb::TransactionOperation) -> Result<Operation
     })
 }
 
-/// A stored entity on the wire.
+/// A stored entity on the wire, its names and values moved rather than copied.
 pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
     let etag = entity.etag().as_str().to_owned();
     pb::Entity {
@@ -135,8 +135,8 @@ pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
         row_key: entity.key.row_key,
         properties: entity
             .properties
-            .iter()
-            .map(|(name, value)| (name.clone(), value_to_pb(value.borrowed())))
+            .into_iter()
+            .map(|(name, value)| (name, value_into_pb(value)))
             .collect(),
         timestamp: Some(timestamp(entity.timestamp)),
         etag,
@@ -155,6 +155,17 @@ pub(crate) fn entity_view_to_pb(entity: &EntityView<'_>) -> Result<pb::Entity, S
         timestamp: Some(timestamp(entity.timestamp)),
         etag: ETag::for_timestamp(entity.timestamp).as_str().to_owned(),
     })
+}
+
+/// An owned value on the wire: strings and binaries move, the rest convert as [`value_to_pb`].
+fn value_into_pb(value: Value) -> pb::Value {
+    use pb::value::Kind;
+    let kind = match value {
+        Value::String(s) => Kind::StringValue(s),
+        Value::Binary(b) => Kind::BinaryValue(b),
+        other => return value_to_pb(other.borrowed()),
+    };
+    pb::Value { kind: Some(kind) }
 }
 
 fn value_to_pb(value: ValueRef<'_>) -> pb::Value {
