@@ -43,6 +43,10 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<Visit, StorageError> + 
 
 type Gate<'a> = RwLockReadGuard<'a, bool>;
 
+/// From how many operations a commit reads the current rows in one pass over their span
+/// ([`Table::current_rows`]) rather than one point read each.
+const SPAN_READ_MIN_KEYS: usize = 4;
+
 impl Table {
     pub(super) fn new(id: u64, name: TableName, tree: sled::Tree, shared: Arc<Shared>) -> Table {
         Table {
@@ -118,14 +122,21 @@ impl Table {
         self.shared.space.check()?;
         let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
+        let encoded_keys: Vec<Vec<u8>> = operations
+            .iter()
+            .map(|operation| key::encode(partition_key, operation.row_key()))
+            .collect();
+        let current_rows = self.current_rows(&encoded_keys)?;
         let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(operations.len());
         let mut results = Vec::with_capacity(operations.len());
-        for (index, operation) in operations.into_iter().enumerate() {
+        let rows = encoded_keys.into_iter().zip(current_rows);
+        for (index, (operation, (encoded_key, current_row))) in
+            operations.into_iter().zip(rows).enumerate()
+        {
             let row_key = operation.row_key();
-            let encoded_key = key::encode(partition_key, row_key);
             // Only a merge needs the current properties; skip materialising them otherwise.
             let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
-            let current = match self.tree.get(&encoded_key)? {
+            let current = match current_row {
                 Some(bytes) => {
                     let key = EntityKey {
                         partition_key: partition_key.to_owned(),
@@ -172,6 +183,58 @@ impl Table {
             stored: results,
             ticket,
         }))
+    }
+
+    /// The stored bytes of each of `keys` (rows of one partition, each at most once), in order.
+    ///
+    /// Many keys are read in one ordered pass over the span they cover, one descent of the tree
+    /// instead of one per key: a transaction filling a new or sparse partition finds nothing
+    /// there at the cost of a single read. Once the span shows more other rows than there are
+    /// keys, the rest are read one by one, so a few keys spread over a large partition never
+    /// cost a scan of it.
+    fn current_rows(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<sled::IVec>>, StorageError> {
+        let mut rows = vec![None; keys.len()];
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
+        let mut unread = order.as_slice();
+        if let (true, Some(&first), Some(&last)) = (
+            keys.len() >= SPAN_READ_MIN_KEYS,
+            order.first(),
+            order.last(),
+        ) {
+            let mut other_rows = 0;
+            for item in self
+                .tree
+                .range(keys[first].as_slice()..=keys[last].as_slice())
+            {
+                let (stored_key, bytes) = item?;
+                // Keys before the stored one are not stored.
+                while let Some((&next, rest)) = unread.split_first() {
+                    if keys[next].as_slice() >= &*stored_key {
+                        break;
+                    }
+                    unread = rest;
+                }
+                match unread.split_first() {
+                    Some((&next, rest)) if keys[next].as_slice() == &*stored_key => {
+                        rows[next] = Some(bytes);
+                        unread = rest;
+                    }
+                    _ => other_rows += 1,
+                }
+                if other_rows > keys.len() {
+                    break;
+                }
+            }
+            if other_rows <= keys.len() {
+                // The whole span was read: the keys still unread are not stored.
+                return Ok(rows);
+            }
+        }
+        for &index in unread {
+            rows[index] = self.tree.get(&keys[index])?;
+        }
+        Ok(rows)
     }
 
     /// Applies the writes atomically. One write is a plain insert or remove: sled's `apply_batch`
@@ -273,5 +336,75 @@ impl Table {
         } else {
             Box::new(iter)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EntityKey, NewEntity, Properties, Value};
+    use crate::storage::{Store, StoreOptions};
+
+    /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
+    fn table_with_even_rows(dir: &std::path::Path) -> (Store, Arc<Table>) {
+        let store = Store::open(dir, StoreOptions::default()).unwrap();
+        let table = store
+            .create_table(&TableName::parse("Rows").unwrap())
+            .unwrap()
+            .unwrap();
+        let inserts = (0..200)
+            .step_by(2)
+            .map(|row| {
+                let key = EntityKey::new("p".into(), format!("r{row:03}")).unwrap();
+                let properties = Properties::from([("N".to_owned(), Value::Int32(row))]);
+                Operation::Insert(NewEntity::new(key, properties).unwrap())
+            })
+            .collect();
+        table.commit("p", inserts).unwrap().unwrap();
+        (store, table)
+    }
+
+    fn point_reads(table: &Table, keys: &[Vec<u8>]) -> Vec<Option<sled::IVec>> {
+        keys.iter().map(|k| table.tree.get(k).unwrap()).collect()
+    }
+
+    fn keys(partition: &str, rows: &[u32]) -> Vec<Vec<u8>> {
+        rows.iter()
+            .map(|row| key::encode(partition, &format!("r{row:03}")))
+            .collect()
+    }
+
+    #[test]
+    fn current_rows_read_in_one_pass_agree_with_point_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, table) = table_with_even_rows(dir.path());
+        let cases: [&[u32]; 6] = [
+            // A dense span, out of order: half stored, one pass reads it all.
+            &[17, 10, 11, 12, 13, 14, 15, 16, 30, 29, 20],
+            // Spread over the partition: the pass gives up and reads the rest one by one.
+            &[199, 1, 50, 100, 150, 198, 3],
+            // The span's first and last keys stored, nothing between.
+            &[40, 42, 44, 46],
+            // Nothing stored.
+            &[201, 203, 205, 207, 209],
+            // Too few keys for a pass.
+            &[0, 1, 2],
+            // Beyond the last row.
+            &[198, 199, 250, 251, 252],
+        ];
+        for rows in cases {
+            let keys = keys("p", rows);
+            assert_eq!(
+                table.current_rows(&keys).unwrap(),
+                point_reads(&table, &keys),
+                "rows {rows:?}"
+            );
+        }
+        let elsewhere = keys("q", &[0, 2, 4, 6, 8]);
+        assert!(table
+            .current_rows(&elsewhere)
+            .unwrap()
+            .iter()
+            .all(Option::is_none));
     }
 }
