@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::key::{self, KeyRange};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ticket};
-use crate::model::{Effect, EntityKey, Operation, StoredEntity, TableName};
+use crate::model::{Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks};
 
 /// A live table: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
@@ -103,7 +103,7 @@ impl Table {
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
     /// rows, then all effects go to sled atomically ([`Table::apply`]), so readers see all of them or
-    /// none.
+    /// none; a lone insert checks and writes in one step ([`Table::insert_alone`]).
     /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
     /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
     /// ticket when nothing was written. Each row appears at most once in
@@ -113,15 +113,20 @@ impl Table {
         partition_key: &str,
         operations: Vec<Operation>,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
-        let Some(gate) = self.gate() else {
+        let Some(_gate) = self.gate() else {
             return Ok(Err(Rejection {
                 index: 0,
                 reason: RejectReason::TableGone,
             }));
         };
         self.shared.space.check()?;
-        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
+        let _partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
+        let mut operations = operations;
+        if let [Operation::Insert(_)] = operations.as_slice() {
+            let insert = operations.pop().expect("one operation");
+            return self.insert_alone(partition_key, insert, now);
+        }
         let encoded_keys: Vec<Vec<u8>> = operations
             .iter()
             .map(|operation| key::encode(partition_key, operation.row_key()))
@@ -176,12 +181,42 @@ impl Table {
             }));
         }
         self.apply(writes)?;
-        let ticket = self.shared.durability.record_write();
-        drop(partition);
-        drop(gate);
         Ok(Ok(Committed {
             stored: results,
-            ticket,
+            ticket: self.shared.durability.record_write(),
+        }))
+    }
+
+    /// A lone insert (the commonest write) as one compare-and-swap that stores the entity only
+    /// where no row is: one descent of the tree instead of a read and then a write. Called by
+    /// [`Table::commit`] under the partition's lock and the table's gate.
+    fn insert_alone(
+        &self,
+        partition_key: &str,
+        insert: Operation,
+        now: Ticks,
+    ) -> Result<Result<Committed, Rejection>, StorageError> {
+        let encoded_key = key::encode(partition_key, insert.row_key());
+        let Ok(Effect::Put(entity)) = insert.resolve(None, now) else {
+            unreachable!("an insert where no row is stores its entity");
+        };
+        let value = codec::encode(entity.timestamp, &entity.properties);
+        if self
+            .tree
+            .compare_and_swap(&encoded_key, None::<&[u8]>, Some(value))?
+            .is_err()
+        {
+            return Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::Refused {
+                    row_key: entity.key.row_key,
+                    refusal: Refusal::AlreadyExists,
+                },
+            }));
+        }
+        Ok(Ok(Committed {
+            stored: vec![Some(entity)],
+            ticket: self.shared.durability.record_write(),
         }))
     }
 
@@ -354,14 +389,52 @@ mod tests {
             .unwrap();
         let inserts = (0..200)
             .step_by(2)
-            .map(|row| {
-                let key = EntityKey::new("p".into(), format!("r{row:03}")).unwrap();
-                let properties = Properties::from([("N".to_owned(), Value::Int32(row))]);
-                Operation::Insert(NewEntity::new(key, properties).unwrap())
-            })
+            .map(|row| insert(&format!("r{row:03}"), row))
             .collect();
         table.commit("p", inserts).unwrap().unwrap();
         (store, table)
+    }
+
+    fn insert(row: &str, n: i32) -> Operation {
+        let key = EntityKey::new("p".into(), row.into()).unwrap();
+        let properties = Properties::from([("N".to_owned(), Value::Int32(n))]);
+        Operation::Insert(NewEntity::new(key, properties).unwrap())
+    }
+
+    #[test]
+    fn a_lone_insert_stores_only_where_no_row_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, table) = table_with_even_rows(dir.path());
+        let existing = key::encode("p", "r010");
+        let before = table.tree.get(&existing).unwrap();
+        let refused = table.commit("p", vec![insert("r010", -1)]).unwrap();
+        match refused {
+            Err(Rejection {
+                index: 0,
+                reason: RejectReason::Refused { row_key, refusal },
+            }) => assert_eq!(
+                (row_key.as_str(), refusal),
+                ("r010", Refusal::AlreadyExists)
+            ),
+            other => panic!("expected an AlreadyExists refusal, got {other:?}"),
+        }
+        assert_eq!(
+            table.tree.get(&existing).unwrap(),
+            before,
+            "the row is unchanged"
+        );
+
+        let stored = table
+            .commit("p", vec![insert("r011", 11)])
+            .unwrap()
+            .unwrap();
+        let entity = stored.stored[0].as_ref().expect("the stored entity");
+        assert_eq!(entity.key.row_key, "r011");
+        let read = table
+            .get(&entity.key, |view| Ok(view.timestamp))
+            .unwrap()
+            .expect("the row is stored");
+        assert_eq!(read, entity.timestamp);
     }
 
     fn point_reads(table: &Table, keys: &[Vec<u8>]) -> Vec<Option<sled::IVec>> {
