@@ -26,6 +26,11 @@ impl ETag {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The tag as sent on the wire, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
 }
 
 /// The precondition of an update, merge or delete.
