@@ -144,13 +144,16 @@ pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
 
 /// An entity read in place on the wire, without an owned entity built in between.
 pub(crate) fn entity_view_to_pb(entity: &EntityView<'_>) -> Result<pb::Entity, StorageError> {
+    // Stored in name order: each property goes at the end of the map (as in `new_entity`).
+    let mut properties = std::collections::BTreeMap::new();
+    for property in entity.properties() {
+        let (name, value) = property?;
+        properties.insert(name.to_owned(), value_to_pb(value));
+    }
     Ok(pb::Entity {
         partition_key: entity.partition_key.to_owned(),
         row_key: entity.row_key.to_owned(),
-        properties: entity
-            .properties()
-            .map(|property| property.map(|(name, value)| (name.to_owned(), value_to_pb(value))))
-            .collect::<Result<_, StorageError>>()?,
+        properties,
         timestamp: Some(timestamp(entity.timestamp)),
         etag: ETag::for_timestamp(entity.timestamp).into_string(),
     })
