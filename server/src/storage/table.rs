@@ -111,7 +111,7 @@ impl Table {
     pub fn commit(
         &self,
         partition_key: &str,
-        operations: Vec<Operation>,
+        mut operations: Vec<Operation>,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let Some(_gate) = self.gate() else {
             return Ok(Err(Rejection {
@@ -122,7 +122,6 @@ impl Table {
         self.shared.space.check()?;
         let _partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
-        let mut operations = operations;
         if let [Operation::Insert(_)] = operations.as_slice() {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(partition_key, insert, now);
