@@ -74,14 +74,13 @@ pub(crate) fn entity_to_pb(key: &EntityKey, properties: BTreeMap<String, Value>)
 pub(crate) fn entity_from_pb(
     entity: pb::Entity,
 ) -> Result<(EntityKey, ETag, DateTime, BTreeMap<String, Value>)> {
-    let properties = entity
-        .properties
-        .into_iter()
-        .map(|(name, value)| {
-            let value = value_from_pb(&name, value)?;
-            Ok((name, value))
-        })
-        .collect::<Result<_>>()?;
+    // The wire map iterates in name order, so each property goes at the end of the new map,
+    // without the vector, sort and rebuild that collecting through `Result` costs.
+    let mut properties = BTreeMap::new();
+    for (name, value) in entity.properties {
+        let value = value_from_pb(&name, value)?;
+        properties.insert(name, value);
+    }
     Ok((
         EntityKey::new(entity.partition_key, entity.row_key),
         ETag::new(entity.etag),
