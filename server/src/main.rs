@@ -72,6 +72,7 @@ fn token(args: &TokenArgs) -> Result<(), String> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    prefer_small_pages();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
@@ -83,6 +84,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Turns transparent huge pages off for this process. mimalloc asks for them on its arenas, and
+/// the kernel then backs every touched 2 MiB range in full: 45 MiB of RSS on an idle server (8 MiB
+/// without), about 50 MiB more with 1,000,000 entities loaded, and no faster in `trestle-bench`.
+/// Best effort: a kernel without the setting leaves things as they were.
+fn prefer_small_pages() {
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
 async fn run(args: ServeArgs) -> ExitCode {
