@@ -20,6 +20,11 @@ use measure::{Measurement, ProcessSample};
 use trestle_proto::bench_pb::echo_client::EchoClient;
 use workloads::{Client, Plan};
 
+/// The allocator `trestle-server` uses, so that the echo baseline is the same kind of process as
+/// the server it is compared with, and the load generator spends less of the shared cores.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ALL_WORKLOADS: &[&str] = &[
     "echo_unary",
     "echo_stream",
