@@ -30,6 +30,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ".trestle.v1.ScanEntitiesResponse",
             "crate::pages::ScanEntitiesResponse",
         )
+        .build_server(false)
+        .compile_fds(descriptors.clone())?;
+    // The server stubs on their own, over the messages above, except that the calls answering
+    // with an `Entity` answer with an `EntityReply`, which the server may encode itself.
+    let server_dir = out_dir.join("server");
+    fs::create_dir_all(&server_dir)?;
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::SliceCodec")
+        .build_client(false)
+        .extern_path(".trestle.v1", "crate::pb")
+        .extern_path(".trestle.v1.Entity", "crate::reply::EntityReply")
+        .out_dir(server_dir)
         .compile_fds(descriptors)?;
     // The benchmark's echo baseline: generated code only, never served by trestle-server.
     tonic_prost_build::configure()

@@ -8,6 +8,7 @@ pub mod access;
 pub mod codec;
 pub mod datetime;
 pub mod pages;
+pub mod reply;
 
 /// Generated `trestle.v1` messages, client and server stubs.
 pub mod pb {
@@ -15,6 +16,7 @@ pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
 
     tonic::include_proto!("trestle.v1");
+    include!(concat!(env!("OUT_DIR"), "/server/trestle.v1.rs"));
 
     pub use crate::pages::{QueryEntitiesResponse, ScanEntitiesResponse};
 

@@ -5,10 +5,9 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    validate_key, CheckCondition, ETag, EntityKey, IfMatch, KeyKind, NewEntity, Operation,
-    Properties, StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef,
+    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, Properties,
+    StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef,
 };
-use crate::storage::{EntityView, StorageError};
 
 /// A request's entity, validated.
 pub(crate) fn new_entity(entity: Option<pb::Entity>) -> Result<NewEntity, ValidationError> {
@@ -140,23 +139,6 @@ pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
         timestamp: Some(timestamp(entity.timestamp)),
         etag,
     }
-}
-
-/// An entity read in place on the wire, without an owned entity built in between.
-pub(crate) fn entity_view_to_pb(entity: &EntityView<'_>) -> Result<pb::Entity, StorageError> {
-    // Stored in name order: each property goes at the end of the map (as in `new_entity`).
-    let mut properties = std::collections::BTreeMap::new();
-    for property in entity.properties() {
-        let (name, value) = property?;
-        properties.insert(name.to_owned(), value_to_pb(value));
-    }
-    Ok(pb::Entity {
-        partition_key: entity.partition_key.to_owned(),
-        row_key: entity.row_key.to_owned(),
-        properties,
-        timestamp: Some(timestamp(entity.timestamp)),
-        etag: ETag::for_timestamp(entity.timestamp).into_string(),
-    })
 }
 
 /// An owned value on the wire: strings and binaries move, the rest convert as [`value_to_pb`].

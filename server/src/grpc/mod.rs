@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
+use trestle_proto::reply::EntityReply;
 
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 
@@ -134,7 +135,7 @@ impl TableApi {
         admitted: Admitted,
         table: String,
         operation: Operation,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let partition_key = operation.partition_key().unwrap_or_default();
         admitted.access.entity(
             &table,
@@ -145,7 +146,7 @@ impl TableApi {
         let pending = self.run_inline(|engine| engine.write(&table, operation))?;
         let stored = self.durable(pending).await?;
         let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
-        Ok(Response::new(convert::entity_to_pb(stored)))
+        Ok(Response::new(convert::entity_to_pb(stored).into()))
     }
 }
 
@@ -304,7 +305,7 @@ impl pb::table_service_server::TableService for TableApi {
     async fn insert_entity(
         &self,
         request: Request<pb::InsertEntityRequest>,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
@@ -316,7 +317,7 @@ impl pb::table_service_server::TableService for TableApi {
     async fn update_entity(
         &self,
         request: Request<pb::UpdateEntityRequest>,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
@@ -329,7 +330,7 @@ impl pb::table_service_server::TableService for TableApi {
     async fn merge_entity(
         &self,
         request: Request<pb::MergeEntityRequest>,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
@@ -342,7 +343,7 @@ impl pb::table_service_server::TableService for TableApi {
     async fn upsert_entity(
         &self,
         request: Request<pb::UpsertEntityRequest>,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
@@ -375,7 +376,7 @@ impl pb::table_service_server::TableService for TableApi {
     async fn get_entity(
         &self,
         request: Request<pb::GetEntityRequest>,
-    ) -> Result<Response<pb::Entity>, Status> {
+    ) -> Result<Response<EntityReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
@@ -385,10 +386,9 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        let entity = self.run_inline(|engine| {
-            engine.get(&req.table, key, req.select, convert::entity_view_to_pb)
-        })?;
-        Ok(Response::new(entity))
+        let entity = self
+            .run_inline(|engine| engine.get(&req.table, key, req.select, wire::entity_message))?;
+        Ok(Response::new(EntityReply::Encoded(entity)))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]

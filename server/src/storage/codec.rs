@@ -105,6 +105,11 @@ impl<'a> EntityView<'a> {
         })
     }
 
+    /// How many bytes its properties take stored: a size hint for encoding them elsewhere.
+    pub fn stored_len(&self) -> usize {
+        self.value.len()
+    }
+
     /// The same entity showing only the properties named in `select` (all when empty).
     pub fn selecting(self, select: &'a [String]) -> EntityView<'a> {
         EntityView { select, ..self }
