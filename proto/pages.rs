@@ -25,6 +25,14 @@ pub struct EncodedEntities {
 }
 
 impl EncodedEntities {
+    /// None yet, with room for `bytes` of them.
+    pub fn with_capacity(bytes: usize) -> EncodedEntities {
+        EncodedEntities {
+            fields: Vec::with_capacity(bytes),
+            count: 0,
+        }
+    }
+
     /// Appends one entity whose `Entity` message is `len` bytes long, written by `write`.
     ///
     /// # Panics

@@ -3,7 +3,7 @@
 //! between.
 //! Decoded, the bytes are exactly what [`super::convert::entity_to_pb`] would have sent.
 
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+use prost::encoding::{encoded_len_varint, key_len, WireType};
 use trestle_proto::pages::EncodedEntities;
 
 use crate::engine::MatchSink;
@@ -40,9 +40,11 @@ pub(crate) struct EntityEncoder {
 }
 
 impl EntityEncoder {
-    /// Takes the entities encoded so far, leaving the encoder empty.
+    /// Takes the entities encoded so far, leaving the encoder empty, with room for as many bytes
+    /// (batches of a scan are alike: growing each one from nothing copied it several times).
     pub(crate) fn take_encoded(&mut self) -> EncodedEntities {
-        std::mem::take(&mut self.encoded)
+        let room = self.encoded.encoded_len();
+        std::mem::replace(&mut self.encoded, EncodedEntities::with_capacity(room))
     }
 }
 
@@ -93,8 +95,22 @@ fn write_entity(
 }
 
 fn put_len_prefix(field: u32, len: usize, out: &mut Vec<u8>) {
-    encode_key(field, WireType::LengthDelimited, out);
-    encode_varint(len as u64, out);
+    put_key(field, WireType::LengthDelimited, out);
+    put_raw_varint(len as u64, out);
+}
+
+fn put_key(field: u32, wire_type: WireType, out: &mut Vec<u8>) {
+    put_raw_varint(u64::from(field << 3 | wire_type as u32), out);
+}
+
+/// A varint pushed straight onto the vector: prost's `encode_varint` goes through `BufMut` a byte
+/// at a time, out of line, and was 5.7% of the server's time streaming a scan.
+fn put_raw_varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// A string or bytes field; empty ones are left out, as proto3 does.
@@ -127,8 +143,8 @@ fn varint_len(field: u32, value: u64) -> usize {
 }
 
 fn put_varint(field: u32, value: u64, out: &mut Vec<u8>) {
-    encode_key(field, WireType::Varint, out);
-    encode_varint(value, out);
+    put_key(field, WireType::Varint, out);
+    put_raw_varint(value, out);
 }
 
 /// `google.protobuf.Timestamp` parts of a tick count; zero parts are left out.
@@ -195,7 +211,7 @@ fn put_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
         ValueRef::Int32(v) => put_varint(VALUE_INT32, i64::from(v) as u64, out),
         ValueRef::Int64(v) => put_varint(VALUE_INT64, v as u64, out),
         ValueRef::Double(v) => {
-            encode_key(VALUE_DOUBLE, WireType::SixtyFourBit, out);
+            put_key(VALUE_DOUBLE, WireType::SixtyFourBit, out);
             out.extend_from_slice(&v.to_le_bytes());
         }
         ValueRef::Bool(v) => put_varint(VALUE_BOOL, u64::from(v), out),
