@@ -34,6 +34,7 @@ async fn increment_with_retry(client: &mut RawClient) -> usize {
             table: T.into(),
             entity: Some(next),
             if_match: current.etag,
+            ..Default::default()
         };
         match client.update_entity(update).await {
             Ok(_) => return conflicts,

@@ -15,6 +15,7 @@ fn update(entity: pb::Entity, if_match: &str) -> pb::UpdateEntityRequest {
         table: T.into(),
         entity: Some(entity),
         if_match: if_match.into(),
+        ..Default::default()
     }
 }
 
@@ -23,6 +24,7 @@ fn merge(entity: pb::Entity, if_match: &str) -> pb::MergeEntityRequest {
         table: T.into(),
         entity: Some(entity),
         if_match: if_match.into(),
+        ..Default::default()
     }
 }
 
@@ -31,6 +33,7 @@ fn upsert(entity: pb::Entity, mode: pb::UpsertMode) -> pb::UpsertEntityRequest {
         table: T.into(),
         entity: Some(entity),
         mode: mode as i32,
+        ..Default::default()
     }
 }
 
@@ -341,12 +344,65 @@ async fn upsert_inserts_replaces_or_merges() {
         table: T.into(),
         entity: Some(entity("p", "r", &[])),
         mode: 7,
+        ..Default::default()
     };
     assert_error(
         client.upsert_entity(bad_mode).await,
         Code::InvalidArgument,
         "InvalidInput",
     );
+}
+
+#[tokio::test]
+async fn writes_with_return_no_content_answer_with_keys_timestamp_and_etag_only() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    async fn stored(client: &mut RawClient) -> pb::Entity {
+        let request = get_request(T, "p", "r");
+        client.get_entity(request).await.unwrap().into_inner()
+    }
+    let no_content = |mut reply: pb::Entity, stored: &pb::Entity| {
+        assert!(reply.properties.is_empty(), "no properties: {reply:?}");
+        assert_eq!((&*reply.partition_key, &*reply.row_key), ("p", "r"));
+        assert!(!reply.etag.is_empty() && reply.timestamp.is_some());
+        // Apart from the properties, the reply is the stored entity: its ETag and Timestamp.
+        reply.properties = stored.properties.clone();
+        assert_eq!(&reply, stored);
+    };
+    let props = [("A", int32(1)), ("B", int32(2))];
+
+    let mut insert = insert_request(T, entity("p", "r", &props));
+    insert.return_no_content = true;
+    let reply = client.insert_entity(insert).await.unwrap().into_inner();
+    no_content(reply, &stored(&mut client).await);
+
+    let mut replace = update(entity("p", "r", &[("C", int32(3))]), "*");
+    replace.return_no_content = true;
+    let reply = client.update_entity(replace).await.unwrap().into_inner();
+    no_content(reply, &stored(&mut client).await);
+
+    let mut merged = merge(entity("p", "r", &[("D", int32(4))]), "*");
+    merged.return_no_content = true;
+    let reply = client.merge_entity(merged).await.unwrap().into_inner();
+    let after_merge = stored(&mut client).await;
+    assert_eq!(after_merge.properties.len(), 2, "the merge itself happened");
+    no_content(reply, &after_merge);
+
+    for mode in [pb::UpsertMode::Replace, pb::UpsertMode::Merge] {
+        let mut upserted = upsert(entity("p", "r", &props), mode);
+        upserted.return_no_content = true;
+        let reply = client.upsert_entity(upserted).await.unwrap().into_inner();
+        no_content(reply, &stored(&mut client).await);
+    }
+
+    // Without it, the reply is the entity as stored.
+    let reply = client
+        .update_entity(update(entity("p", "r", &props), "*"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply, stored(&mut client).await);
+    assert_eq!(reply.properties.len(), 2);
 }
 
 #[tokio::test]
@@ -428,6 +484,7 @@ async fn malformed_values_are_refused_and_change_nothing() {
     let no_entity = pb::InsertEntityRequest {
         table: T.into(),
         entity: None,
+        ..Default::default()
     };
     assert_error(
         client.insert_entity(no_entity).await,

@@ -141,6 +141,7 @@ async fn at_most_252_properties() {
         table: T.into(),
         entity: Some(with(1, "ok")),
         if_match: "*".into(),
+        ..Default::default()
     };
     client.merge_entity(merge).await.unwrap();
     let mut extra = with(0, "ok");
@@ -149,6 +150,7 @@ async fn at_most_252_properties() {
         table: T.into(),
         entity: Some(extra),
         if_match: "*".into(),
+        ..Default::default()
     };
     assert_error(
         client.merge_entity(merge).await,

@@ -201,6 +201,7 @@ async fn each_operation_needs_its_permission_letter() {
                 table: TABLE.into(),
                 entity: Some(entity("b", "9", &[])),
                 mode: pb::UpsertMode::Replace as i32,
+                ..Default::default()
             })
             .await,
         Code::PermissionDenied,
@@ -212,6 +213,7 @@ async fn each_operation_needs_its_permission_letter() {
             table: TABLE.into(),
             entity: Some(entity("b", "9", &[("N", int32(2))])),
             mode: pb::UpsertMode::Replace as i32,
+            ..Default::default()
         })
         .await
         .unwrap();

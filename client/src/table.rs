@@ -13,6 +13,9 @@ use crate::query::Query;
 use crate::transaction::Transaction;
 
 /// A handle on one table. Cheap to clone.
+///
+/// Its writes return only the new ETag, so they ask the server not to send the entity back
+/// (`return_no_content`, Azure's `Prefer: return-no-content`).
 #[derive(Debug, Clone)]
 pub struct TableClient {
     client: Client,
@@ -109,6 +112,7 @@ impl TableClient {
         let request = pb::InsertEntityRequest {
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
+            return_no_content: true,
         };
         let stored = self
             .client
@@ -132,6 +136,7 @@ impl TableClient {
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             if_match: if_match.into().to_wire(),
+            return_no_content: true,
         };
         let stored = self
             .client
@@ -155,6 +160,7 @@ impl TableClient {
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             if_match: if_match.into().to_wire(),
+            return_no_content: true,
         };
         let stored = self
             .client
@@ -174,6 +180,7 @@ impl TableClient {
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             mode: upsert_mode(mode) as i32,
+            return_no_content: true,
         };
         let stored = self
             .client

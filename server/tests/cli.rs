@@ -69,6 +69,7 @@ async fn keygen_then_token_then_serve_with_the_key_file() {
     let insert = |pk: &str| pb::InsertEntityRequest {
         table: "Orders".into(),
         entity: Some(entity(pk, "1", &[("V", 1)])),
+        ..Default::default()
     };
     ranged.insert_entity(insert("m")).await.unwrap();
     ranged.insert_entity(insert("mz")).await.unwrap();

@@ -221,6 +221,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
             .insert_entity(pb::InsertEntityRequest {
                 table: TABLE.into(),
                 entity: Some(entity("q", "1", &[("V", 1)])),
+                ..Default::default()
             })
             .await
             .unwrap_err(),

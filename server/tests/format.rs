@@ -94,6 +94,7 @@ async fn a_directory_from_the_build_before_the_marker_opens_and_is_marked() {
         .insert_entity(pb::InsertEntityRequest {
             table: "Legacy".into(),
             entity: Some(support::entity("p3", "new", &[("V", 3)])),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -32,6 +32,7 @@ async fn load(mut client: Client, cycle: u32, writer: u32, acked: Arc<Mutex<Ackn
                     &format!("single-{n:06}"),
                     &[("Value", n as i64 * 7)],
                 )),
+                ..Default::default()
             };
             client.insert_entity(request).await.map(|_| {
                 acked.lock().unwrap().inserts.push((
@@ -157,6 +158,7 @@ async fn sigterm_finishes_flushes_and_exits_zero() {
     let request = pb::InsertEntityRequest {
         table: TABLE.into(),
         entity: Some(entity("p", "r", &[("V", 1)])),
+        ..Default::default()
     };
     client.insert_entity(request).await.unwrap();
     let exit = server.terminate();

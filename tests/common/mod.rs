@@ -160,6 +160,7 @@ pub fn insert_request(table: &str, entity: pb::Entity) -> pb::InsertEntityReques
     pb::InsertEntityRequest {
         table: table.into(),
         entity: Some(entity),
+        ..Default::default()
     }
 }
 

@@ -135,6 +135,7 @@ impl TableApi {
         admitted: Admitted,
         table: String,
         operation: Operation,
+        return_no_content: bool,
     ) -> Result<Response<EntityReply>, Status> {
         let partition_key = operation.partition_key().unwrap_or_default();
         admitted.access.entity(
@@ -145,7 +146,11 @@ impl TableApi {
         )?;
         let pending = self.run_inline(|engine| engine.write(&table, operation))?;
         let stored = self.durable(pending).await?;
-        let stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
+        let mut stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
+        if return_no_content {
+            // Azure's `Prefer: return-no-content`: the caller wants the new ETag, not its entity.
+            stored.properties.clear();
+        }
         Ok(Response::new(convert::entity_to_pb(stored).into()))
     }
 }
@@ -309,8 +314,13 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
-        self.write_entity(admitted, req.table, Operation::Insert(entity))
-            .await
+        self.write_entity(
+            admitted,
+            req.table,
+            Operation::Insert(entity),
+            req.return_no_content,
+        )
+        .await
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
@@ -322,8 +332,13 @@ impl pb::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        self.write_entity(admitted, req.table, Operation::Update(entity, if_match))
-            .await
+        self.write_entity(
+            admitted,
+            req.table,
+            Operation::Update(entity, if_match),
+            req.return_no_content,
+        )
+        .await
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
@@ -335,8 +350,13 @@ impl pb::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let if_match = IfMatch::parse(&req.if_match).map_err(invalid)?;
-        self.write_entity(admitted, req.table, Operation::Merge(entity, if_match))
-            .await
+        self.write_entity(
+            admitted,
+            req.table,
+            Operation::Merge(entity, if_match),
+            req.return_no_content,
+        )
+        .await
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
@@ -348,8 +368,13 @@ impl pb::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let entity = convert::new_entity(req.entity).map_err(invalid)?;
         let mode = convert::upsert_mode(req.mode).map_err(invalid)?;
-        self.write_entity(admitted, req.table, Operation::Upsert(entity, mode))
-            .await
+        self.write_entity(
+            admitted,
+            req.table,
+            Operation::Upsert(entity, mode),
+            req.return_no_content,
+        )
+        .await
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]

@@ -215,6 +215,7 @@ pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
                 .insert_entity(pb::InsertEntityRequest {
                     table: "InsertBench".into(),
                     entity: Some(entity),
+                    ..Default::default()
                 })
                 .await
                 .expect("insert");
@@ -461,6 +462,7 @@ pub(crate) async fn mixed(client: &Client, plan: &Plan) -> Measurement {
                     table: MAIN_TABLE.into(),
                     entity: Some(entity),
                     mode: pb::UpsertMode::Replace as i32,
+                    ..Default::default()
                 };
                 client.upsert_entity(request).await.expect("upsert");
             } else {
