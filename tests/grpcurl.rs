@@ -99,6 +99,19 @@ async fn grpcurl_session() {
         "{out}"
     );
 
+    let merge = r#"{"table": "Demo", "entity": {"partitionKey": "dept-1", "rowKey": "emp-1",
+        "properties": {"Age": {"int32Value": 43}}}, "ifMatch": "*", "returnNoContent": true}"#;
+    let (ok, out) = run(&["-d", merge, "trestle.v1.TableService/MergeEntity"]);
+    assert!(
+        ok && out.contains(r#""etag": "W/"#) && !out.contains("properties"),
+        "{out}"
+    );
+    let (ok, out) = run(&["-d", get, "trestle.v1.TableService/GetEntity"]);
+    assert!(
+        ok && out.contains(r#""int32Value": 43"#) && out.contains("Ada"),
+        "{out}"
+    );
+
     let transaction = r#"{"table": "Demo", "partitionKey": "dept-1", "operations": [
         {"insert": {"entity": {"partitionKey": "dept-1", "rowKey": "emp-2",
                                "properties": {"Name": {"stringValue": "Grace"}}}}},
