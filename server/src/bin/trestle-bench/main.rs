@@ -7,6 +7,7 @@
 #![allow(clippy::print_stdout)]
 
 mod echo;
+mod engine_only;
 mod measure;
 mod workloads;
 
@@ -62,6 +63,11 @@ struct Args {
     /// Benchmark a running server instead of starting one (server CPU and RSS are then unknown).
     #[arg(long)]
     endpoint: Option<String>,
+    /// Run point_read, insert and tx_insert_100 against the storage engine inside this process
+    /// instead (no server, no gRPC): the ceiling the server's figures approach on this machine.
+    /// CPU and RSS are then this process's.
+    #[arg(long, conflicts_with = "endpoint")]
+    engine_only: bool,
 }
 
 /// One row of the report.
@@ -259,6 +265,12 @@ async fn main() {
         duration: Duration::from_secs(args.duration.unwrap_or(if args.quick { 4 } else { 20 })),
     };
 
+    if args.engine_only {
+        let rows = engine_only_rows(&selected, &plan).await;
+        print_rows(&rows, args.json);
+        return;
+    }
+
     let server = args.endpoint.is_none().then(ServerProcess::start);
     let endpoint = args
         .endpoint
@@ -385,11 +397,56 @@ async fn main() {
         }
         rows.push(row);
     }
-    if args.json {
+    print_rows(&rows, args.json);
+}
+
+fn print_rows(rows: &[Row], json: bool) {
+    if json {
         rows.iter().for_each(print_json);
     } else {
-        print_table(&rows);
+        print_table(rows);
     }
+}
+
+/// The `--engine-only` run: the selected workloads that have an engine-only form, named
+/// `engine_<workload>`.
+async fn engine_only_rows(selected: &[&str], plan: &Plan) -> Vec<Row> {
+    let engine = engine_only::EngineUnderTest::open();
+    if selected.contains(&"point_read") {
+        let took = Instant::now();
+        engine.load(plan).await;
+        eprintln!(
+            "loaded {} entities in {:.1} s",
+            plan.entities(),
+            took.elapsed().as_secs_f64()
+        );
+    }
+    let sample = || ProcessSample::take(std::process::id());
+    let mut rows = Vec::new();
+    for &workload in selected {
+        if !matches!(workload, "point_read" | "insert" | "tx_insert_100") {
+            continue;
+        }
+        eprintln!(
+            "running engine_{workload} for {} s after {} s of warm-up",
+            plan.duration.as_secs(),
+            plan.warmup.as_secs()
+        );
+        let before = sample();
+        let measurement = match workload {
+            "point_read" => engine.point_read(plan).await,
+            "insert" => engine.insert(plan).await,
+            _ => engine.tx_insert_100(plan).await,
+        };
+        rows.push(row_of(
+            &format!("engine_{workload}"),
+            measurement,
+            before.zip(sample()),
+            None,
+            false,
+        ));
+    }
+    rows
 }
 
 /// `DeleteTable` of a fully loaded table: its latency, and the data directory's size after loading

@@ -50,30 +50,37 @@ const STRING_PROPERTIES: [(&str, &str); 5] = [
 ];
 const INT64_PROPERTIES: [&str; 4] = ["L0", "L1", "L2", "L3"];
 
-/// An entity with 10 small properties, `V` = `v`.
-fn small_entity(pk: String, rk: String, v: i32) -> pb::Entity {
+/// The 10 small properties of the benchmark's entities, `V` = `v`, in either value type (the wire's
+/// or the storage engine's, for `--engine-only`).
+pub(crate) fn small_properties<T>(
+    v: i32,
+    string: impl Fn(&str) -> T,
+    int32: impl Fn(i32) -> T,
+    int64: impl Fn(i64) -> T,
+) -> std::collections::BTreeMap<String, T> {
     let mut properties = std::collections::BTreeMap::new();
     properties.insert("V".to_owned(), int32(v));
     for (name, value) in STRING_PROPERTIES {
-        properties.insert(
-            name.to_owned(),
-            pb::Value {
-                kind: Some(pb::value::Kind::StringValue(value.to_owned())),
-            },
-        );
+        properties.insert(name.to_owned(), string(value));
     }
     for (i, name) in (0..).zip(INT64_PROPERTIES) {
-        properties.insert(
-            name.to_owned(),
-            pb::Value {
-                kind: Some(pb::value::Kind::Int64Value(i64::from(v) * i)),
-            },
-        );
+        properties.insert(name.to_owned(), int64(i64::from(v) * i));
     }
+    properties
+}
+
+/// An entity with 10 small properties, `V` = `v`.
+fn small_entity(pk: String, rk: String, v: i32) -> pb::Entity {
+    let value = |kind| pb::Value { kind: Some(kind) };
     pb::Entity {
         partition_key: pk,
         row_key: rk,
-        properties,
+        properties: small_properties(
+            v,
+            |s| value(pb::value::Kind::StringValue(s.to_owned())),
+            |i| value(pb::value::Kind::Int32Value(i)),
+            |i| value(pb::value::Kind::Int64Value(i)),
+        ),
         ..Default::default()
     }
 }
@@ -88,11 +95,11 @@ fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
     }
 }
 
-fn partition_key(p: u64) -> String {
+pub(crate) fn partition_key(p: u64) -> String {
     format!("p{p:04}")
 }
 
-fn row_key(r: u64) -> String {
+pub(crate) fn row_key(r: u64) -> String {
     format!("r{r:04}")
 }
 
