@@ -101,10 +101,7 @@ impl EngineUnderTest {
             let found = engine.get(MAIN_TABLE, key, vec![], |entity| Ok(entity.stored_len()));
             async move {
                 found.expect("get");
-                OpResult {
-                    entities: 1,
-                    extra: 0,
-                }
+                OpResult::entities(1)
             }
         })
         .await
@@ -124,10 +121,7 @@ impl EngineUnderTest {
                     .write(INSERT_TABLE, Operation::Insert(entity))
                     .expect("insert");
                 handle.until_durable(pending.ticket).await;
-                OpResult {
-                    entities: 1,
-                    extra: 0,
-                }
+                OpResult::entities(1)
             }
         })
         .await
@@ -141,10 +135,7 @@ impl EngineUnderTest {
             async move {
                 let pk = format!("w{worker:02}-{seq:09}");
                 handle.transact_inserts(TX_TABLE, &pk, 0..100).await;
-                OpResult {
-                    entities: 100,
-                    extra: 0,
-                }
+                OpResult::entities(100)
             }
         })
         .await

@@ -47,6 +47,13 @@ pub(crate) struct OpResult {
     pub(crate) extra: u64,
 }
 
+impl OpResult {
+    /// An operation that moved `entities` entities and has no extra count.
+    pub(crate) fn entities(entities: u64) -> OpResult {
+        OpResult { entities, extra: 0 }
+    }
+}
+
 /// Runs `concurrency` workers, each calling `op(worker, sequence)` back to back, for `warmup` and
 /// then for `duration`; only the second period is measured.
 pub(crate) async fn drive<F, Fut>(

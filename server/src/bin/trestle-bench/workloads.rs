@@ -192,10 +192,7 @@ pub(crate) async fn point_read(client: &Client, plan: &Plan) -> Measurement {
         };
         async move {
             client.get_entity(request).await.expect("get");
-            OpResult {
-                entities: 1,
-                extra: 0,
-            }
+            OpResult::entities(1)
         }
     })
     .await
@@ -226,10 +223,7 @@ pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
                 })
                 .await
                 .expect("insert");
-            OpResult {
-                entities: 1,
-                extra: 0,
-            }
+            OpResult::entities(1)
         }
     })
     .await
@@ -259,10 +253,7 @@ pub(crate) async fn tx_insert_100(client: &Client, plan: &Plan) -> Measurement {
                 .submit_transaction(request)
                 .await
                 .expect("transaction");
-            OpResult {
-                entities: 100,
-                extra: 0,
-            }
+            OpResult::entities(100)
         }
     })
     .await
@@ -335,10 +326,7 @@ pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
                 operations: ops,
             };
             match client.submit_transaction(request).await {
-                Ok(_) => OpResult {
-                    entities: 10,
-                    extra: 0,
-                },
+                Ok(_) => OpResult::entities(10),
                 Err(status) if status.code() == tonic::Code::FailedPrecondition => OpResult {
                     entities: 0,
                     extra: 1,
@@ -481,10 +469,7 @@ pub(crate) async fn mixed(client: &Client, plan: &Plan) -> Measurement {
                 };
                 client.get_entity(request).await.expect("get");
             }
-            OpResult {
-                entities: 1,
-                extra: 0,
-            }
+            OpResult::entities(1)
         }
     })
     .await
@@ -500,10 +485,7 @@ pub(crate) async fn echo_unary(echo: &EchoClient<Channel>, plan: &Plan) -> Measu
             })
             .await
             .expect("echo");
-            OpResult {
-                entities: 1,
-                extra: 0,
-            }
+            OpResult::entities(1)
         }
     })
     .await
@@ -529,10 +511,7 @@ pub(crate) async fn echo_stream(echo: &EchoClient<Channel>, plan: &Plan) -> Meas
             while stream.message().await.expect("echo message").is_some() {
                 messages += 1;
             }
-            OpResult {
-                entities: messages,
-                extra: 0,
-            }
+            OpResult::entities(messages)
         }
     })
     .await
