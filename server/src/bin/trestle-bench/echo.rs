@@ -1,4 +1,5 @@
-//! The in-run gRPC ceiling: a bare tonic echo server (unary and streaming) on loopback.
+//! The in-run gRPC ceiling: a bare tonic echo server (unary and streaming) on loopback, served by
+//! `trestle-bench --serve-echo` in a process of its own.
 
 use std::net::SocketAddr;
 use std::pin::Pin;

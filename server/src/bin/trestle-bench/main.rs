@@ -1,6 +1,8 @@
 //! `trestle-bench`: starts a `trestle-server` on a temporary data directory (or targets
 //! `--endpoint`), loads data, runs each workload for a fixed time after a warm-up, and prints one
-//! table with every figure also as a ratio to a bare tonic echo measured in the same run.
+//! table with every figure also as a ratio to a bare tonic echo measured in the same run. The echo
+//! runs in a process of its own (this binary with `--serve-echo`), as the server it is compared
+//! with does, so that its calls cross processes as the server's do and its CPU is measured apart.
 //!
 //! Running: `cargo run --release -p trestle-server --bin trestle-bench -- [--quick] [--json]`.
 
@@ -68,6 +70,10 @@ struct Args {
     /// CPU and RSS are then this process's.
     #[arg(long, conflicts_with = "endpoint")]
     engine_only: bool,
+    /// Internal: serve only the echo baseline and print its address. The benchmark runs its
+    /// baseline in a process of its own this way, as the server it is compared with runs.
+    #[arg(long, hide = true)]
+    serve_echo: bool,
 }
 
 /// One row of the report.
@@ -85,14 +91,17 @@ struct Row {
     note: String,
 }
 
-/// A `trestle-server` child process on a temporary data directory.
+/// A child process serving on loopback: a `trestle-server` on a temporary data directory, or
+/// this benchmark serving the echo baseline.
 struct ServerProcess {
     child: Child,
     addr: String,
-    data_dir: PathBuf,
+    /// The server's data directory, removed with the process (none for the echo).
+    data_dir: Option<PathBuf>,
 }
 
 impl ServerProcess {
+    /// Starts a `trestle-server` (next to this binary) on a fresh temporary data directory.
     fn start() -> ServerProcess {
         let exe = std::env::current_exe()
             .expect("current exe")
@@ -101,7 +110,8 @@ impl ServerProcess {
         let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data_dir =
             std::env::temp_dir().join(format!("trestle-bench-{}-{nth}", std::process::id()));
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        command
             .args([
                 "--listen",
                 "127.0.0.1:0",
@@ -109,15 +119,25 @@ impl ServerProcess {
                 "warn,trestle_server=info",
                 "--data-dir",
             ])
-            .arg(&data_dir)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start {} (build it with the same profile): {e}",
-                    exe.display()
-                )
-            });
+            .arg(&data_dir);
+        ServerProcess::spawn(command, Some(data_dir))
+    }
+
+    /// Starts this benchmark as the echo baseline's own process.
+    fn start_echo() -> ServerProcess {
+        let mut command = Command::new(std::env::current_exe().expect("current exe"));
+        command.arg("--serve-echo");
+        ServerProcess::spawn(command, None)
+    }
+
+    /// Spawns `command` and waits for the `addr=` it logs once it listens.
+    fn spawn(mut command: Command, data_dir: Option<PathBuf>) -> ServerProcess {
+        let mut child = command.stdout(Stdio::piped()).spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start {:?} (build it with the same profile): {e}",
+                command.get_program()
+            )
+        });
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let addr = loop {
             let line = lines.next().expect("server exited").expect("log line");
@@ -132,13 +152,19 @@ impl ServerProcess {
             data_dir,
         }
     }
+
+    fn sample(&self) -> Option<ProcessSample> {
+        ProcessSample::take(self.child.id())
+    }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if let Some(data_dir) = &self.data_dir {
+            let _ = std::fs::remove_dir_all(data_dir);
+        }
     }
 }
 
@@ -241,6 +267,10 @@ fn print_table(rows: &[Row]) {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    if args.serve_echo {
+        println!("addr={}", echo::start().await);
+        std::future::pending::<()>().await;
+    }
     let selected: Vec<&str> = if args.workloads.is_empty() {
         ALL_WORKLOADS.to_vec()
     } else {
@@ -278,11 +308,11 @@ async fn main() {
         .unwrap_or_else(|| format!("http://{}", server.as_ref().expect("server").addr));
     let client: Client = Client::connect(endpoint).await.expect("connect to trestle");
     let client = client.max_decoding_message_size(16 << 20);
-    let echo = EchoClient::connect(format!("http://{}", echo::start().await))
+    let echo_process = ServerProcess::start_echo();
+    let echo = EchoClient::connect(format!("http://{}", echo_process.addr))
         .await
         .expect("connect to echo");
-    let pid = server.as_ref().map(|s| s.child.id());
-    let sample = || pid.and_then(ProcessSample::take);
+    let sample = || server.as_ref().and_then(ServerProcess::sample);
 
     let needs_main = selected.iter().any(|w| {
         matches!(
@@ -317,7 +347,15 @@ async fn main() {
             plan.duration.as_secs(),
             plan.warmup.as_secs()
         );
-        let before = sample();
+        // The CPU and memory of the process serving this workload: the echo's for the baseline.
+        let serving_sample = || {
+            if workload.starts_with("echo") {
+                echo_process.sample()
+            } else {
+                sample()
+            }
+        };
+        let before = serving_sample();
         let (measurement, entity_rate, stream_like) = match workload {
             "echo_unary" => (workloads::echo_unary(&echo, &plan).await, false, false),
             "echo_stream" => (workloads::echo_stream(&echo, &plan).await, true, true),
@@ -359,7 +397,7 @@ async fn main() {
             }
             _ => (workloads::mixed(&client, &plan).await, false, false),
         };
-        let server_sample = before.zip(sample());
+        let server_sample = before.zip(serving_sample());
         let baseline = if stream_like {
             stream_ceiling
         } else {
@@ -368,11 +406,7 @@ async fn main() {
         let mut row = row_of(
             workload,
             measurement.clone(),
-            if workload.starts_with("echo") {
-                None
-            } else {
-                server_sample
-            },
+            server_sample,
             baseline,
             entity_rate,
         );
@@ -453,7 +487,11 @@ async fn engine_only_rows(selected: &[&str], plan: &Plan) -> Vec<Row> {
 /// it, and after deleting it and loading another of the same size (the growth is the second size
 /// over the first).
 async fn delete_table(client: &Client, plan: &Plan, server: Option<&ServerProcess>) -> Row {
-    let size = || server.map_or(0, |s| disk_usage(&s.data_dir));
+    let size = || {
+        server
+            .and_then(|s| s.data_dir.as_deref())
+            .map_or(0, disk_usage)
+    };
     let before_load = size();
     workloads::load(client, "Doomed", plan.partitions, plan.rows_per_partition).await;
     let after_first = size();
