@@ -342,11 +342,7 @@ async fn main() {
     let mut rows = Vec::new();
     let (mut unary_ceiling, mut stream_ceiling) = (None, None);
     for workload in selected {
-        eprintln!(
-            "running {workload} for {} s after {} s of warm-up",
-            plan.duration.as_secs(),
-            plan.warmup.as_secs()
-        );
+        announce(workload, &plan);
         // The CPU and memory of the process serving this workload: the echo's for the baseline.
         let serving_sample = || {
             if workload.starts_with("echo") {
@@ -442,6 +438,18 @@ fn print_rows(rows: &[Row], json: bool) {
     }
 }
 
+/// The workloads `--engine-only` has a form of.
+const ENGINE_WORKLOADS: &[&str] = &["point_read", "insert", "tx_insert_100"];
+
+/// Says on stderr which workload runs now, and for how long.
+fn announce(workload: &str, plan: &Plan) {
+    eprintln!(
+        "running {workload} for {} s after {} s of warm-up",
+        plan.duration.as_secs(),
+        plan.warmup.as_secs()
+    );
+}
+
 /// The `--engine-only` run: the selected workloads that have an engine-only form, named
 /// `engine_<workload>`.
 async fn engine_only_rows(selected: &[&str], plan: &Plan) -> Vec<Row> {
@@ -458,14 +466,11 @@ async fn engine_only_rows(selected: &[&str], plan: &Plan) -> Vec<Row> {
     let sample = || ProcessSample::take(std::process::id());
     let mut rows = Vec::new();
     for &workload in selected {
-        if !matches!(workload, "point_read" | "insert" | "tx_insert_100") {
+        if !ENGINE_WORKLOADS.contains(&workload) {
             continue;
         }
-        eprintln!(
-            "running engine_{workload} for {} s after {} s of warm-up",
-            plan.duration.as_secs(),
-            plan.warmup.as_secs()
-        );
+        let name = format!("engine_{workload}");
+        announce(&name, plan);
         let before = sample();
         let measurement = match workload {
             "point_read" => engine.point_read(plan).await,
@@ -473,7 +478,7 @@ async fn engine_only_rows(selected: &[&str], plan: &Plan) -> Vec<Row> {
             _ => engine.tx_insert_100(plan).await,
         };
         rows.push(row_of(
-            &format!("engine_{workload}"),
+            &name,
             measurement,
             before.zip(sample()),
             None,
