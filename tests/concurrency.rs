@@ -206,3 +206,65 @@ async fn concurrent_inserts_of_one_key_admit_exactly_one() {
     }
     assert_eq!(winners, 1);
 }
+
+/// Sets `V` = `n` on rows `r000..r099` of partition `pk`, in that order.
+fn overwrite_rows(pk: &str, n: i64) -> pb::SubmitTransactionRequest {
+    let operations = (0..100)
+        .map(|i| {
+            let row = entity(pk, &format!("r{i:03}"), &[("V", int64(n))]);
+            tx_upsert(row, pb::UpsertMode::Replace)
+        })
+        .collect();
+    transaction(T, pk, operations)
+}
+
+async fn v_of(client: &mut RawClient, pk: &str, row: &str) -> i64 {
+    let entity = client
+        .get_entity(get_request(T, pk, row))
+        .await
+        .unwrap()
+        .into_inner();
+    count_of(&entity, "V")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_read_after_one_row_of_a_transaction_finds_its_other_rows_written() {
+    const PK: &str = "overwritten";
+    const TRANSACTIONS: i64 = 300;
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    client
+        .submit_transaction(overwrite_rows(PK, 0))
+        .await
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let mut client = server.client().await;
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let mut pairs = 0;
+            while !done.load(Ordering::Relaxed) {
+                // The transaction writes r000 first and r099 last.
+                let first = v_of(&mut client, PK, "r000").await;
+                let last = v_of(&mut client, PK, "r099").await;
+                assert!(
+                    last >= first,
+                    "r000 showed transaction {first}, then r099 still {last}"
+                );
+                pairs += 1;
+            }
+            pairs
+        }));
+    }
+    for n in 1..=TRANSACTIONS {
+        client
+            .submit_transaction(overwrite_rows(PK, n))
+            .await
+            .unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.await.unwrap() > 0);
+    }
+}

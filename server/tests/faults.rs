@@ -1,5 +1,6 @@
 //! Faults against the real server process: SIGKILL in the middle of a `DeleteTable` and of
-//! 100-operation transactions (all or nothing after restart), and a full disk (writes refused with
+//! 100-operation transactions that insert or overwrite rows (all or nothing after restart), and a
+//! full disk (writes refused with
 //! `InsufficientStorage`, reads go on, nothing acknowledged lost, writes resume once space is freed).
 
 mod support;
@@ -39,6 +40,24 @@ fn fill_partition(table: &str, pk: &str, rows: usize) -> pb::SubmitTransactionRe
         partition_key: pk.into(),
         operations: (0..rows)
             .map(|i| insert_op(entity(pk, &format!("{i:03}"), &[("I", i as i64)])))
+            .collect(),
+    }
+}
+
+/// A transaction setting `V` = `n` on rows `0..100` of partition `pk`, replacing what is there.
+fn overwrite_partition(table: &str, pk: &str, n: i64) -> pb::SubmitTransactionRequest {
+    pb::SubmitTransactionRequest {
+        table: table.into(),
+        partition_key: pk.into(),
+        operations: (0..100)
+            .map(|i| pb::TransactionOperation {
+                operation: Some(pb::transaction_operation::Operation::Upsert(
+                    pb::UpsertOperation {
+                        entity: Some(entity(pk, &format!("{i:03}"), &[("V", n)])),
+                        mode: pb::UpsertMode::Replace.into(),
+                    },
+                )),
+            })
             .collect(),
     }
 }
@@ -153,6 +172,69 @@ async fn sigkill_during_100_operation_transactions_applies_each_wholly_or_not_at
     }
     for (pk, rows) in rows_per_partition {
         assert_eq!(rows, 100, "transaction {pk} is partly applied");
+    }
+    restarted.kill_9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_transactions_overwriting_rows_leaves_each_partition_at_one_of_them() {
+    const TABLE: &str = "Overwrites";
+    const WRITERS: usize = 4;
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(data_dir.path());
+    let mut client = server.client().await;
+    create(&mut client, TABLE).await;
+    for writer in 0..WRITERS {
+        let pk = format!("w{writer}");
+        client
+            .submit_transaction(overwrite_partition(TABLE, &pk, 0))
+            .await
+            .unwrap();
+    }
+    // Each writer overwrites its own partition again and again: V = 1, 2, 3, ...
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = server.client().await;
+        writers.push(tokio::spawn(async move {
+            let pk = format!("w{writer}");
+            let mut acknowledged = 0;
+            for n in 1.. {
+                match client
+                    .submit_transaction(overwrite_partition(TABLE, &pk, n))
+                    .await
+                {
+                    Ok(_) => acknowledged = n,
+                    Err(_) => return acknowledged,
+                }
+            }
+            unreachable!()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    server.kill_9();
+    let mut acknowledged = Vec::new();
+    for writer in writers {
+        acknowledged.push(writer.await.unwrap());
+    }
+
+    let restarted = ServerProcess::start(data_dir.path());
+    let stored = support::all_entities(&mut restarted.client().await, TABLE).await;
+    assert_eq!(stored.len(), WRITERS * 100, "a row was lost or added");
+    for (writer, acknowledged) in acknowledged.into_iter().enumerate() {
+        let pk = format!("w{writer}");
+        let values: std::collections::BTreeSet<i64> = stored
+            .iter()
+            .filter(|((p, _), _)| *p == pk)
+            .map(|(_, e)| support::int64(e, "V"))
+            .collect();
+        assert_eq!(values.len(), 1, "{pk} is partly overwritten: {values:?}");
+        let v = *values.first().unwrap();
+        // The last acknowledged transaction, or the one in flight when the server died.
+        assert!(
+            v == acknowledged || v == acknowledged + 1,
+            "{pk} holds {v}, acknowledged {acknowledged}"
+        );
+        assert!(acknowledged > 0, "{pk}'s writer made progress");
     }
     restarted.kill_9();
 }

@@ -127,3 +127,19 @@ fn a_directory_in_a_newer_format_is_refused_and_left_untouched() {
     let db = sled::open(data_dir.path()).unwrap();
     assert_eq!(db.tree_names().len(), 1, "nothing was created");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_in_an_older_format_opens_and_is_marked_current() {
+    let data_dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(data_dir.path()).unwrap();
+        db.insert(FORMAT_KEY, &1u32.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let server = ServerProcess::start(data_dir.path());
+    assert!(support::table_names(&mut server.client().await)
+        .await
+        .is_empty());
+    assert!(server.terminate().success());
+    assert_eq!(stored_format(data_dir.path()), Some(CURRENT_FORMAT));
+}

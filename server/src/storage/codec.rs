@@ -149,7 +149,7 @@ impl<'a> StoredProperties<'a> {
         bytes: &'a [u8],
         keep: Option<&'a [String]>,
     ) -> Result<(Ticks, StoredProperties<'a>), StorageError> {
-        let mut reader = Reader { bytes };
+        let mut reader = Reader::new(bytes, "entity");
         let format = reader.take::<1>()?[0];
         if format != FORMAT_V1 {
             return Err(StorageError::Corrupt(format!(
@@ -251,28 +251,38 @@ fn skip_value(reader: &mut Reader<'_>) -> Result<(), StorageError> {
     reader.slice(len).map(drop)
 }
 
+/// Reads a stored record front to back; running short is a [`StorageError::Corrupt`] naming `what`.
 #[derive(Debug, Clone)]
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     bytes: &'a [u8],
+    what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn slice(&mut self, len: usize) -> Result<&'a [u8], StorageError> {
+    pub(super) fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
+        Reader { bytes, what }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub(super) fn slice(&mut self, len: usize) -> Result<&'a [u8], StorageError> {
         if self.bytes.len() < len {
-            return Err(StorageError::Corrupt("truncated entity".into()));
+            return Err(StorageError::Corrupt(format!("truncated {}", self.what)));
         }
         let (head, rest) = self.bytes.split_at(len);
         self.bytes = rest;
         Ok(head)
     }
 
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], StorageError> {
+    pub(super) fn take<const N: usize>(&mut self) -> Result<[u8; N], StorageError> {
         let mut out = [0; N];
         out.copy_from_slice(self.slice(N)?);
         Ok(out)
     }
 
-    fn length(&mut self) -> Result<usize, StorageError> {
+    pub(super) fn length(&mut self) -> Result<usize, StorageError> {
         Ok(u32::from_le_bytes(self.take()?) as usize)
     }
 }

@@ -12,6 +12,7 @@ mod key;
 mod locks;
 mod space;
 mod table;
+mod undo;
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -75,6 +76,7 @@ struct Shared {
     durability: durability::GroupCommit,
     clock: clock::Clock,
     space: space::SpaceReserve,
+    undo: undo::UndoLog,
 }
 
 /// The store: a sled database holding every table.
@@ -97,8 +99,8 @@ struct Reclaimer {
 }
 
 impl Store {
-    /// Opens (or creates) the store in `path`, and resumes reclaiming tables whose deletion a
-    /// crash interrupted.
+    /// Opens (or creates) the store in `path`, rolls back the commits a crash interrupted, and
+    /// resumes reclaiming tables whose deletion a crash interrupted.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StorageError> {
         let mut config = sled::Config::new()
             .path(path)
@@ -114,8 +116,10 @@ impl Store {
             durability: durability::GroupCommit::new(db.clone(), options.durability),
             clock: clock::Clock::default(),
             space: space::SpaceReserve::new(path, options.min_free_bytes),
+            undo: undo::UndoLog::open(&db)?,
         });
         let mut tables = HashMap::new();
+        let mut trees = HashMap::new();
         let mut deleting = Vec::new();
         for item in catalog.iter() {
             let (folded, bytes) = item?;
@@ -123,6 +127,7 @@ impl Store {
             match record.state {
                 TableState::Active => {
                     let tree = db.open_tree(Table::tree_name(record.id))?;
+                    trees.insert(record.id, tree.clone());
                     let table = Table::new(record.id, record.name, tree, shared.clone());
                     tables.insert(
                         String::from_utf8_lossy(&folded).into_owned(),
@@ -131,6 +136,14 @@ impl Store {
                 }
                 TableState::Deleting => deleting.push(record),
             }
+        }
+        let rolled_back = shared.undo.roll_back(&trees)?;
+        if rolled_back > 0 {
+            db.flush()?;
+            tracing::warn!(
+                commits = rolled_back,
+                "rolled back the commits a crash interrupted"
+            );
         }
         drop_orphan_trees(&db, &tables, &deleting)?;
         let reclaimer = options

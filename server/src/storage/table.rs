@@ -5,6 +5,8 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::key::{self, KeyRange};
+use super::locks::PointReads;
+use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ticket};
 use crate::model::{Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks};
 
@@ -83,7 +85,8 @@ impl Table {
     }
 
     /// Reads one entity in place, passing it to `read`; `Ok(None)` if it does not exist or the
-    /// table is gone.
+    /// table is gone. Waits while a commit holds the entity's partition, so that a reader who saw
+    /// one row of a commit never finds another of its rows unwritten.
     pub fn get<R>(
         &self,
         key: &EntityKey,
@@ -92,6 +95,9 @@ impl Table {
         let Some(_gate) = self.gate() else {
             return Ok(None);
         };
+        self.shared
+            .locks
+            .wait_for_writer(self.id, key.partition_key.as_bytes());
         let encoded = key::encode(&key.partition_key, &key.row_key);
         match self.tree.get(&encoded)? {
             Some(bytes) => Ok(Some(read(EntityView::parse(&encoded, &bytes)?)?)),
@@ -102,8 +108,9 @@ impl Table {
     /// The only path that writes entities: applies `operations` on one partition atomically.
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
-    /// rows, then all effects go to sled atomically ([`Table::apply`]), so readers see all of them or
-    /// none; a lone insert checks and writes in one step ([`Table::insert_alone`]).
+    /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
+    /// lock is released; readers wait for the lock, so they see all of them or none. A lone insert
+    /// checks and writes in one step ([`Table::insert_alone`]).
     /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
     /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
     /// ticket when nothing was written. Each row appears at most once in
@@ -120,7 +127,14 @@ impl Table {
             }));
         };
         self.shared.space.check()?;
-        let _partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
+        let point_reads = match operations.len() {
+            1 => PointReads::Proceed,
+            _ => PointReads::Wait,
+        };
+        let _partition = self
+            .shared
+            .locks
+            .lock(self.id, partition_key.as_bytes(), point_reads);
         let now = self.shared.clock.next();
         if let [Operation::Insert(_)] = operations.as_slice() {
             let insert = operations.pop().expect("one operation");
@@ -131,7 +145,7 @@ impl Table {
             .map(|operation| key::encode(partition_key, operation.row_key()))
             .collect();
         let current_rows = self.current_rows(&encoded_keys)?;
-        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(operations.len());
+        let mut changes = Vec::with_capacity(operations.len());
         let mut results = Vec::with_capacity(operations.len());
         let rows = encoded_keys.into_iter().zip(current_rows);
         for (index, (operation, (encoded_key, current_row))) in
@@ -140,17 +154,17 @@ impl Table {
             let row_key = operation.row_key();
             // Only a merge needs the current properties; skip materialising them otherwise.
             let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
-            let current = match current_row {
+            let current = match &current_row {
                 Some(bytes) => {
                     let key = EntityKey {
                         partition_key: partition_key.to_owned(),
                         row_key: row_key.to_owned(),
                     };
-                    Some(codec::decode_selected(key, &bytes, keep)?)
+                    Some(codec::decode_selected(key, bytes, keep)?)
                 }
                 None => None,
             };
-            match operation.resolve(current, now) {
+            let after = match operation.resolve(current, now) {
                 Err(refusal) => {
                     let (_, row_key) = key::split(&encoded_key)?;
                     return Ok(Err(Rejection {
@@ -163,23 +177,31 @@ impl Table {
                 }
                 Ok(Effect::Put(entity)) => {
                     let value = codec::encode(entity.timestamp, &entity.properties);
-                    writes.push((encoded_key, Some(value)));
                     results.push(Some(entity));
+                    Some(value)
                 }
                 Ok(Effect::Remove) => {
-                    writes.push((encoded_key, None));
                     results.push(None);
+                    None
                 }
-                Ok(Effect::Nothing) => results.push(None),
-            }
+                Ok(Effect::Nothing) => {
+                    results.push(None);
+                    continue;
+                }
+            };
+            changes.push(RowChange {
+                key: encoded_key,
+                after,
+                before: current_row,
+            });
         }
-        if writes.is_empty() {
+        if changes.is_empty() {
             return Ok(Ok(Committed {
                 stored: results,
                 ticket: None,
             }));
         }
-        self.apply(writes)?;
+        self.apply(partition_key, changes)?;
         Ok(Ok(Committed {
             stored: results,
             ticket: self.shared.durability.record_write(),
@@ -271,26 +293,40 @@ impl Table {
         Ok(rows)
     }
 
-    /// Applies the writes atomically. One write is a plain insert or remove: sled's `apply_batch`
-    /// takes a process-wide exclusive lock that stalls every other reader and writer, which a
-    /// single key does not need to be atomic.
-    fn apply(&self, mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<(), StorageError> {
-        if writes.len() == 1 {
-            let (key, value) = writes.pop().expect("one write");
-            match value {
+    /// Writes a commit's rows so that a crash leaves all of them or none; the caller holds the
+    /// partition's lock, so no reader sees some of them without the others.
+    ///
+    /// One row is a plain insert or remove. Several rows go one by one under an undo record
+    /// ([`UndoLog::write_atomically`]), not as a sled batch: sled applies a batch under a
+    /// process-wide exclusive lock that first waits out any flush in progress, stalling every
+    /// reader and writer meanwhile. Only a commit whose undo record would exceed
+    /// [`MAX_UNDO_RECORD_BYTES`] (it replaces many large rows) uses a batch.
+    ///
+    /// [`UndoLog::write_atomically`]: super::undo::UndoLog::write_atomically
+    fn apply(&self, partition_key: &str, mut changes: Vec<RowChange>) -> Result<(), StorageError> {
+        if changes.len() == 1 {
+            let RowChange { key, after, .. } = changes.pop().expect("one change");
+            match after {
                 Some(value) => self.tree.insert(key, value)?,
                 None => self.tree.remove(key)?,
             };
-            return Ok(());
-        }
-        let mut batch = sled::Batch::default();
-        for (key, value) in writes {
-            match value {
-                Some(value) => batch.insert(key, value),
-                None => batch.remove(key),
+        } else if undo::record_len(&changes) <= MAX_UNDO_RECORD_BYTES {
+            self.shared.undo.write_atomically(
+                &self.tree,
+                self.id,
+                partition_key.as_bytes(),
+                &changes,
+            )?;
+        } else {
+            let mut batch = sled::Batch::default();
+            for RowChange { key, after, .. } in changes {
+                match after {
+                    Some(value) => batch.insert(key, value),
+                    None => batch.remove(key),
+                }
             }
+            self.tree.apply_batch(batch)?;
         }
-        self.tree.apply_batch(batch)?;
         Ok(())
     }
 
@@ -333,7 +369,10 @@ impl Table {
         while let Some(next_key) = self.first_key(&remaining, reverse)? {
             let partition_key = key::partition_of(&next_key).to_vec();
             let part = remaining.within_partition(&partition_key);
-            let _partition = self.shared.locks.lock(self.id, &partition_key);
+            let _partition = self
+                .shared
+                .locks
+                .lock(self.id, &partition_key, PointReads::Proceed);
             for item in self.iter(&part, reverse) {
                 let (encoded_key, value) = item?;
                 if visitor(&encoded_key, &value)? == Visit::Stop {
@@ -376,7 +415,9 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{EntityKey, NewEntity, Properties, Value};
+    use crate::model::{
+        EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
+    };
     use crate::storage::{Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
@@ -394,10 +435,15 @@ mod tests {
         (store, table)
     }
 
-    fn insert(row: &str, n: i32) -> Operation {
+    /// Row `row` of partition `p` with `N` = `n`.
+    fn row(row: &str, n: i32) -> NewEntity {
         let key = EntityKey::new("p".into(), row.into()).unwrap();
         let properties = Properties::from([("N".to_owned(), Value::Int32(n))]);
-        Operation::Insert(NewEntity::new(key, properties).unwrap())
+        NewEntity::new(key, properties).unwrap()
+    }
+
+    fn insert(row_key: &str, n: i32) -> Operation {
+        Operation::Insert(row(row_key, n))
     }
 
     #[test]
@@ -478,5 +524,35 @@ mod tests {
             .unwrap()
             .iter()
             .all(Option::is_none));
+    }
+
+    #[test]
+    fn a_commit_replacing_rows_too_large_to_record_for_undo_still_applies_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, table) = table_with_even_rows(dir.path());
+        // Five rows of 15 maximal binaries each: their before images exceed an undo record.
+        let large = |row_key: &str| {
+            let key = EntityKey::new("p".into(), row_key.into()).unwrap();
+            let properties = (0..15)
+                .map(|i| (format!("B{i}"), Value::Binary(vec![7; MAX_VALUE_BYTES])))
+                .collect();
+            NewEntity::new(key, properties).unwrap()
+        };
+        let rows = ["r000", "r002", "r004", "r006", "r008"];
+        assert!(rows.len() * 15 * MAX_VALUE_BYTES > MAX_UNDO_RECORD_BYTES);
+        for row_key in rows {
+            let replace = Operation::Upsert(large(row_key), UpsertMode::Replace);
+            table.commit("p", vec![replace]).unwrap().unwrap();
+        }
+        let shrink = rows
+            .iter()
+            .map(|row_key| Operation::Update(row(row_key, -1), IfMatch::Any))
+            .collect();
+        table.commit("p", shrink).unwrap().unwrap();
+        for row_key in rows {
+            let stored = table.tree.get(key::encode("p", row_key)).unwrap().unwrap();
+            assert!(stored.len() < 64, "{row_key} was not replaced");
+        }
+        assert!(store.shared.undo.is_empty());
     }
 }

@@ -1,0 +1,265 @@
+//! Crash atomicity for a commit of several rows, written one row at a time.
+//!
+//! Before such a commit writes its rows, it records each row's current bytes (its *before image*,
+//! or that there is no row) in the `undo` tree under the partition's key, and it removes that
+//! record once the last row is written. sled recovers a prefix of its log, so after a crash either
+//! the removal survived, and with it every row written before it, or the record survived, and
+//! [`UndoLog::roll_back`] puts the rows it names back as they were when the store opens again. A
+//! commit is acknowledged only after a flush that covers the removal.
+//!
+//! sled's own batches give the same atomicity, but sled applies a batch under a process-wide
+//! exclusive lock that must first wait for any flush in progress, and while a batch waits for it
+//! every read and write of every table waits too. Undo records need no such lock: different
+//! partitions commit at once, and flushes overlap commits.
+//!
+//! The partition's lock is held from the record to its removal, so a partition has at most one
+//! record, and no reader sees a partition while a commit is half written ([`super::locks`]).
+//!
+//! Record layout: `[version u8 = 1]`, then per row `[key length u32 LE][key][0 = no row | 1 =
+//! row][length u32 LE][bytes]` (length and bytes only for a row).
+
+use std::collections::HashMap;
+
+use super::codec::Reader;
+use super::StorageError;
+
+const UNDO_TREE: &str = "undo";
+const RECORD_V1: u8 = 1;
+
+/// A commit larger than this records no undo and goes through a sled batch instead: at most 100
+/// rows of up to 1 MiB each could make an undo record of 100 MiB, written beside the new rows.
+pub(crate) const MAX_UNDO_RECORD_BYTES: usize = 4 * 1024 * 1024;
+
+/// One row a commit writes: its key, its new bytes (`None` removes it) and its current bytes.
+#[derive(Debug)]
+pub(crate) struct RowChange {
+    pub(crate) key: Vec<u8>,
+    pub(crate) after: Option<Vec<u8>>,
+    pub(crate) before: Option<sled::IVec>,
+}
+
+/// Stores `bytes` under `key`, or removes `key` when `None`.
+fn set(tree: &sled::Tree, key: &[u8], bytes: Option<&[u8]>) -> Result<(), StorageError> {
+    match bytes {
+        Some(bytes) => tree.insert(key, bytes)?,
+        None => tree.remove(key)?,
+    };
+    Ok(())
+}
+
+/// The size of the undo record `changes` would need.
+pub(crate) fn record_len(changes: &[RowChange]) -> usize {
+    1 + changes
+        .iter()
+        .map(|change| 5 + change.key.len() + change.before.as_ref().map_or(0, |b| 4 + b.len()))
+        .sum::<usize>()
+}
+
+fn encode(changes: &[RowChange]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(record_len(changes));
+    out.push(RECORD_V1);
+    for change in changes {
+        out.extend_from_slice(&(change.key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&change.key);
+        match &change.before {
+            None => out.push(0),
+            Some(bytes) => {
+                out.push(1);
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
+            }
+        }
+    }
+    out
+}
+
+/// A row's key and the bytes it had before the interrupted commit (`None`: no row).
+type BeforeImage<'a> = (&'a [u8], Option<&'a [u8]>);
+
+fn decode(record: &[u8]) -> Result<Vec<BeforeImage<'_>>, StorageError> {
+    let mut reader = Reader::new(record, "undo record");
+    let [version] = reader.take()?;
+    if version != RECORD_V1 {
+        return Err(StorageError::Corrupt(format!(
+            "an undo record has version {version}, expected {RECORD_V1}"
+        )));
+    }
+    let mut rows = Vec::new();
+    while !reader.is_empty() {
+        let key_len = reader.length()?;
+        let key = reader.slice(key_len)?;
+        let before = match reader.take()? {
+            [0] => None,
+            [1] => {
+                let len = reader.length()?;
+                Some(reader.slice(len)?)
+            }
+            [flag] => return Err(StorageError::Corrupt(format!("undo row flag {flag}"))),
+        };
+        rows.push((key, before));
+    }
+    Ok(rows)
+}
+
+fn record_key(table_id: u64, partition_key: &[u8]) -> Vec<u8> {
+    [&table_id.to_be_bytes()[..], partition_key].concat()
+}
+
+/// The store's undo records, one per partition with a multi-row commit in progress.
+#[derive(Debug)]
+pub(crate) struct UndoLog {
+    tree: sled::Tree,
+}
+
+impl UndoLog {
+    pub(crate) fn open(db: &sled::Db) -> Result<UndoLog, StorageError> {
+        Ok(UndoLog {
+            tree: db.open_tree(UNDO_TREE)?,
+        })
+    }
+
+    /// Whether no commit is in progress (nor was interrupted).
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tree.is_empty()
+    }
+
+    /// Writes `changes` (rows of one partition of table `table_id`, each once) to `tree` so that
+    /// a crash leaves all of them or none. The caller holds the partition's lock.
+    ///
+    /// If a write fails, the rows are put back before the error is returned. If even that fails
+    /// (sled's log has failed, and with it every later write), the record stays, and the next
+    /// open puts them back.
+    pub(crate) fn write_atomically(
+        &self,
+        tree: &sled::Tree,
+        table_id: u64,
+        partition_key: &[u8],
+        changes: &[RowChange],
+    ) -> Result<(), StorageError> {
+        let key = record_key(table_id, partition_key);
+        self.tree.insert(&key, encode(changes))?;
+        let written = changes
+            .iter()
+            .try_for_each(|change| set(tree, &change.key, change.after.as_deref()));
+        if let Err(error) = written {
+            let restored = changes
+                .iter()
+                .try_for_each(|change| set(tree, &change.key, change.before.as_deref()));
+            if restored.is_ok() {
+                self.tree.remove(&key)?;
+            }
+            return Err(error);
+        }
+        self.tree.remove(&key)?;
+        Ok(())
+    }
+
+    /// Puts back the rows of every commit a crash interrupted, in the trees `tables` gives by
+    /// table id, and forgets the records; records of tables not in `tables` (deleted ones) are
+    /// forgotten. Returns how many commits were rolled back. Call before any commit starts.
+    pub(crate) fn roll_back(
+        &self,
+        tables: &HashMap<u64, sled::Tree>,
+    ) -> Result<usize, StorageError> {
+        let mut rolled_back = 0;
+        for item in self.tree.iter() {
+            let (key, record) = item?;
+            let table_id = key
+                .get(..8)
+                .map(|id| u64::from_be_bytes(id.try_into().expect("8 bytes")))
+                .ok_or_else(|| StorageError::Corrupt("an undo record's key is short".into()))?;
+            if let Some(tree) = tables.get(&table_id) {
+                for (row, before) in decode(&record)? {
+                    set(tree, row, before)?;
+                }
+                rolled_back += 1;
+            }
+            self.tree.remove(&key)?;
+        }
+        Ok(rolled_back)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(key: &str, after: Option<&str>, before: Option<&str>) -> RowChange {
+        RowChange {
+            key: key.as_bytes().to_vec(),
+            after: after.map(|a| a.as_bytes().to_vec()),
+            before: before.map(|b| sled::IVec::from(b.as_bytes())),
+        }
+    }
+
+    #[test]
+    fn a_record_decodes_to_the_before_images_it_was_written_with() {
+        let changes = [
+            change("k1", Some("new"), None),
+            change("k2", None, Some("old")),
+            change("", Some(""), Some("")),
+        ];
+        let record = encode(&changes);
+        assert_eq!(record.len(), record_len(&changes));
+        let rows = decode(&record).unwrap();
+        assert_eq!(
+            rows,
+            [
+                (&b"k1"[..], None),
+                (&b"k2"[..], Some(&b"old"[..])),
+                (&b""[..], Some(&b""[..]))
+            ]
+        );
+        for cut in 1..record.len() {
+            // Only a cut at a row boundary is a shorter valid record.
+            if let Ok(rows) = decode(&record[..cut]) {
+                assert!(rows.len() < 3, "a cut at {cut} decoded every row");
+            }
+        }
+        assert!(decode(&[2]).is_err(), "an unknown version is refused");
+    }
+
+    #[test]
+    fn an_interrupted_commit_is_rolled_back_and_a_finished_one_leaves_no_record() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let undo = UndoLog::open(&db).unwrap();
+        let rows = db.open_tree("rows").unwrap();
+        rows.insert("kept", "old").unwrap();
+        rows.insert("removed", "old").unwrap();
+        let changes = [
+            change("kept", Some("new"), Some("old")),
+            change("removed", None, Some("old")),
+            change("added", Some("new"), None),
+        ];
+
+        undo.write_atomically(&rows, 7, b"p", &changes).unwrap();
+        assert!(undo.tree.is_empty(), "a finished commit removes its record");
+        assert_eq!(rows.get("kept").unwrap().unwrap(), "new");
+        assert_eq!(rows.get("removed").unwrap(), None);
+
+        // A crash after the record and some of the rows: the record and two rows are written.
+        let undo_again = [
+            change("kept", Some("newer"), Some("new")),
+            change("removed", Some("back"), None),
+            change("added", None, Some("new")),
+        ];
+        undo.tree
+            .insert(record_key(7, b"p"), encode(&undo_again))
+            .unwrap();
+        for written in &undo_again[..2] {
+            set(&rows, &written.key, written.after.as_deref()).unwrap();
+        }
+        // A record of a table that is gone is forgotten, not applied.
+        undo.tree
+            .insert(record_key(8, b"p"), encode(&undo_again))
+            .unwrap();
+
+        let tables = HashMap::from([(7, rows.clone())]);
+        assert_eq!(undo.roll_back(&tables).unwrap(), 1);
+        assert!(undo.tree.is_empty());
+        assert_eq!(rows.get("kept").unwrap().unwrap(), "new");
+        assert_eq!(rows.get("removed").unwrap(), None);
+        assert_eq!(rows.get("added").unwrap().unwrap(), "new");
+    }
+}
