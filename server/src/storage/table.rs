@@ -85,8 +85,8 @@ impl Table {
     }
 
     /// Reads one entity in place, passing it to `read`; `Ok(None)` if it does not exist or the
-    /// table is gone. Waits while a commit holds the entity's partition, so that a reader who saw
-    /// one row of a commit never finds another of its rows unwritten.
+    /// table is gone. Waits while a commit of several rows holds the entity's partition, so that a
+    /// reader who saw one row of a commit never finds another of its rows unwritten.
     pub fn get<R>(
         &self,
         key: &EntityKey,
