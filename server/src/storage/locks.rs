@@ -7,48 +7,43 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 type PartitionId = (u64, Vec<u8>);
 
-/// Whether point reads of a locked partition wait until its holder is done.
+/// What a holder is doing with its partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PointReads {
-    /// The holder writes at most one row (atomic by itself) or only reads.
-    Proceed,
-    /// The holder writes several rows one after another.
-    Wait,
+enum Holding {
+    /// Reading, checking preconditions, or writing one row (atomic by itself): point reads go on.
+    Checking,
+    /// Writing several rows one after another: point reads wait until it is done.
+    WritingRows,
 }
 
 /// The partitions currently locked.
 #[derive(Debug, Default)]
 pub(crate) struct PartitionLocks {
-    held: Mutex<HashMap<PartitionId, PointReads>>,
+    held: Mutex<HashMap<PartitionId, Holding>>,
     released: Condvar,
 }
 
 impl PartitionLocks {
     /// Blocks until the partition is free, then holds it until the guard drops.
-    pub(crate) fn lock(
-        &self,
-        table_id: u64,
-        partition_key: &[u8],
-        point_reads: PointReads,
-    ) -> PartitionGuard<'_> {
+    pub(crate) fn lock(&self, table_id: u64, partition_key: &[u8]) -> PartitionGuard<'_> {
         let id = (table_id, partition_key.to_vec());
         let mut held = self.wait_for(|held| held.contains_key(&id));
-        held.insert(id.clone(), point_reads);
+        held.insert(id.clone(), Holding::Checking);
         PartitionGuard { locks: self, id }
     }
 
-    /// Blocks while a holder that writes several rows has the partition: a point read then sees
-    /// none or all of a commit.
+    /// Blocks while the partition's holder is writing several rows
+    /// ([`PartitionGuard::writing_rows`]): a point read then sees none or all of a commit.
     pub(crate) fn wait_for_writer(&self, table_id: u64, partition_key: &[u8]) {
         let id = (table_id, partition_key.to_vec());
-        drop(self.wait_for(|held| held.get(&id) == Some(&PointReads::Wait)));
+        drop(self.wait_for(|held| held.get(&id) == Some(&Holding::WritingRows)));
     }
 
     /// Waits while `busy` says so, and returns the held set locked.
     fn wait_for(
         &self,
-        busy: impl Fn(&HashMap<PartitionId, PointReads>) -> bool,
-    ) -> MutexGuard<'_, HashMap<PartitionId, PointReads>> {
+        busy: impl Fn(&HashMap<PartitionId, Holding>) -> bool,
+    ) -> MutexGuard<'_, HashMap<PartitionId, Holding>> {
         let mut held = self.held_set();
         while busy(&held) {
             held = self
@@ -59,7 +54,7 @@ impl PartitionLocks {
         held
     }
 
-    fn held_set(&self) -> MutexGuard<'_, HashMap<PartitionId, PointReads>> {
+    fn held_set(&self) -> MutexGuard<'_, HashMap<PartitionId, Holding>> {
         // The set stays consistent even if a holder panicked: guards remove themselves on unwind.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -70,6 +65,16 @@ impl PartitionLocks {
 pub(crate) struct PartitionGuard<'a> {
     locks: &'a PartitionLocks,
     id: PartitionId,
+}
+
+impl PartitionGuard<'_> {
+    /// Says the holder now writes several rows one by one: point reads of the partition wait
+    /// until the guard drops.
+    pub(crate) fn writing_rows(&self) {
+        self.locks
+            .held_set()
+            .insert(self.id.clone(), Holding::WritingRows);
+    }
 }
 
 impl Drop for PartitionGuard<'_> {
@@ -87,13 +92,14 @@ mod tests {
     fn a_holder_that_panics_releases_the_partition() {
         let locks = PartitionLocks::default();
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _guard = locks.lock(1, b"p", PointReads::Wait);
+            let guard = locks.lock(1, b"p");
+            guard.writing_rows();
             panic!("a handler fails while holding the partition");
         }));
         assert!(panicked.is_err());
         // Neither the partition nor the lock set is left poisoned or held.
-        let _again = locks.lock(1, b"p", PointReads::Proceed);
-        let _other = locks.lock(1, b"q", PointReads::Proceed);
+        let _again = locks.lock(1, b"p");
+        let _other = locks.lock(1, b"q");
         locks.wait_for_writer(1, b"p");
     }
 }

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use super::key::{self, KeyRange};
-use super::locks::PointReads;
+use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ticket};
 use crate::model::{Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks};
@@ -85,8 +85,8 @@ impl Table {
     }
 
     /// Reads one entity in place, passing it to `read`; `Ok(None)` if it does not exist or the
-    /// table is gone. Waits while a commit of several rows holds the entity's partition, so that a
-    /// reader who saw one row of a commit never finds another of its rows unwritten.
+    /// table is gone. Waits while a commit is writing several rows of the entity's partition, so
+    /// that a reader who saw one row of a commit never finds another of its rows unwritten.
     pub fn get<R>(
         &self,
         key: &EntityKey,
@@ -109,8 +109,9 @@ impl Table {
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
     /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
-    /// lock is released; readers wait for the lock, so they see all of them or none. A lone insert
-    /// checks and writes in one step ([`Table::insert_alone`]).
+    /// lock is released; scans hold the lock and point reads wait while rows are written, so
+    /// readers see all of them or none. A lone insert checks and writes in one step
+    /// ([`Table::insert_alone`]).
     /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
     /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
     /// ticket when nothing was written. Each row appears at most once in
@@ -127,14 +128,7 @@ impl Table {
             }));
         };
         self.shared.space.check()?;
-        let point_reads = match operations.len() {
-            1 => PointReads::Proceed,
-            _ => PointReads::Wait,
-        };
-        let _partition = self
-            .shared
-            .locks
-            .lock(self.id, partition_key.as_bytes(), point_reads);
+        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
         let now = self.shared.clock.next();
         if let [Operation::Insert(_)] = operations.as_slice() {
             let insert = operations.pop().expect("one operation");
@@ -201,7 +195,7 @@ impl Table {
                 ticket: None,
             }));
         }
-        self.apply(partition_key, changes)?;
+        self.apply(&partition, partition_key, changes)?;
         Ok(Ok(Committed {
             stored: results,
             ticket: self.shared.durability.record_write(),
@@ -293,17 +287,23 @@ impl Table {
         Ok(rows)
     }
 
-    /// Writes a commit's rows so that a crash leaves all of them or none; the caller holds the
-    /// partition's lock, so no reader sees some of them without the others.
+    /// Writes a commit's rows so that a crash leaves all of them or none, under the partition's
+    /// lock (`partition`), so that no reader sees some of them without the others.
     ///
-    /// One row is a plain insert or remove. Several rows go one by one under an undo record
+    /// One row is a plain insert or remove. Several rows make point reads of the partition wait
+    /// ([`PartitionGuard::writing_rows`]) and go one by one under an undo record
     /// ([`UndoLog::write_atomically`]), not as a sled batch: sled applies a batch under a
     /// process-wide exclusive lock that first waits out any flush in progress, stalling every
     /// reader and writer meanwhile. Only a commit whose undo record would exceed
     /// [`MAX_UNDO_RECORD_BYTES`] (it replaces many large rows) uses a batch.
     ///
     /// [`UndoLog::write_atomically`]: super::undo::UndoLog::write_atomically
-    fn apply(&self, partition_key: &str, mut changes: Vec<RowChange>) -> Result<(), StorageError> {
+    fn apply(
+        &self,
+        partition: &PartitionGuard<'_>,
+        partition_key: &str,
+        mut changes: Vec<RowChange>,
+    ) -> Result<(), StorageError> {
         if changes.len() == 1 {
             let RowChange { key, after, .. } = changes.pop().expect("one change");
             match after {
@@ -311,6 +311,7 @@ impl Table {
                 None => self.tree.remove(key)?,
             };
         } else if undo::record_len(&changes) <= MAX_UNDO_RECORD_BYTES {
+            partition.writing_rows();
             self.shared.undo.write_atomically(
                 &self.tree,
                 self.id,
@@ -369,10 +370,7 @@ impl Table {
         while let Some(next_key) = self.first_key(&remaining, reverse)? {
             let partition_key = key::partition_of(&next_key).to_vec();
             let part = remaining.within_partition(&partition_key);
-            let _partition = self
-                .shared
-                .locks
-                .lock(self.id, &partition_key, PointReads::Proceed);
+            let _partition = self.shared.locks.lock(self.id, &partition_key);
             for item in self.iter(&part, reverse) {
                 let (encoded_key, value) = item?;
                 if visitor(&encoded_key, &value)? == Visit::Stop {
