@@ -553,4 +553,42 @@ mod tests {
         }
         assert!(store.shared.undo.is_empty());
     }
+
+    #[test]
+    fn opening_the_store_rolls_back_a_commit_a_crash_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (r000, r001) = (key::encode("p", "r000"), key::encode("p", "r001"));
+        let before = {
+            let (store, table) = table_with_even_rows(dir.path());
+            let before = table.tree.get(&r000).unwrap();
+            let new_row = || Some(codec::encode(Ticks(1), &Properties::new()));
+            let changes = [
+                RowChange {
+                    key: r000.clone(),
+                    after: new_row(),
+                    before: before.clone(),
+                },
+                RowChange {
+                    key: r001.clone(),
+                    after: new_row(),
+                    before: None,
+                },
+            ];
+            // The record and both rows are written; the record's removal is not.
+            store.shared.undo.record_only(table.id(), b"p", &changes);
+            for change in &changes {
+                table
+                    .tree
+                    .insert(&change.key, change.after.clone().unwrap())
+                    .unwrap();
+            }
+            store.flush().unwrap();
+            before
+        };
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let table = store.table(&TableName::parse("Rows").unwrap()).unwrap();
+        assert_eq!(table.tree.get(&r000).unwrap(), before, "r000 is back");
+        assert_eq!(table.tree.get(&r001).unwrap(), None, "r001 is gone again");
+        assert!(store.shared.undo.is_empty());
+    }
 }

@@ -124,6 +124,15 @@ impl UndoLog {
         self.tree.is_empty()
     }
 
+    /// Records `changes` for undo and writes none of them: where a crash right after the record
+    /// leaves a commit.
+    #[cfg(test)]
+    pub(crate) fn record_only(&self, table_id: u64, partition_key: &[u8], changes: &[RowChange]) {
+        self.tree
+            .insert(record_key(table_id, partition_key), encode(changes))
+            .unwrap();
+    }
+
     /// Writes `changes` (rows of one partition of table `table_id`, each once) to `tree` so that
     /// a crash leaves all of them or none. The caller holds the partition's lock.
     ///
