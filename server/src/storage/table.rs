@@ -302,14 +302,10 @@ impl Table {
         &self,
         partition: &PartitionGuard<'_>,
         partition_key: &str,
-        mut changes: Vec<RowChange>,
+        changes: Vec<RowChange>,
     ) -> Result<(), StorageError> {
-        if changes.len() == 1 {
-            let RowChange { key, after, .. } = changes.pop().expect("one change");
-            match after {
-                Some(value) => self.tree.insert(key, value)?,
-                None => self.tree.remove(key)?,
-            };
+        if let [change] = changes.as_slice() {
+            change.write(&self.tree)?;
         } else if undo::record_len(&changes) <= MAX_UNDO_RECORD_BYTES {
             partition.writing_rows();
             self.shared.undo.write_atomically(

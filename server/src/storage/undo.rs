@@ -38,6 +38,13 @@ pub(crate) struct RowChange {
     pub(crate) before: Option<sled::IVec>,
 }
 
+impl RowChange {
+    /// Writes the row's new bytes to `tree` (removes the row for `None`).
+    pub(crate) fn write(&self, tree: &sled::Tree) -> Result<(), StorageError> {
+        set(tree, &self.key, self.after.as_deref())
+    }
+}
+
 /// Stores `bytes` under `key`, or removes `key` when `None`.
 fn set(tree: &sled::Tree, key: &[u8], bytes: Option<&[u8]>) -> Result<(), StorageError> {
     match bytes {
@@ -148,9 +155,7 @@ impl UndoLog {
     ) -> Result<(), StorageError> {
         let key = record_key(table_id, partition_key);
         self.tree.insert(&key, encode(changes))?;
-        let written = changes
-            .iter()
-            .try_for_each(|change| set(tree, &change.key, change.after.as_deref()));
+        let written = changes.iter().try_for_each(|change| change.write(tree));
         if let Err(error) = written {
             let restored = changes
                 .iter()
@@ -257,7 +262,7 @@ mod tests {
             .insert(record_key(7, b"p"), encode(&undo_again))
             .unwrap();
         for written in &undo_again[..2] {
-            set(&rows, &written.key, written.after.as_deref()).unwrap();
+            written.write(&rows).unwrap();
         }
         // A record of a table that is gone is forgotten, not applied.
         undo.tree
