@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::auth::Authenticator;
-use crate::storage::{Durability, StoreOptions};
+use crate::storage::{Durability, StoreOptions, DEFAULT_CACHE_MIB};
 
 /// Where the server listens by default: loopback only; opening wider is an explicit choice.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -176,8 +176,8 @@ pub struct ServeArgs {
     /// then loses up to N ms of acknowledged writes. Off by default: every write is durable first.
     #[arg(long, env = "TRESTLE_RELAXED_FLUSH_MS")]
     pub relaxed_flush_ms: Option<u64>,
-    /// Bound of the page cache, in MiB.
-    #[arg(long, env = "TRESTLE_CACHE_MIB", default_value_t = 64)]
+    /// Bound of the page cache, in MiB of stored bytes (as sled counts them).
+    #[arg(long, env = "TRESTLE_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
     pub cache_mib: u64,
     /// Refuse writes while the data directory's disk has less free space than this, in MiB.
     #[arg(long, env = "TRESTLE_MIN_FREE_MIB", default_value_t = 64)]

@@ -35,6 +35,11 @@ use crate::model::TableName;
 const CATALOG_TREE: &str = "catalog";
 const TABLE_TREE_PREFIX: &str = "t/";
 
+/// The default bound of sled's page cache, in MiB of stored bytes (as sled counts them): with
+/// 1,000,000 small entities loaded, read at random and scanned, the server stays under 300 MiB of
+/// RSS (the README's Performance section measures the choice against 64 MiB).
+pub const DEFAULT_CACHE_MIB: u64 = 48;
+
 /// How to open the store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -52,7 +57,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            cache_bytes: 64 * 1024 * 1024,
+            cache_bytes: DEFAULT_CACHE_MIB * 1024 * 1024,
             durability: Durability::Sync,
             min_free_bytes: 64 * 1024 * 1024,
             reclaim_deleted_tables: true,
