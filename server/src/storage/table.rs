@@ -109,8 +109,8 @@ impl Table {
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
     /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
-    /// lock is released; scans hold the lock and point reads wait while rows are written, so
-    /// readers see all of them or none. A lone insert checks and writes in one step
+    /// lock is released; scans hold the lock's shared side and point reads wait while rows are
+    /// written, so readers see all of them or none. A lone insert checks and writes in one step
     /// ([`Table::insert_alone`]).
     /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
     /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
@@ -332,8 +332,9 @@ impl Table {
     /// from, inclusive), or `None` when every range is exhausted.
     ///
     /// The visitor gets each entity's encoded key and stored bytes ([`super::EntityView`] reads them),
-    /// and runs under that entity's partition lock: each partition's part of a scan sees the
-    /// partition at one instant, never half a transaction. Keep the visitor short.
+    /// and runs under the shared side of that entity's partition lock: each partition's part of a
+    /// scan sees the partition at one instant, never half a transaction, while other scans read it
+    /// too. A commit of the partition waits for the visitor, so keep it short.
     pub fn visit(
         &self,
         ranges: &[KeyRange],
@@ -366,7 +367,7 @@ impl Table {
         while let Some(next_key) = self.first_key(&remaining, reverse)? {
             let partition_key = key::partition_of(&next_key).to_vec();
             let part = remaining.within_partition(&partition_key);
-            let _partition = self.shared.locks.lock(self.id, &partition_key);
+            let _partition = self.shared.locks.lock_for_scan(self.id, &partition_key);
             for item in self.iter(&part, reverse) {
                 let (encoded_key, value) = item?;
                 if visitor(&encoded_key, &value)? == Visit::Stop {
@@ -438,6 +439,40 @@ mod tests {
 
     fn insert(row_key: &str, n: i32) -> Operation {
         Operation::Insert(row(row_key, n))
+    }
+
+    /// How many entities a whole-table scan of `table` visits.
+    fn count_all(table: &Table) -> usize {
+        let mut seen = 0;
+        table
+            .visit(&[KeyRange::all()], false, &mut |_, _| {
+                seen += 1;
+                Ok(Visit::Next)
+            })
+            .unwrap();
+        seen
+    }
+
+    #[test]
+    fn scans_of_one_partition_run_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, table) = table_with_even_rows(dir.path());
+        let mut seen = 0;
+        table
+            .visit(&[KeyRange::all()], false, &mut |_, _| {
+                if seen == 0 {
+                    // A second scan of the partition while this one holds it runs to its end.
+                    let (other, done) = std::sync::mpsc::channel();
+                    let table = table.clone();
+                    std::thread::spawn(move || other.send(count_all(&table)));
+                    let other_saw = done.recv_timeout(std::time::Duration::from_secs(10));
+                    assert_eq!(other_saw, Ok(100), "the second scan was held back");
+                }
+                seen += 1;
+                Ok(Visit::Next)
+            })
+            .unwrap();
+        assert_eq!(seen, 100);
     }
 
     #[test]
