@@ -67,14 +67,17 @@ impl PartitionLocks {
         let id = (table_id, partition_key.to_vec());
         let mut held = self.held_set();
         let state = held.entry(id.clone()).or_default();
-        if !state.free_for_commit() {
+        if state.free_for_commit() {
+            state.commit = Some(Holding::Checking);
+        } else {
             state.commits_waiting += 1;
             held = self.wait_while(held, |held| !held[&id].free_for_commit());
-            held.get_mut(&id)
-                .expect("a waited-for partition stays listed")
-                .commits_waiting -= 1;
+            let state = held
+                .get_mut(&id)
+                .expect("a waited-for partition stays listed");
+            state.commits_waiting -= 1;
+            state.commit = Some(Holding::Checking);
         }
-        held.get_mut(&id).expect("listed above").commit = Some(Holding::Checking);
         PartitionGuard {
             locks: self,
             id,
