@@ -10,6 +10,7 @@ mod error;
 mod format;
 mod key;
 mod locks;
+mod reclaim;
 mod space;
 mod table;
 mod undo;
@@ -17,8 +18,7 @@ mod undo;
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use catalog::{TableRecord, TableState};
 #[cfg(test)]
@@ -28,6 +28,7 @@ pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
 pub use format::{CURRENT_FORMAT, FORMAT_KEY};
 pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
+use reclaim::{drop_orphan_trees, Reclaimer};
 pub use table::{Committed, Table, Visit, Visitor};
 
 use crate::model::TableName;
@@ -95,12 +96,6 @@ pub struct Store {
     tables: RwLock<HashMap<String, Arc<Table>>>,
     shared: Arc<Shared>,
     reclaimer: Option<Reclaimer>,
-}
-
-#[derive(Debug)]
-struct Reclaimer {
-    queue: mpsc::Sender<TableRecord>,
-    worker: JoinHandle<()>,
 }
 
 impl Store {
@@ -302,64 +297,8 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if let Some(Reclaimer { queue, worker }) = self.reclaimer.take() {
-            drop(queue);
-            // The worker finishes the table in hand; the rest resume at the next open.
-            let _ = worker.join();
+        if let Some(reclaimer) = self.reclaimer.take() {
+            reclaimer.stop();
         }
     }
-}
-
-/// Drops `t/…` trees no catalog record names: left by a crash between creating a table's tree and
-/// recording it.
-fn drop_orphan_trees(
-    db: &sled::Db,
-    live: &HashMap<String, Arc<Table>>,
-    deleting: &[TableRecord],
-) -> Result<(), StorageError> {
-    let known: Vec<String> = live
-        .values()
-        .map(|t| Table::tree_name(t.id()))
-        .chain(deleting.iter().map(|r| Table::tree_name(r.id)))
-        .collect();
-    for tree_name in db.tree_names() {
-        let tree_name = String::from_utf8_lossy(&tree_name).into_owned();
-        if tree_name.starts_with(TABLE_TREE_PREFIX) && !known.contains(&tree_name) {
-            db.drop_tree(tree_name.as_bytes())?;
-        }
-    }
-    Ok(())
-}
-
-impl Reclaimer {
-    fn start(db: sled::Db, catalog: sled::Tree) -> Reclaimer {
-        let (queue, pending) = mpsc::channel::<TableRecord>();
-        let worker = std::thread::Builder::new()
-            .name("trestle-reclaim".into())
-            .spawn(move || {
-                for record in pending {
-                    if let Err(error) = reclaim(&db, &catalog, &record) {
-                        tracing::error!(table = %record.name, %error, "reclaiming a deleted table failed; it resumes at the next start");
-                    }
-                }
-            })
-            .expect("spawning the reclaimer thread");
-        Reclaimer { queue, worker }
-    }
-
-    fn enqueue(&self, record: TableRecord) {
-        // The worker only stops when the store drops, and the store owns this sender.
-        let _ = self.queue.send(record);
-    }
-}
-
-/// Drops a deleted table's tree, then its catalog record (only if it still is that deletion's).
-fn reclaim(db: &sled::Db, catalog: &sled::Tree, record: &TableRecord) -> Result<(), StorageError> {
-    let started = std::time::Instant::now();
-    db.drop_tree(Table::tree_name(record.id).as_bytes())?;
-    let folded = record.name.folded();
-    let _ = catalog.compare_and_swap(folded, Some(record.encode()), None::<Vec<u8>>)?;
-    db.flush()?;
-    tracing::info!(table = %record.name, elapsed_ms = started.elapsed().as_millis() as u64, "reclaimed deleted table");
-    Ok(())
 }
