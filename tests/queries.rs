@@ -10,6 +10,7 @@ use pb::value::Kind;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use trestle_proto::pb;
+use trestle_server::scan::MAX_EXAMINED_PER_CHUNK;
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
 struct Rng(u64);
@@ -277,7 +278,8 @@ async fn random_filters_and_key_ranges_agree_with_a_naive_evaluation() {
     }
 }
 
-/// 100 partitions `p000`…`p099` of `rows` rows `r0000`… with `V` = row number and `Rare` on a few.
+/// 100 partitions `p000`…`p099` of `rows` rows `r0000`… with `V` = row number and `Rare`
+/// on the first two entities of the table.
 async fn load_grid(client: &mut RawClient, table: &str, rows: usize) {
     client
         .create_table(pb::CreateTableRequest {
@@ -292,7 +294,7 @@ async fn load_grid(client: &mut RawClient, table: &str, rows: usize) {
                 .iter()
                 .map(|r| {
                     let mut props = vec![("V", int32(*r as i32))];
-                    if (p * rows + r) % 33_331 == 0 {
+                    if p * rows + r < 2 {
                         props.push((
                             "Rare",
                             pb::Value {
@@ -420,17 +422,15 @@ async fn the_planner_reads_only_what_the_keys_allow_in_a_100k_table() {
     .await;
     assert_eq!((found.len(), plan.as_str(), examined), (0, "empty", 0));
 
-    // A selective filter with nothing bounding the keys: short and empty pages, every match found.
+    // A selective filter with nothing bounding the keys: short pages, then empty ones (the matches
+    // are the table's first two entities), every match found.
     let (found, plan, examined, pages) =
         run_query(&mut client, filtered("Grid", "Rare eq true", 1000)).await;
     assert_eq!(plan, "table_scan");
     assert_eq!(examined, 100_000);
-    assert_eq!(
-        found.len(),
-        (0..100_000).filter(|i| i % 33_331 == 0).count()
-    );
+    assert_eq!(found.len(), 2);
     assert!(
-        pages.len() >= 10 && pages.contains(&0),
+        pages.len() >= 100_000 / MAX_EXAMINED_PER_CHUNK && pages.contains(&0),
         "work per page is bounded: {pages:?}"
     );
 

@@ -13,7 +13,7 @@ use crate::storage::{EntityView, KeyRange, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
-pub const MAX_EXAMINED_PER_CHUNK: usize = 10_000;
+pub const MAX_EXAMINED_PER_CHUNK: usize = 50_000;
 /// Longest time one chunk spends reading.
 pub const CHUNK_TIME_BUDGET: Duration = Duration::from_millis(500);
 
