@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::auth::Authenticator;
 use crate::storage::{Durability, StoreOptions, DEFAULT_CACHE_MIB};
@@ -17,6 +18,9 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// Concurrent HTTP/2 streams (calls) one connection may open by default.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// How long a shutdown waits, by default, for open calls to finish.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// What the library needs to serve.
 #[derive(Debug, Clone)]
@@ -35,6 +39,8 @@ pub struct Config {
     pub tls: Option<TlsIdentity>,
     /// Request limits.
     pub limits: Limits,
+    /// How long a shutdown waits for open calls to finish before closing their connections.
+    pub shutdown_grace: Duration,
 }
 
 impl Config {
@@ -48,6 +54,7 @@ impl Config {
             protect_introspection: false,
             tls: None,
             limits: Limits::default(),
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
 }
@@ -209,6 +216,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub max_message_mib: usize,
+    /// Seconds a shutdown waits for open calls (a stream whose reader stopped, say) before closing
+    /// their connections; acknowledged writes are durable either way.
+    #[arg(long, env = "TRESTLE_SHUTDOWN_GRACE_SECS", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
+    pub shutdown_grace_secs: u64,
 }
 
 /// Why the command line's files could not be loaded.
@@ -268,6 +279,7 @@ impl ServeArgs {
                 max_in_flight: self.max_in_flight,
                 max_concurrent_streams: self.max_concurrent_streams,
             },
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         })
     }
 }

@@ -107,7 +107,22 @@ pub async fn serve(
         server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
     }
     tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");
-    server
+    // After `shutdown`, open calls get `shutdown_grace` to finish; a call that would outlast it (a
+    // stream whose reader stopped reading, say) must not keep the process from exiting.
+    let (shutdown_begun, grace_started) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = shutdown_begun.send(());
+    };
+    let grace = config.shutdown_grace;
+    let grace_over = async move {
+        if grace_started.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let serving = server
         .add_service(table_service)
         .add_service(InterceptedService::new(
             health_service,
@@ -124,8 +139,13 @@ pub async fn serve(
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
-        )
-        .await?;
+        );
+    tokio::select! {
+        served = serving => served?,
+        () = grace_over => {
+            tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the shutdown grace period; closing their connections");
+        }
+    }
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;
     Ok(())

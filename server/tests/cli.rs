@@ -106,3 +106,17 @@ fn an_unreadable_key_file_stops_the_server() {
     assert!(!status.success());
     assert!(printed.contains("line 1"), "{printed}");
 }
+
+#[test]
+fn a_shutdown_grace_that_is_not_a_whole_number_of_seconds_stops_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["-1", "1.5", "soon"] {
+        let flag = format!("--shutdown-grace-secs={bad}");
+        let (status, printed) = ServerProcess::run_to_exit(dir.path(), &[&flag]);
+        assert!(!status.success(), "served with a grace of {bad}: {printed}");
+        assert!(
+            printed.contains("--shutdown-grace-secs") && printed.contains(bad),
+            "unclear refusal of {bad}: {printed}"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The built `trestle-server` binary as a child process: acknowledged writes survive SIGKILL with
-//! no transaction partly applied, and SIGTERM shuts down cleanly with exit code 0.
+//! no transaction partly applied, and SIGTERM shuts down cleanly with exit code 0, within its grace
+//! period even when a reader stopped reading.
 
 mod support;
 
@@ -178,5 +179,71 @@ async fn sigterm_finishes_flushes_and_exits_zero() {
         .unwrap()
         .into_inner();
     assert_eq!(int64(&got, "V"), 1);
+    restarted.kill_9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_reader_that_stopped_exits_after_the_grace_period() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start_with(data_dir.path(), &["--shutdown-grace-secs", "1"]);
+    let mut client = server.client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: TABLE.into(),
+        })
+        .await
+        .unwrap();
+    // 4,000 entities of 8 KiB: 32 MiB, far more than HTTP/2's flow-control window and the
+    // sockets' buffers hold for a reader that stopped.
+    let blob = "x".repeat(8 * 1024);
+    for chunk in 0..40 {
+        let operations = (0..100)
+            .map(|i| {
+                let mut row = entity("p", &format!("{chunk:02}-{i:03}"), &[]);
+                row.properties.insert(
+                    "Blob".into(),
+                    pb::Value {
+                        kind: Some(pb::value::Kind::StringValue(blob.clone())),
+                    },
+                );
+                insert_op(row)
+            })
+            .collect();
+        client
+            .submit_transaction(pb::SubmitTransactionRequest {
+                table: TABLE.into(),
+                partition_key: "p".into(),
+                operations,
+            })
+            .await
+            .unwrap();
+    }
+    let mut stream = client
+        .scan_entities(pb::QueryEntitiesRequest {
+            table: TABLE.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap().expect("a first batch");
+    // The stream stays open and unread: without a bound, a graceful shutdown waits for it forever.
+
+    let started = std::time::Instant::now();
+    let exit = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?} to stop",
+        started.elapsed()
+    );
+    drop(stream);
+
+    // What was acknowledged before the shutdown is there.
+    let restarted = ServerProcess::start(data_dir.path());
+    let rows = support::all_entities(&mut restarted.client().await, TABLE).await;
+    assert_eq!(rows.len(), 4000);
     restarted.kill_9();
 }
