@@ -21,6 +21,13 @@ struct Acknowledged {
     transactions: Vec<(String, u64)>,
 }
 
+async fn create_table(client: &mut Client) {
+    let request = pb::CreateTableRequest {
+        table: TABLE.into(),
+    };
+    client.create_table(request).await.unwrap();
+}
+
 /// Inserts and transactions from `writer` until the server dies, recording each acknowledgement.
 async fn load(mut client: Client, cycle: u32, writer: u32, acked: Arc<Mutex<Acknowledged>>) {
     for n in 0u64.. {
@@ -75,14 +82,7 @@ async fn all_entities(client: &mut Client) -> BTreeMap<(String, String), pb::Ent
 async fn acknowledged_writes_survive_sigkill_and_no_transaction_is_partial() {
     let data_dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(data_dir.path());
-    server
-        .client()
-        .await
-        .create_table(pb::CreateTableRequest {
-            table: TABLE.into(),
-        })
-        .await
-        .unwrap();
+    create_table(&mut server.client().await).await;
     let acked = Arc::new(Mutex::new(Acknowledged::default()));
     let mut server = Some(server);
 
@@ -150,12 +150,7 @@ async fn sigterm_finishes_flushes_and_exits_zero() {
     let data_dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(data_dir.path());
     let mut client = server.client().await;
-    client
-        .create_table(pb::CreateTableRequest {
-            table: TABLE.into(),
-        })
-        .await
-        .unwrap();
+    create_table(&mut client).await;
     let request = pb::InsertEntityRequest {
         table: TABLE.into(),
         entity: Some(entity("p", "r", &[("V", 1)])),
@@ -187,12 +182,7 @@ async fn sigterm_with_a_reader_that_stopped_exits_after_the_grace_period() {
     let data_dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start_with(data_dir.path(), &["--shutdown-grace-secs", "1"]);
     let mut client = server.client().await;
-    client
-        .create_table(pb::CreateTableRequest {
-            table: TABLE.into(),
-        })
-        .await
-        .unwrap();
+    create_table(&mut client).await;
     // 4,000 entities of 8 KiB: 32 MiB, far more than HTTP/2's flow-control window and the
     // sockets' buffers hold for a reader that stopped.
     let blob = "x".repeat(8 * 1024);

@@ -175,14 +175,21 @@ mod tests {
         db.tree_names().iter().any(|t| t == name.as_bytes())
     }
 
+    fn assert_reclaimed(db: &sled::Db, catalog: &sled::Tree, record: &TableRecord) {
+        assert!(!has_tree(db, record), "the tree is left");
+        assert!(
+            catalog.get(record.name.folded()).unwrap().is_none(),
+            "the catalog record is left"
+        );
+    }
+
     #[test]
     fn reclaiming_removes_every_row_then_the_tree_then_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let (db, catalog, record) = deleted_table(dir.path(), 5000);
         let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
         assert_eq!(outcome, Outcome::Reclaimed { rows: 5000 });
-        assert!(!has_tree(&db, &record));
-        assert!(catalog.get(record.name.folded()).unwrap().is_none());
+        assert_reclaimed(&db, &catalog, &record);
     }
 
     #[test]
@@ -196,8 +203,7 @@ mod tests {
 
         let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
         assert_eq!(outcome, Outcome::Reclaimed { rows: 5000 });
-        assert!(!has_tree(&db, &record));
-        assert!(catalog.get(record.name.folded()).unwrap().is_none());
+        assert_reclaimed(&db, &catalog, &record);
     }
 
     #[test]
@@ -208,8 +214,7 @@ mod tests {
             .unwrap();
         let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
         assert_eq!(outcome, Outcome::Reclaimed { rows: 0 });
-        assert!(!has_tree(&db, &record));
-        assert!(catalog.get(record.name.folded()).unwrap().is_none());
+        assert_reclaimed(&db, &catalog, &record);
     }
 
     #[test]
