@@ -10,7 +10,7 @@ use pb::value::Kind;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use trestle_proto::pb;
-use trestle_server::scan::MAX_EXAMINED_PER_CHUNK;
+use trestle_server::scan::{MAX_EXAMINED_IN_ONE_PARTITION, MAX_EXAMINED_PER_CHUNK};
 
 /// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
 struct Rng(u64);
@@ -448,6 +448,38 @@ async fn the_planner_reads_only_what_the_keys_allow_in_a_100k_table() {
     let request = filtered("Grid", "V lt 25", 0);
     assert_eq!(count(&mut client, request.clone()).await, 2500);
     assert_eq!(stream_all(&mut client, request).await.len(), 2500);
+}
+
+#[tokio::test]
+async fn a_page_examines_a_bounded_share_of_one_large_partition() {
+    // A scan holds a partition's lock while it reads it, so a page stops within one partition long
+    // before its overall bound: a commit to a large partition never waits for a whole page.
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table("Log").await;
+    const ROWS: usize = 25_000;
+    for chunk in 0..ROWS / 100 {
+        let ops = (0..100)
+            .map(|i| {
+                tx_insert(entity(
+                    "p",
+                    &format!("{chunk:03}-{i:02}"),
+                    &[("V", int32(i))],
+                ))
+            })
+            .collect();
+        client
+            .submit_transaction(transaction("Log", "p", ops))
+            .await
+            .unwrap();
+    }
+    const _: () = assert!(MAX_EXAMINED_IN_ONE_PARTITION < ROWS && ROWS < MAX_EXAMINED_PER_CHUNK);
+    let (found, plan, examined, pages) =
+        run_query(&mut client, filtered("Log", "V eq -1", 1000)).await;
+    assert_eq!(
+        (found.len(), plan.as_str(), examined),
+        (0, "table_scan", ROWS as u64)
+    );
+    assert_eq!(pages.len(), ROWS.div_ceil(MAX_EXAMINED_IN_ONE_PARTITION));
 }
 
 #[tokio::test]

@@ -14,6 +14,10 @@ use crate::storage::{EntityView, KeyRange, StorageError, Table, Visit};
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
 pub const MAX_EXAMINED_PER_CHUNK: usize = 50_000;
+/// Most entities one chunk examines in one partition. A scan holds a partition's lock (shared)
+/// while it reads the partition, so this bounds how long a commit to a large partition waits
+/// behind a scan, while a scan over many small partitions still makes few round trips.
+pub const MAX_EXAMINED_IN_ONE_PARTITION: usize = 10_000;
 /// Longest time one chunk spends reading.
 pub const CHUNK_TIME_BUDGET: Duration = Duration::from_millis(500);
 
@@ -139,9 +143,9 @@ impl Scan {
     }
 
     /// Reads one chunk: up to `page_size` matches, `byte_budget` bytes of output (as `on_match`
-    /// counts them),
-    /// [`MAX_EXAMINED_PER_CHUNK`] entities examined and [`CHUNK_TIME_BUDGET`] of time, whichever
-    /// comes first. Each match goes to `on_match`, read in place and showing only the selected
+    /// counts them), [`MAX_EXAMINED_PER_CHUNK`] entities examined
+    /// ([`MAX_EXAMINED_IN_ONE_PARTITION`] in any one partition) and [`CHUNK_TIME_BUDGET`] of time,
+    /// whichever comes first. Each match goes to `on_match`, read in place and showing only the selected
     /// properties; an error from `on_match` (a corrupt record) ends the chunk.
     pub(crate) fn read(
         &self,
@@ -156,6 +160,7 @@ impl Scan {
         }
         let mut timed_out = false;
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
+        let (mut partition, mut examined_in_partition) = (Vec::<u8>::new(), 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
         let resume_at = self
@@ -167,15 +172,22 @@ impl Scan {
                     timed_out = past_deadline(now);
                     over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
                 }
+                let entity = EntityView::parse(key, value)?;
+                if entity.partition_key.as_bytes() != partition.as_slice() {
+                    partition.clear();
+                    partition.extend_from_slice(entity.partition_key.as_bytes());
+                    examined_in_partition = 0;
+                }
                 if matches >= limit
                     || bytes >= byte_budget
                     || examined >= MAX_EXAMINED_PER_CHUNK
+                    || examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
                     || over_time
                 {
                     return Ok(Visit::Stop);
                 }
                 examined += 1;
-                let entity = EntityView::parse(key, value)?;
+                examined_in_partition += 1;
                 if let Some(filter) = filter {
                     if !FilterView::matches(filter, &entity)? {
                         return Ok(Visit::Next);
