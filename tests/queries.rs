@@ -457,21 +457,7 @@ async fn a_page_examines_a_bounded_share_of_one_large_partition() {
     let server = TestServer::start().await;
     let mut client = server.client_with_table("Log").await;
     const ROWS: usize = 25_000;
-    for chunk in 0..ROWS / 100 {
-        let ops = (0..100)
-            .map(|i| {
-                tx_insert(entity(
-                    "p",
-                    &format!("{chunk:03}-{i:02}"),
-                    &[("V", int32(i))],
-                ))
-            })
-            .collect();
-        client
-            .submit_transaction(transaction("Log", "p", ops))
-            .await
-            .unwrap();
-    }
+    fill_partition(&mut client, "Log", "p", ROWS).await;
     const _: () = assert!(MAX_EXAMINED_IN_ONE_PARTITION < ROWS && ROWS < MAX_EXAMINED_PER_CHUNK);
     let (found, plan, examined, pages) =
         run_query(&mut client, filtered("Log", "V eq -1", 1000)).await;

@@ -204,21 +204,7 @@ async fn list_tables_pages_with_tokens_and_filters_by_prefix() {
 async fn deleting_a_large_table_makes_it_disappear_at_once() {
     let server = TestServer::start().await;
     let mut client = server.client_with_table("Big").await;
-    for batch in 0..20 {
-        let ops = (0..100)
-            .map(|i| {
-                tx_insert(entity(
-                    "p",
-                    &format!("{batch:03}-{i:03}"),
-                    &[("v", int32(i))],
-                ))
-            })
-            .collect();
-        client
-            .submit_transaction(transaction("Big", "p", ops))
-            .await
-            .unwrap();
-    }
+    fill_partition(&mut client, "Big", "p", 2000).await;
     client
         .delete_table(pb::DeleteTableRequest {
             table: "Big".into(),

@@ -145,8 +145,8 @@ impl Scan {
     /// Reads one chunk: up to `page_size` matches, `byte_budget` bytes of output (as `on_match`
     /// counts them), [`MAX_EXAMINED_PER_CHUNK`] entities examined
     /// ([`MAX_EXAMINED_IN_ONE_PARTITION`] in any one partition) and [`CHUNK_TIME_BUDGET`] of time,
-    /// whichever comes first. Each match goes to `on_match`, read in place and showing only the selected
-    /// properties; an error from `on_match` (a corrupt record) ends the chunk.
+    /// whichever comes first. Each match goes to `on_match`, read in place and showing only the
+    /// selected properties; an error from `on_match` (a corrupt record) ends the chunk.
     pub(crate) fn read(
         &self,
         byte_budget: usize,

@@ -279,6 +279,23 @@ pub fn transaction(
     }
 }
 
+/// Inserts `rows` entities into partition `pk` of `table`, 100 per transaction: row keys `000000`,
+/// `000001`, … and `V` = the row's place in its transaction.
+pub async fn fill_partition(client: &mut RawClient, table: &str, pk: &str, rows: usize) {
+    for first in (0..rows).step_by(100) {
+        let ops = (first..rows.min(first + 100))
+            .map(|n| {
+                let v = int32((n - first) as i32);
+                tx_insert(entity(pk, &format!("{n:06}"), &[("V", v)]))
+            })
+            .collect();
+        client
+            .submit_transaction(transaction(table, pk, ops))
+            .await
+            .unwrap();
+    }
+}
+
 /// Follows continuation tokens to the end of a query; returns every entity and the page sizes.
 pub async fn query_all(
     client: &mut RawClient,

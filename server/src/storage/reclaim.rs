@@ -73,8 +73,8 @@ impl Reclaimer {
         let _ = self.queue.send(record);
     }
 
-    /// Stops the worker within a few hundred removals and waits for it; tables not yet reclaimed
-    /// resume at the next open.
+    /// Stops the worker within [`ROWS_BETWEEN_STOP_CHECKS`] removals and waits for it; tables not
+    /// yet reclaimed resume at the next open.
     pub(super) fn stop(self) {
         self.stopping.store(true, Ordering::Relaxed);
         drop(self.queue);
