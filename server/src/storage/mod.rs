@@ -302,3 +302,37 @@ impl Drop for Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The leaves of `tree`, counted in sled's debug dump of it.
+    fn leaves(tree: &sled::Tree) -> usize {
+        format!("{tree:?}").matches("data: Leaf(").count()
+    }
+
+    fn tree_of(entries: u32, value_len: usize) -> sled::Tree {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        for i in 0..entries {
+            tree.insert(format!("key{i:06}"), vec![7u8; value_len])
+                .unwrap();
+        }
+        tree
+    }
+
+    #[test]
+    fn sled_leaves_hold_up_to_64_small_entries() {
+        // Written in key order, a leaf splits in two halves when it passes 64 entries and the
+        // left half is never written again: leaves of 33. Upstream's 16 would give 111 leaves.
+        let leaves = leaves(&tree_of(1_000, 150));
+        assert!((30..=32).contains(&leaves), "{leaves} leaves");
+    }
+
+    #[test]
+    fn sled_leaves_of_large_entries_are_no_larger_than_upstream() {
+        // 17 entries of 8 KiB exceed the 64 KiB bound, so leaves split as upstream's did: halves
+        // of 9. Without the bound, 200 entries would take 6 leaves of up to 64.
+        let leaves = leaves(&tree_of(200, 8 * 1024));
+        assert!((22..=24).contains(&leaves), "{leaves} leaves");
+    }
+}
