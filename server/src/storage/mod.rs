@@ -321,18 +321,18 @@ mod tests {
     }
 
     #[test]
-    fn sled_leaves_hold_up_to_64_small_entries() {
-        // Written in key order, a leaf splits in two halves when it passes 64 entries and the
-        // left half is never written again: leaves of 33. Upstream's 16 would give 111 leaves.
+    fn sled_leaves_hold_up_to_48_small_entries() {
+        // Written in key order, a leaf splits in two halves when it passes 48 entries and the
+        // left half is never written again: leaves of 25. Upstream's 16 would give 111 leaves.
         let leaves = leaves(&tree_of(1_000, 150));
-        assert!((30..=32).contains(&leaves), "{leaves} leaves");
+        assert!((39..=41).contains(&leaves), "{leaves} leaves");
     }
 
     #[test]
     fn sled_leaves_of_large_entries_are_no_larger_than_upstream() {
-        // 17 entries of 8 KiB exceed the 64 KiB bound, so leaves split as upstream's did: halves
-        // of 9. Without the bound, 200 entries would take 6 leaves of up to 64.
-        let leaves = leaves(&tree_of(200, 8 * 1024));
+        // 17 entries of 1 KiB exceed the 16 KiB bound, so leaves split as upstream's did: halves
+        // of 9. Without the bound, 200 entries would take 8 leaves of up to 48.
+        let leaves = leaves(&tree_of(200, 1024));
         assert!((22..=24).contains(&leaves), "{leaves} leaves");
     }
 }

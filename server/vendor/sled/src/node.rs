@@ -650,17 +650,17 @@ pub(crate) enum Data {
 
 /// Trestle: upstream splits a leaf past 16 entries, whatever their size, so a scan pages a leaf in
 /// for every 8 to 16 entries, and each leaf costs a descent from the root, a clone of the node and
-/// a log read. Here a leaf grows to 64 entries, but past upstream's 16 only while its keys and
-/// values fit in 64 KiB: a point read pages in the whole leaf, so a leaf of large entries stays as
+/// a log read. Here a leaf grows to 48 entries, but past upstream's 16 only while its keys and
+/// values fit in 16 KiB: a point read pages in the whole leaf, so a leaf of large entries stays as
 /// upstream's was. Measurements: ../TRESTLE.md.
-const LEAF_MAX_ENTRIES: usize = 64;
+const LEAF_MAX_ENTRIES: usize = 48;
 
 /// Trestle: upstream's bound, up to which a leaf never splits, whatever its size.
 const UPSTREAM_LEAF_MAX_ENTRIES: usize = 16;
 
 /// Trestle: the bytes of keys and values past which a leaf of more than
 /// `UPSTREAM_LEAF_MAX_ENTRIES` splits.
-const LEAF_MAX_BYTES: u64 = 64 * 1024;
+const LEAF_MAX_BYTES: u64 = 16 * 1024;
 
 /// Trestle: whether a leaf of `len` entries, whose keys and values take `bytes()`, splits.
 /// `bytes` is only summed for a leaf that upstream would already have split.
