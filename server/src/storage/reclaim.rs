@@ -175,6 +175,10 @@ mod tests {
         db.tree_names().iter().any(|t| t == name.as_bytes())
     }
 
+    fn reclaim_unstopped(db: &sled::Db, catalog: &sled::Tree, record: &TableRecord) -> Outcome {
+        reclaim(db, catalog, record, &AtomicBool::new(false)).unwrap()
+    }
+
     fn assert_reclaimed(db: &sled::Db, catalog: &sled::Tree, record: &TableRecord) {
         assert!(!has_tree(db, record), "the tree is left");
         assert!(
@@ -187,7 +191,7 @@ mod tests {
     fn reclaiming_removes_every_row_then_the_tree_then_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let (db, catalog, record) = deleted_table(dir.path(), 5000);
-        let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
+        let outcome = reclaim_unstopped(&db, &catalog, &record);
         assert_eq!(outcome, Outcome::Reclaimed { rows: 5000 });
         assert_reclaimed(&db, &catalog, &record);
     }
@@ -201,7 +205,7 @@ mod tests {
         assert!(has_tree(&db, &record));
         assert!(catalog.get(record.name.folded()).unwrap().is_some());
 
-        let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
+        let outcome = reclaim_unstopped(&db, &catalog, &record);
         assert_eq!(outcome, Outcome::Reclaimed { rows: 5000 });
         assert_reclaimed(&db, &catalog, &record);
     }
@@ -212,7 +216,7 @@ mod tests {
         let (db, catalog, record) = deleted_table(dir.path(), 10);
         db.drop_tree(Table::tree_name(record.id).as_bytes())
             .unwrap();
-        let outcome = reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
+        let outcome = reclaim_unstopped(&db, &catalog, &record);
         assert_eq!(outcome, Outcome::Reclaimed { rows: 0 });
         assert_reclaimed(&db, &catalog, &record);
     }
@@ -228,7 +232,7 @@ mod tests {
         catalog
             .insert(record.name.folded(), newer.encode())
             .unwrap();
-        reclaim(&db, &catalog, &record, &AtomicBool::new(false)).unwrap();
+        reclaim_unstopped(&db, &catalog, &record);
         assert_eq!(
             catalog.get(record.name.folded()).unwrap().as_deref(),
             Some(&newer.encode()[..])
