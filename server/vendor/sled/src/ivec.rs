@@ -107,6 +107,21 @@ impl IVec {
         IVec(inner)
     }
 
+    /// Trestle: the `len` bytes of `base` at `offset`, sharing `base` (copied
+    /// inline when short enough, as `IVec::from` does).
+    ///
+    /// # Panics
+    ///
+    /// Panics if the bytes are not all within `base`.
+    pub(crate) fn shared(base: &Arc<[u8]>, offset: usize, len: usize) -> Self {
+        let bytes = &base[offset..offset + len];
+        if is_inline_candidate(len) {
+            Self::inline(bytes)
+        } else {
+            Self(IVecInner::Subslice { base: base.clone(), offset, len })
+        }
+    }
+
     fn inline(slice: &[u8]) -> Self {
         assert!(is_inline_candidate(slice.len()));
         let mut data = Inner::default();

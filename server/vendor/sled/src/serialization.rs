@@ -11,7 +11,7 @@ use crate::{
     pagecache::{
         BatchManifest, MessageHeader, PageState, SegmentNumber, Snapshot,
     },
-    Data, DiskPtr, Error, IVec, Link, Meta, Node, Result,
+    Arc, Data, DiskPtr, Error, IVec, Link, Meta, Node, Result,
 };
 
 /// Items that may be serialized and deserialized
@@ -451,16 +451,32 @@ impl Serialize for Node {
     }
 
     fn deserialize(buf: &mut &[u8]) -> Result<Self> {
-        Ok(Node {
-            next: Serialize::deserialize(buf)?,
-            merging_child: Serialize::deserialize(buf)?,
-            merging: bool::deserialize(buf)?,
-            prefix_len: u8::deserialize(buf)?,
-            lo: IVec::deserialize(buf)?,
-            hi: IVec::deserialize(buf)?,
-            data: Data::deserialize(buf)?,
-        })
+        deserialize_node(buf, None)
     }
+}
+
+impl Node {
+    /// Trestle: decodes the node serialized in all of `base`, as
+    /// `Node::deserialize` does, except that the keys and values of a leaf
+    /// longer than `IVec`'s inline cutoff are views of `base` instead of
+    /// copies: one allocation per page-in instead of one per entry.
+    pub(crate) fn deserialize_shared(base: &Arc<[u8]>) -> Result<Node> {
+        deserialize_node(&mut &base[..], Some(base))
+    }
+}
+
+/// Trestle: `Node::deserialize`, with the leaf's keys and values sharing
+/// `base` when it is given (`buf` is then a suffix of `base`).
+fn deserialize_node(buf: &mut &[u8], base: Option<&Arc<[u8]>>) -> Result<Node> {
+    Ok(Node {
+        next: Serialize::deserialize(buf)?,
+        merging_child: Serialize::deserialize(buf)?,
+        merging: bool::deserialize(buf)?,
+        prefix_len: u8::deserialize(buf)?,
+        lo: IVec::deserialize(buf)?,
+        hi: IVec::deserialize(buf)?,
+        data: deserialize_data(buf, base)?,
+    })
 }
 
 impl Serialize for Option<i64> {
@@ -588,24 +604,64 @@ impl Serialize for Data {
     }
 
     fn deserialize(buf: &mut &[u8]) -> Result<Data> {
-        if buf.is_empty() {
-            return Err(Error::corruption(None));
-        }
-        let discriminant = buf[0];
-        *buf = &buf[1..];
-        let len = usize::try_from(u64::deserialize(buf)?).unwrap();
-        Ok(match discriminant {
-            0 => Data::Leaf(Leaf {
-                keys: deserialize_bounded_sequence(buf, len)?,
-                values: deserialize_bounded_sequence(buf, len)?,
-            }),
-            1 => Data::Index(Index {
-                keys: deserialize_bounded_sequence(buf, len)?,
-                pointers: deserialize_bounded_sequence(buf, len)?,
-            }),
-            _ => return Err(Error::corruption(None)),
-        })
+        deserialize_data(buf, None)
     }
+}
+
+/// Trestle: `Data::deserialize`, with a leaf's keys and values sharing `base`
+/// when it is given.
+fn deserialize_data(
+    buf: &mut &[u8],
+    base: Option<&Arc<[u8]>>,
+) -> Result<Data> {
+    if buf.is_empty() {
+        return Err(Error::corruption(None));
+    }
+    let discriminant = buf[0];
+    *buf = &buf[1..];
+    let len = usize::try_from(u64::deserialize(buf)?).unwrap();
+    Ok(match discriminant {
+        0 => Data::Leaf(Leaf {
+            keys: deserialize_leaf_items(buf, len, base)?,
+            values: deserialize_leaf_items(buf, len, base)?,
+        }),
+        1 => Data::Index(Index {
+            keys: deserialize_bounded_sequence(buf, len)?,
+            pointers: deserialize_bounded_sequence(buf, len)?,
+        }),
+        _ => return Err(Error::corruption(None)),
+    })
+}
+
+/// Trestle: up to `bound` keys or values of a leaf, as
+/// `deserialize_bounded_sequence` reads them (stopping early at the end of
+/// `buf`), into a vector allocated once, each item sharing `base` when it is
+/// given.
+fn deserialize_leaf_items(
+    buf: &mut &[u8],
+    bound: usize,
+    base: Option<&Arc<[u8]>>,
+) -> Result<Vec<IVec>> {
+    // every item takes at least its one-byte length
+    let mut items = Vec::with_capacity(bound.min(buf.len()));
+    while items.len() < bound && !buf.is_empty() {
+        items.push(match base {
+            Some(base) => deserialize_shared_ivec(buf, base)?,
+            None => IVec::deserialize(buf)?,
+        });
+    }
+    Ok(items)
+}
+
+/// Trestle: `IVec::deserialize` of a `buf` that is a suffix of `base`,
+/// returning a view of `base` rather than a copy.
+fn deserialize_shared_ivec(buf: &mut &[u8], base: &Arc<[u8]>) -> Result<IVec> {
+    let len = usize::try_from(u64::deserialize(buf)?)
+        .expect("should never store items that rust can't natively index");
+    let bytes = &buf[..len];
+    let offset = bytes.as_ptr() as usize - base.as_ptr() as usize;
+    *buf = &buf[len..];
+    Ok(IVec::shared(base, offset, len))
 }
 
 impl Serialize for DiskPtr {

@@ -2035,7 +2035,10 @@ impl PageCache {
                     Link::deserialize(buf).map(Update::Link)
                 }
                 BlobNode | InlineNode => {
-                    Node::deserialize(buf).map(Update::Node)
+                    // Trestle: the node's keys and values share one copy of
+                    // the bytes read, instead of one allocation each.
+                    Node::deserialize_shared(&Arc::from(&buf[..]))
+                        .map(Update::Node)
                 }
                 Free => Ok(Update::Free),
                 Corrupted | Canceled | Cap | BatchManifest => {
