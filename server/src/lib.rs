@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod config;
+mod connections;
 pub mod engine;
 pub mod error;
 pub mod grpc;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 pub use config::{Args, Config};
 pub use engine::Engine;
+use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use trestle_proto::pb::table_service_server::TableServiceServer;
@@ -62,7 +64,9 @@ pub fn check_exposure(addr: std::net::SocketAddr, config: &Config) -> Result<(),
 }
 
 /// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha) on
-/// `listener` until `shutdown` completes; then finishes in-flight requests, flushes, and returns.
+/// `listener` until `shutdown` completes; then finishes in-flight requests (for at most
+/// `config.shutdown_grace`, after which it closes the connections still open), flushes, and
+/// returns once no connection is left.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -122,6 +126,10 @@ pub async fn serve(
             std::future::pending::<()>().await;
         }
     };
+    let connections = connections::Connections::new();
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map(|accepted| accepted.map(|connection| connections.track(connection)));
     let serving = server
         .add_service(table_service)
         .add_service(InterceptedService::new(
@@ -136,16 +144,14 @@ pub async fn serve(
             reflection().build_v1alpha()?,
             introspection,
         ))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        );
+        .serve_with_incoming_shutdown(incoming, shutdown);
     tokio::select! {
         served = serving => served?,
         () = grace_over => {
             tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the shutdown grace period; closing their connections");
         }
     }
+    connections.close_all().await;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;
     Ok(())

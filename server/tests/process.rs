@@ -183,40 +183,7 @@ async fn sigterm_with_a_reader_that_stopped_exits_after_the_grace_period() {
     let server = ServerProcess::start_with(data_dir.path(), &["--shutdown-grace-secs", "1"]);
     let mut client = server.client().await;
     create_table(&mut client).await;
-    // 4,000 entities of 8 KiB: 32 MiB, far more than HTTP/2's flow-control window and the
-    // sockets' buffers hold for a reader that stopped.
-    let blob = "x".repeat(8 * 1024);
-    for chunk in 0..40 {
-        let operations = (0..100)
-            .map(|i| {
-                let mut row = entity("p", &format!("{chunk:02}-{i:03}"), &[]);
-                row.properties.insert(
-                    "Blob".into(),
-                    pb::Value {
-                        kind: Some(pb::value::Kind::StringValue(blob.clone())),
-                    },
-                );
-                insert_op(row)
-            })
-            .collect();
-        client
-            .submit_transaction(pb::SubmitTransactionRequest {
-                table: TABLE.into(),
-                partition_key: "p".into(),
-                operations,
-            })
-            .await
-            .unwrap();
-    }
-    let mut stream = client
-        .scan_entities(pb::QueryEntitiesRequest {
-            table: TABLE.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    stream.message().await.unwrap().expect("a first batch");
+    let stream = support::stalled_scan(&mut client, TABLE).await;
     // The stream stays open and unread: without a bound, a graceful shutdown waits for it forever.
 
     let started = std::time::Instant::now();

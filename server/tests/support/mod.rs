@@ -216,3 +216,45 @@ pub fn int64(entity: &pb::Entity, name: &str) -> i64 {
         ref other => panic!("{name} is {other:?}"),
     }
 }
+
+/// Fills partition `p` of `table` with 4,000 entities of 8 KiB, 32 MiB, far more than HTTP/2's
+/// flow-control window and the sockets' buffers hold for a reader that stopped; then opens a
+/// scan of the table, reads its first batch and returns the stream, left unread.
+pub async fn stalled_scan(
+    client: &mut Client,
+    table: &str,
+) -> tonic::Streaming<pb::ScanEntitiesResponse> {
+    let blob = "x".repeat(8 * 1024);
+    for chunk in 0..40 {
+        let operations = (0..100)
+            .map(|i| {
+                let mut row = entity("p", &format!("{chunk:02}-{i:03}"), &[]);
+                row.properties.insert(
+                    "Blob".into(),
+                    pb::Value {
+                        kind: Some(pb::value::Kind::StringValue(blob.clone())),
+                    },
+                );
+                insert_op(row)
+            })
+            .collect();
+        client
+            .submit_transaction(pb::SubmitTransactionRequest {
+                table: table.into(),
+                partition_key: "p".into(),
+                operations,
+            })
+            .await
+            .unwrap();
+    }
+    let mut stream = client
+        .scan_entities(pb::QueryEntitiesRequest {
+            table: table.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap().expect("a first batch");
+    stream
+}
