@@ -145,13 +145,16 @@ pub async fn serve(
             introspection,
         ))
         .serve_with_incoming_shutdown(incoming, shutdown);
-    tokio::select! {
-        served = serving => served?,
+    let served = tokio::select! {
+        served = serving => served,
         () = grace_over => {
             tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the shutdown grace period; closing their connections");
+            Ok(())
         }
-    }
+    };
+    // Also when the transport failed: no connection outlives `serve`.
     connections.close_all().await;
+    served?;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;
     Ok(())
