@@ -49,6 +49,12 @@ pub trait MatchSink {
     fn end_batch(&mut self) -> bool {
         true
     }
+
+    /// Whether a streamed query's reader is still there; asked after a chunk without matches, so
+    /// that a selective scan nobody reads any more stops within a chunk, not at the table's end.
+    fn reader_waiting(&self) -> bool {
+        true
+    }
 }
 
 /// The result of a write, to acknowledge only once its ticket is durable ([`Engine::wait`], or
@@ -266,7 +272,12 @@ impl Engine {
                 matched = true;
                 sink.take(entity)
             })?;
-            if matched && !sink.end_batch() {
+            let reader_left = if matched {
+                !sink.end_batch()
+            } else {
+                !sink.reader_waiting()
+            };
+            if reader_left {
                 return Ok(());
             }
             match chunk.resume_at {

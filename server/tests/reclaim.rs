@@ -1,10 +1,13 @@
 //! Deleted tables: gone at once, `TableBeingDeleted` while their data is reclaimed, and a
 //! reclamation interrupted by a crash finishes at the next start with nothing half-deleted visible.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
+use support::fill;
 use trestle_server::error::{ErrorCode, TableError};
-use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
+use trestle_server::model::EntityKey;
 use trestle_server::storage::StoreOptions;
 use trestle_server::Engine;
 
@@ -12,25 +15,6 @@ fn options(reclaim: bool) -> StoreOptions {
     StoreOptions {
         reclaim_deleted_tables: reclaim,
         ..StoreOptions::default()
-    }
-}
-
-fn fill(engine: &Engine, table: &str, rows: usize) {
-    for chunk in 0..rows.div_ceil(100) {
-        let operations = (0..100.min(rows - chunk * 100))
-            .map(|i| {
-                let key = EntityKey::new("p".into(), format!("{chunk:04}-{i:03}")).unwrap();
-                Operation::Insert(
-                    NewEntity::new(
-                        key,
-                        Properties::from([("V".into(), Value::Int32(i as i32))]),
-                    )
-                    .unwrap(),
-                )
-            })
-            .collect();
-        let pending = engine.transact(table, "p", operations, 0).unwrap();
-        engine.wait(pending).unwrap();
     }
 }
 

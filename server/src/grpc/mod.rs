@@ -193,6 +193,10 @@ impl MatchSink for StreamedBatches {
         };
         self.sender.blocking_send(Ok(batch)).is_ok()
     }
+
+    fn reader_waiting(&self) -> bool {
+        !self.sender.is_closed()
+    }
 }
 
 /// The query a `QueryEntitiesRequest` describes: table, spec and continuation token.

@@ -1,5 +1,5 @@
-//! The built `trestle-server` binary as a child process on an ephemeral port, shared by the
-//! process-level tests.
+//! What the server's integration tests share: the built `trestle-server` binary as a child process
+//! on an ephemeral port, requests and entities, and filling a table through the engine.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader};
@@ -257,4 +257,26 @@ pub async fn stalled_scan(
         .into_inner();
     stream.message().await.unwrap().expect("a first batch");
     stream
+}
+
+/// Inserts `rows` entities (an int32 property `V`) into partition `p` of `table`, 100 to a
+/// transaction, each durable before the next.
+pub fn fill(engine: &trestle_server::Engine, table: &str, rows: usize) {
+    use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
+    for chunk in 0..rows.div_ceil(100) {
+        let operations = (0..100.min(rows - chunk * 100))
+            .map(|i| {
+                let key = EntityKey::new("p".into(), format!("{chunk:04}-{i:03}")).unwrap();
+                Operation::Insert(
+                    NewEntity::new(
+                        key,
+                        Properties::from([("V".into(), Value::Int32(i as i32))]),
+                    )
+                    .unwrap(),
+                )
+            })
+            .collect();
+        let pending = engine.transact(table, "p", operations, 0).unwrap();
+        engine.wait(pending).unwrap();
+    }
 }
