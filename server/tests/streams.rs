@@ -29,9 +29,9 @@ impl MatchSink for Reader {
 }
 
 /// How often a scan of 25,000 entities in one partition, with a filter that matches none, asks
-/// whether `reader` is still there before it ends. A chunk examines at most 10,000 entities of
-/// one partition, so the whole scan takes three chunks.
-fn asks_of(reader: &mut Reader) -> usize {
+/// whether its reader is still there before it ends, when the reader answers `waiting`. A chunk
+/// examines at most 10,000 entities of one partition, so the whole scan takes three chunks.
+fn asks_when(waiting: bool) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), StoreOptions::default()).unwrap();
     engine.create_table("Events").unwrap();
@@ -41,24 +41,20 @@ fn asks_of(reader: &mut Reader) -> usize {
         page_size: 1000,
         ..QuerySpec::default()
     };
-    engine.stream("Events", spec, "", reader).unwrap();
+    let mut reader = Reader {
+        waiting,
+        asked: Cell::new(0),
+    };
+    engine.stream("Events", spec, "", &mut reader).unwrap();
     reader.asked.get()
 }
 
 #[test]
 fn a_scan_without_matches_asks_after_every_chunk_whether_its_reader_is_there() {
-    let mut reader = Reader {
-        waiting: true,
-        asked: Cell::new(0),
-    };
-    assert_eq!(asks_of(&mut reader), 3);
+    assert_eq!(asks_when(true), 3);
 }
 
 #[test]
 fn a_scan_without_matches_stops_after_one_chunk_once_its_reader_is_gone() {
-    let mut reader = Reader {
-        waiting: false,
-        asked: Cell::new(0),
-    };
-    assert_eq!(asks_of(&mut reader), 1);
+    assert_eq!(asks_when(false), 1);
 }
