@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         descriptors.encode_to_vec(),
     )?;
     tonic_prost_build::configure()
-        .codec_path("crate::codec::SliceCodec")
+        .codec_path("crate::codec::ReplyCodec")
         .btree_map(".trestle.v1.Entity.properties")
         // Written by hand so that the server can send entities it encoded itself (`pages.rs`).
         .extern_path(
@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server_dir = out_dir.join("server");
     fs::create_dir_all(&server_dir)?;
     tonic_prost_build::configure()
-        .codec_path("crate::codec::SliceCodec")
+        .codec_path("crate::codec::RequestCodec")
         .build_client(false)
         .extern_path(".trestle.v1", "crate::pb")
         .extern_path(".trestle.v1.Entity", "crate::reply::EntityReply")

@@ -28,8 +28,6 @@ pub mod claims {
 
 const TOKEN_PREFIX: &str = "tt1.";
 const SECRET_BYTES: usize = 32;
-/// What an account key's fingerprint signs: presented secrets are matched by comparing these tags.
-const FINGERPRINT_MESSAGE: &[u8] = b"trestle account key";
 /// The longest token accepted; anything longer is refused before it is decoded.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
@@ -89,13 +87,22 @@ pub enum TokenError {
     InvalidClaims(String),
 }
 
+/// Whether two slices of the same length hold the same bytes, reading every byte whatever they
+/// hold (no early exit that would time how long a prefix matched).
+fn same_bytes_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+    let difference = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |difference, (x, y)| difference | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
 /// One named secret.
 #[derive(Clone)]
 pub struct AccountKey {
     id: String,
     secret: Vec<u8>,
     signing: hmac::Key,
-    fingerprint: hmac::Tag,
 }
 
 impl fmt::Debug for AccountKey {
@@ -119,12 +126,10 @@ impl AccountKey {
 
     fn from_parts(id: String, secret: Vec<u8>) -> AccountKey {
         let signing = hmac::Key::new(hmac::HMAC_SHA256, &secret);
-        let fingerprint = hmac::sign(&signing, FINGERPRINT_MESSAGE);
         AccountKey {
             id,
             secret,
             signing,
-            fingerprint,
         }
     }
 
@@ -138,13 +143,14 @@ impl AccountKey {
         URL_SAFE_NO_PAD.encode(&self.secret)
     }
 
-    /// Whether `presented` is this key's secret text, compared in constant time.
+    /// Whether `presented` is exactly this key's secret text: the same length and the same bytes,
+    /// compared in constant time. Never through a key derived from it: HMAC pads a short key with
+    /// zero bytes, so the secret with zero bytes appended would derive the same key.
     pub fn is_secret(&self, presented: &str) -> bool {
         let Ok(bytes) = URL_SAFE_NO_PAD.decode(presented) else {
             return false;
         };
-        let presented = hmac::Key::new(hmac::HMAC_SHA256, &bytes);
-        hmac::verify(&presented, FINGERPRINT_MESSAGE, self.fingerprint.as_ref()).is_ok()
+        bytes.len() == self.secret.len() && same_bytes_in_constant_time(&bytes, &self.secret)
     }
 }
 
@@ -550,6 +556,15 @@ mod tests {
             .key_with_secret(&ring().signing_key().secret_text())
             .is_none());
         assert!(parsed.key_with_secret("not base64 !").is_none());
+        // HMAC pads a short key with zero bytes: a secret with zero bytes appended derives the
+        // same HMAC key, but is not the secret.
+        for padding in ["A", "AA", "AAAA", "AAAAAAAA"] {
+            let padded = format!("{secret}{padding}");
+            assert!(parsed.key_with_secret(&padded).is_none(), "{padding}");
+        }
+        assert!(parsed
+            .key_with_secret(&secret[..secret.len() - 2])
+            .is_none());
         assert!(!format!("{parsed:?}").contains(&secret), "Debug leaks");
         assert!(matches!(
             KeyRing::parse("# nothing\n"),

@@ -6,36 +6,86 @@
 //! twice per varint. Decoding from `&[u8]` lets prost take its slice fast paths instead, which
 //! matters for the large messages Trestle moves: a page of entities is thousands of map entries.
 //! The wire format is unchanged.
+//!
+//! The server's stubs use [`RequestCodec`]: the same, except that a request that does not decode
+//! (invalid UTF-8 in a string field, a truncated or malformed message) is the client's bad input,
+//! `INVALID_ARGUMENT` with reason `InvalidInput`, not tonic's `INTERNAL`.
 
 use std::marker::PhantomData;
 
 use prost::bytes::Buf;
 use prost::Message;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
-use tonic::Status;
+use tonic::{Code, Status};
 use tonic_prost::ProstEncoder;
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The `ErrorInfo.domain` of every error the Trestle server sends.
+pub const ERROR_DOMAIN: &str = "trestle";
+
+/// What a decoder does with a message that does not decode.
+pub trait DecodeFailure: Send + 'static {
+    /// The status for `error`.
+    fn status(error: prost::DecodeError) -> Status;
+}
+
+/// The client side: a reply that does not decode is a fault (`INTERNAL`), as in tonic.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyFailure;
+
+impl DecodeFailure for ReplyFailure {
+    fn status(error: prost::DecodeError) -> Status {
+        Status::internal(error.to_string())
+    }
+}
+
+/// The server side: a request that does not decode is bad input.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFailure;
+
+impl DecodeFailure for RequestFailure {
+    fn status(error: prost::DecodeError) -> Status {
+        let details = ErrorDetails::with_error_info(
+            "InvalidInput",
+            ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        );
+        Status::with_error_details(
+            Code::InvalidArgument,
+            format!("the request message does not decode: {error}"),
+            details,
+        )
+    }
+}
+
+/// [`SliceCodec`] for the client's stubs.
+pub type ReplyCodec<T, U> = SliceCodec<T, U, ReplyFailure>;
+
+/// [`SliceCodec`] for the server's stubs: undecodable requests are `InvalidInput`.
+pub type RequestCodec<T, U> = SliceCodec<T, U, RequestFailure>;
 
 /// A prost codec that decodes from a slice; named by the generated stubs (`codec_path`).
 #[derive(Debug, Clone)]
-pub struct SliceCodec<T, U> {
-    types: PhantomData<(T, U)>,
+pub struct SliceCodec<T, U, F> {
+    types: PhantomData<(T, U, F)>,
 }
 
-impl<T, U> Default for SliceCodec<T, U> {
+impl<T, U, F> Default for SliceCodec<T, U, F> {
     fn default() -> Self {
         Self { types: PhantomData }
     }
 }
 
-impl<T, U> Codec for SliceCodec<T, U>
+impl<T, U, F> Codec for SliceCodec<T, U, F>
 where
     T: Message + Send + 'static,
     U: Message + Default + Send + 'static,
+    F: DecodeFailure,
 {
     type Encode = T;
     type Decode = U;
     type Encoder = ProstEncoder<T>;
-    type Decoder = SliceDecoder<U>;
+    type Decoder = SliceDecoder<U, F>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstEncoder::default()
@@ -50,11 +100,11 @@ where
 
 /// Decodes a `U` from the message's bytes as one slice.
 #[derive(Debug, Clone)]
-pub struct SliceDecoder<U> {
-    message: PhantomData<U>,
+pub struct SliceDecoder<U, F> {
+    message: PhantomData<(U, F)>,
 }
 
-impl<U: Message + Default> Decoder for SliceDecoder<U> {
+impl<U: Message + Default, F: DecodeFailure> Decoder for SliceDecoder<U, F> {
     type Item = U;
     type Error = Status;
 
@@ -68,9 +118,7 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
             // Not contiguous after all (tonic does not do this today): the general path.
             U::decode(&mut *buf)
         };
-        decoded
-            .map(Some)
-            .map_err(|error| Status::internal(error.to_string()))
+        decoded.map(Some).map_err(F::status)
     }
 
     fn buffer_settings(&self) -> BufferSettings {

@@ -496,9 +496,12 @@ async fn malformed_filters_are_invalid_input_with_the_offset() {
             Code::InvalidArgument,
             "InvalidInput",
         );
-        let mut stream = client.scan_entities(request).await.unwrap().into_inner();
-        let first = stream.next().await.expect("an error item");
-        assert_error(first, Code::InvalidArgument, "InvalidInput");
+        // Refused when the scan opens (or, from an older server, as the stream's first item).
+        let refused = match client.scan_entities(request).await {
+            Err(status) => Err(status),
+            Ok(stream) => stream.into_inner().next().await.expect("an error item"),
+        };
+        assert_error(refused, Code::InvalidArgument, "InvalidInput");
     }
 }
 
@@ -630,7 +633,9 @@ async fn a_slow_reader_does_not_make_the_server_buffer_the_table() {
     let before = resident_bytes();
     let mut stream = client.scan_entities(request).await.unwrap().into_inner();
     let first = stream.next().await.unwrap().unwrap();
-    assert_eq!(first.entities.len(), 10);
+    // At most a page, and at most a streamed batch's bytes (about three of these entities).
+    assert!((1..=10).contains(&first.entities.len()));
+    let first_len = first.entities.len();
     // Give the server every chance to run ahead of the reader.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let growth = resident_bytes().saturating_sub(before);
@@ -639,7 +644,7 @@ async fn a_slow_reader_does_not_make_the_server_buffer_the_table() {
         "the server buffered {} MiB for a reader that stopped",
         growth >> 20
     );
-    let mut rest = 10;
+    let mut rest = first_len;
     while let Some(batch) = stream.next().await {
         rest += batch.unwrap().entities.len();
     }

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use trestle_proto::access::{self, Grant, KeyRing, Permissions, TokenError};
 
 use crate::error::ErrorCode;
-use crate::model::{Operation, Value};
+use crate::model::{quoted, Operation, Value};
 use crate::query::filter::{CompareOp, Property};
 use crate::query::{Expr, QuerySpec};
 
@@ -109,12 +109,18 @@ pub enum Access {
 }
 
 impl Access {
-    /// Creating or deleting table `table`.
+    /// Creating or deleting table `table`: a table-level operation, which touches every key, so
+    /// a token bounded to a key range cannot do it.
     pub fn manage_table(&self, table: &str) -> Result<(), AuthError> {
-        self.on_table(table, Permissions::MANAGE_TABLES)
+        self.on_table(table, Permissions::MANAGE_TABLES)?;
+        match self {
+            Access::Scoped(grant) => unbounded_keys(grant, "create or delete a table"),
+            Access::Full => Ok(()),
+        }
     }
 
-    /// Listing tables: a service-level operation, which a token for one table cannot do.
+    /// Listing tables: a service-level operation, which a token for one table, or for a key
+    /// range, cannot do.
     pub fn list_tables(&self) -> Result<(), AuthError> {
         let Access::Scoped(grant) = self else {
             return Ok(());
@@ -124,6 +130,7 @@ impl Access {
                 "a token for one table cannot list tables; it needs a token for every table".into(),
             ));
         }
+        unbounded_keys(grant, "list tables")?;
         require(grant, Permissions::LIST_TABLES)
     }
 
@@ -139,7 +146,9 @@ impl Access {
         match self {
             Access::Scoped(grant) if !grant.covers_key(partition_key, row_key) => {
                 Err(AuthError::OutOfScope(format!(
-                    "the access token does not cover entity (PartitionKey '{partition_key}', RowKey '{row_key}')"
+                    "the access token does not cover entity (PartitionKey {}, RowKey {})",
+                    quoted(partition_key),
+                    quoted(row_key)
                 )))
             }
             _ => Ok(()),
@@ -176,7 +185,8 @@ impl Access {
         if let Some(partition_key) = &spec.partition_key {
             if !grant.partitions.contains(partition_key) {
                 return Err(AuthError::OutOfScope(format!(
-                    "the access token does not cover partition '{partition_key}'"
+                    "the access token does not cover partition {}",
+                    quoted(partition_key)
                 )));
             }
         }
@@ -190,11 +200,22 @@ impl Access {
         };
         if !grant.covers_table(table) {
             return Err(AuthError::ResourceMismatch(format!(
-                "the access token is not for table '{table}'"
+                "the access token is not for table {}",
+                quoted(table)
             )));
         }
         require(grant, needed)
     }
+}
+
+/// Refuses a table-level operation (`what`) to a token bounded to a key range.
+fn unbounded_keys(grant: &Grant, what: &str) -> Result<(), AuthError> {
+    if grant.partitions.is_everything() && grant.rows.is_everything() {
+        return Ok(());
+    }
+    Err(AuthError::ResourceMismatch(format!(
+        "a token bounded to a key range cannot {what}; it needs a token without key bounds"
+    )))
 }
 
 fn require(grant: &Grant, needed: Permissions) -> Result<(), AuthError> {

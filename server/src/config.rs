@@ -19,6 +19,24 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 /// Concurrent HTTP/2 streams (calls) one connection may open by default.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 
+/// How long a streamed scan's reader may read nothing, by default, before the scan is closed.
+pub const DEFAULT_STREAM_STALL: Duration = Duration::from_secs(60);
+/// Streamed scans one connection may have open at once, by default.
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: usize = 64;
+/// Bytes of streamed batches all streams together may buffer, by default.
+pub const DEFAULT_STREAM_BUFFER_MIB: usize = 64;
+/// How long a new connection has, by default, to complete its handshake (TLS, then the HTTP/2
+/// preface and SETTINGS) before it is closed.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection with no call open is kept, by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often the server pings a connection, by default, to find peers that are gone.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// How long the server waits for a ping's answer before it closes the connection.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Connections open at once, by default; one over it is closed as soon as it is accepted.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 /// How long a shutdown waits, by default, for open calls to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -83,6 +101,22 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Concurrent calls per connection.
     pub max_concurrent_streams: u32,
+    /// How long a streamed scan's reader may read nothing before the scan is closed.
+    pub stream_stall: Duration,
+    /// Streamed scans open at once on one connection.
+    pub max_streams_per_connection: usize,
+    /// Bytes of streamed batches all streams together may buffer.
+    pub stream_buffer_bytes: usize,
+    /// How long a new connection has to complete its handshake.
+    pub handshake_timeout: Duration,
+    /// How long a connection with no call open is kept.
+    pub idle_timeout: Duration,
+    /// How often a connection is pinged.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered.
+    pub keepalive_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -91,6 +125,14 @@ impl Default for Limits {
             max_message_bytes: MAX_MESSAGE_BYTES,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            stream_stall: DEFAULT_STREAM_STALL,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            stream_buffer_bytes: DEFAULT_STREAM_BUFFER_MIB * 1024 * 1024,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -216,6 +258,43 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub max_message_mib: usize,
+    /// Seconds a streamed scan's reader may read nothing before the scan is closed with
+    /// DEADLINE_EXCEEDED `OperationTimedOut`.
+    #[arg(long, default_value_t = DEFAULT_STREAM_STALL.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub stream_stall_secs: u64,
+    /// Streamed scans one connection may have open at once; past it scans get RESOURCE_EXHAUSTED
+    /// `ServerBusy`.
+    #[arg(long, default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_streams_per_connection: usize,
+    /// MiB of streamed batches all streams together may buffer.
+    #[arg(long, default_value_t = DEFAULT_STREAM_BUFFER_MIB,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
+    pub stream_buffer_mib: usize,
+    /// Seconds a new connection has to complete its handshake (TLS, then the HTTP/2 preface and
+    /// SETTINGS) before it is closed.
+    #[arg(long, default_value_t = DEFAULT_HANDSHAKE_TIMEOUT.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub handshake_timeout_secs: u64,
+    /// Seconds a connection with no call open is kept before it is closed.
+    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub idle_timeout_secs: u64,
+    /// Seconds between HTTP/2 keepalive pings; a ping unanswered for --keepalive-timeout-secs
+    /// closes the connection.
+    #[arg(long, default_value_t = DEFAULT_KEEPALIVE_INTERVAL.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub keepalive_secs: u64,
+    /// Seconds a keepalive ping may go unanswered.
+    #[arg(long, default_value_t = DEFAULT_KEEPALIVE_TIMEOUT.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub keepalive_timeout_secs: u64,
+    /// Connections open at once; one over it is closed as soon as it is accepted. Lowered at
+    /// start to what the process's file-descriptor limit allows.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
     /// Seconds a shutdown waits for open calls (a stream whose reader stopped, say) before closing
     /// their connections; acknowledged writes are durable either way.
     #[arg(long, env = "TRESTLE_SHUTDOWN_GRACE_SECS", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
@@ -278,6 +357,14 @@ impl ServeArgs {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,
                 max_concurrent_streams: self.max_concurrent_streams,
+                stream_stall: Duration::from_secs(self.stream_stall_secs),
+                max_streams_per_connection: self.max_streams_per_connection,
+                stream_buffer_bytes: self.stream_buffer_mib * 1024 * 1024,
+                handshake_timeout: Duration::from_secs(self.handshake_timeout_secs),
+                idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+                keepalive_interval: Duration::from_secs(self.keepalive_secs),
+                keepalive_timeout: Duration::from_secs(self.keepalive_timeout_secs),
+                max_connections: self.max_connections,
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         })

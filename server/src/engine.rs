@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableName};
-use crate::query::{self, PlanKind, QuerySpec, TablesToken};
+use crate::query::{self, PlanKind, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
     Committed, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection, StorageError,
@@ -57,6 +57,32 @@ pub trait MatchSink {
     }
 }
 
+/// A streamed query between chunks: its plan, and where the next chunk starts.
+#[derive(Debug)]
+pub struct ScanCursor {
+    scan: Scan,
+}
+
+impl ScanCursor {
+    /// Reads the next chunk (at most `page_size` matches, `byte_budget` bytes of output as
+    /// `on_match` counts them, and the scan's bounds on work and time), passing each match to
+    /// `on_match`; says whether the query has more to read.
+    pub fn read_chunk(
+        &mut self,
+        byte_budget: usize,
+        on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError>,
+    ) -> Result<bool, TableError> {
+        let chunk = self.scan.read(byte_budget, on_match)?;
+        match chunk.resume_at {
+            Some(key) => {
+                self.scan.resume_at(key);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
 /// The result of a write, to acknowledge only once its ticket is durable ([`Engine::wait`], or
 /// asynchronously with [`Engine::on_durable`]).
 #[derive(Debug)]
@@ -82,13 +108,17 @@ impl<T> Pending<T> {
 #[derive(Debug)]
 pub struct Engine {
     store: Store,
+    /// Seals the continuation tokens the engine issues, with the store's secret.
+    seal: TokenSeal,
 }
 
 impl Engine {
     /// Opens the store in `data_dir`.
     pub fn open(data_dir: &Path, options: StoreOptions) -> Result<Engine, TableError> {
+        let store = Store::open(data_dir, options)?;
         Ok(Engine {
-            store: Store::open(data_dir, options)?,
+            seal: TokenSeal::new(store.secret().bytes()),
+            store,
         })
     }
 
@@ -127,7 +157,7 @@ impl Engine {
         let folded_prefix = prefix.to_ascii_lowercase();
         let after = match page_token {
             "" => None,
-            token => Some(TablesToken::decode(token)?.after),
+            token => Some(TablesToken::decode(token, &self.seal)?.after),
         };
         let (tables, more) = self
             .store
@@ -137,7 +167,7 @@ impl Engine {
                 TablesToken {
                     after: last.folded().to_owned(),
                 }
-                .encode(),
+                .encode(&self.seal),
             ),
             _ => None,
         };
@@ -245,7 +275,12 @@ impl Engine {
         continuation: &str,
         sink: &mut dyn MatchSink,
     ) -> Result<PageInfo, TableError> {
-        let scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        let scan = Scan::prepare(
+            self.table(table)?,
+            spec.validate()?,
+            continuation,
+            &self.seal,
+        )?;
         let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| sink.take(entity))?;
         Ok(PageInfo {
             continuation_token: chunk.resume_at.map(|key| scan.token(key)),
@@ -254,10 +289,29 @@ impl Engine {
         })
     }
 
+    /// Plans a streamed query and positions it at `continuation`, ready to be read a chunk at a
+    /// time with [`ScanCursor::read_chunk`]: the caller decides, between chunks, where the reader
+    /// is and whether to go on, holding no thread and no lock while it waits.
+    pub fn open_scan(
+        &self,
+        table: &str,
+        spec: QuerySpec,
+        continuation: &str,
+    ) -> Result<ScanCursor, TableError> {
+        let scan = Scan::prepare(
+            self.table(table)?,
+            spec.validate()?,
+            continuation,
+            &self.seal,
+        )?;
+        Ok(ScanCursor { scan })
+    }
+
     /// Streams every match of a query in order to `sink`, ending a batch after at most
     /// `page_size` matches or [`PAGE_BYTE_BUDGET`] bytes, until the sink says the reader
     /// went away or the query is complete. No lock is held while the sink ends a batch, so a slow
-    /// reader holds up no writer.
+    /// reader holds up no writer. (The gRPC service drives a [`ScanCursor`] itself, so that a
+    /// slow reader holds no thread either.)
     pub fn stream(
         &self,
         table: &str,
@@ -265,10 +319,10 @@ impl Engine {
         continuation: &str,
         sink: &mut dyn MatchSink,
     ) -> Result<(), TableError> {
-        let mut scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        let mut cursor = self.open_scan(table, spec, continuation)?;
         loop {
             let mut matched = false;
-            let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| {
+            let more = cursor.read_chunk(PAGE_BYTE_BUDGET, &mut |entity| {
                 matched = true;
                 sink.take(entity)
             })?;
@@ -277,12 +331,8 @@ impl Engine {
             } else {
                 !sink.reader_waiting()
             };
-            if reader_left {
+            if reader_left || !more {
                 return Ok(());
-            }
-            match chunk.resume_at {
-                Some(key) => scan.resume_at(key),
-                None => return Ok(()),
             }
         }
     }
@@ -295,7 +345,12 @@ impl Engine {
         continuation: &str,
     ) -> Result<u64, TableError> {
         spec.select.clear();
-        let mut scan = Scan::prepare(self.table(table)?, spec.validate()?, continuation)?;
+        let mut scan = Scan::prepare(
+            self.table(table)?,
+            spec.validate()?,
+            continuation,
+            &self.seal,
+        )?;
         scan.spec.page_size = u32::MAX;
         let mut count = 0u64;
         loop {

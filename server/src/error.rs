@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::model::ValidationError;
+use crate::model::{quoted, ValidationError};
 use crate::storage::StorageError;
 
 /// Azure Table's error codes: the `reason` of every error Trestle returns.
@@ -113,28 +113,36 @@ pub enum TableError {
     #[error(transparent)]
     Invalid(#[from] ValidationError),
     /// No such table.
-    #[error("table '{0}' does not exist")]
+    #[error("table {} does not exist", quoted(.0))]
     TableNotFound(String),
     /// The table exists.
-    #[error("table '{0}' already exists")]
+    #[error("table {} already exists", quoted(.0))]
     TableAlreadyExists(String),
     /// The table of that name is being deleted.
-    #[error("table '{0}' is being deleted; try again once its data is reclaimed")]
+    #[error("table {} is being deleted; try again once its data is reclaimed", quoted(.0))]
     TableBeingDeleted(String),
     /// No such entity.
-    #[error("entity (PartitionKey '{partition_key}', RowKey '{row_key}') does not exist")]
+    #[error(
+        "entity (PartitionKey {}, RowKey {}) does not exist",
+        quoted(partition_key),
+        quoted(row_key)
+    )]
     EntityNotFound {
         partition_key: String,
         row_key: String,
     },
     /// The entity exists.
-    #[error("entity (PartitionKey '{partition_key}', RowKey '{row_key}') already exists")]
+    #[error(
+        "entity (PartitionKey {}, RowKey {}) already exists",
+        quoted(partition_key),
+        quoted(row_key)
+    )]
     EntityAlreadyExists {
         partition_key: String,
         row_key: String,
     },
     /// The entity's ETag is not the one required.
-    #[error("the update condition was not satisfied: entity (PartitionKey '{partition_key}', RowKey '{row_key}') has changed since the given ETag")]
+    #[error("the update condition was not satisfied: entity (PartitionKey {}, RowKey {}) has changed since the given ETag", quoted(partition_key), quoted(row_key))]
     ConditionNotSatisfied {
         partition_key: String,
         row_key: String,
@@ -146,10 +154,13 @@ pub enum TableError {
     #[error("the transaction has {count} operations; the limit is {max}", max = crate::model::MAX_TRANSACTION_OPERATIONS)]
     TooManyOperations { count: usize },
     /// An operation on another partition than the transaction's.
-    #[error("PartitionKey '{found}' differs from the transaction's '{expected}': all operations of a transaction must act on one partition")]
+    #[error("PartitionKey {} differs from the transaction's {}: all operations of a transaction must act on one partition", quoted(found), quoted(expected))]
     DifferentPartitions { expected: String, found: String },
     /// Two operations on one row.
-    #[error("RowKey '{row_key}' appears more than once; an entity can appear only once in a transaction")]
+    #[error(
+        "RowKey {} appears more than once; an entity can appear only once in a transaction",
+        quoted(row_key)
+    )]
     DuplicateRow { row_key: String },
     /// A request over its size limit.
     #[error("the request is {bytes} bytes; the limit is {max} bytes")]

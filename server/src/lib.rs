@@ -82,11 +82,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || Engine::open(&config.data_dir, config.store)).await??
     };
     let engine = Arc::new(engine);
-    let api = grpc::TableApi::new(
-        engine.clone(),
-        config.authenticator.clone(),
-        config.limits.max_in_flight,
-    );
+    let api = grpc::TableApi::new(engine.clone(), config.authenticator.clone(), &config.limits);
     let table_service =
         TableServiceServer::new(api).max_decoding_message_size(config.limits.max_message_bytes);
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -104,12 +100,20 @@ pub async fn serve(
             .protect_introspection
             .then(|| config.authenticator.clone()),
     );
+    let limits = &config.limits;
     let mut server = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(config.limits.max_concurrent_streams));
+        .max_concurrent_streams(Some(limits.max_concurrent_streams))
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout));
     if let Some(identity) = &config.tls {
         let identity = tonic::transport::Identity::from_pem(&identity.cert_pem, &identity.key_pem);
-        server = server.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+        server = server.tls_config(
+            tonic::transport::ServerTlsConfig::new()
+                .identity(identity)
+                .timeout(limits.handshake_timeout),
+        )?;
     }
+    let mut server = server.layer(grpc::EdgeLayer);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");
     // After `shutdown`, open calls get `shutdown_grace` to finish; a call that would outlast it (a
     // stream whose reader stopped reading, say) must not keep the process from exiting.
@@ -126,10 +130,21 @@ pub async fn serve(
             std::future::pending::<()>().await;
         }
     };
-    let connections = connections::Connections::new();
+    let timeouts = connections::ConnectionTimeouts {
+        // With TLS, tonic times the TLS handshake and sees the HTTP/2 preface inside it.
+        handshake: config.tls.is_none().then_some(limits.handshake_timeout),
+        idle: limits.idle_timeout,
+    };
+    let connections = connections::Connections::new(limits.max_connections, timeouts);
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(|connection| connections.track(connection)));
+        .filter_map(|accepted| match accepted {
+            Ok(connection) => {
+                let remote = connection.peer_addr().ok();
+                connections.track(connection, remote).map(Ok)
+            }
+            Err(error) => Some(Err(error)),
+        });
     let serving = server
         .add_service(table_service)
         .add_service(InterceptedService::new(

@@ -103,13 +103,26 @@ async fn run(args: ServeArgs) -> ExitCode {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber.json().init(),
     }
-    let config = match args.config() {
+    let mut config = match args.config() {
         Ok(config) => config,
         Err(error) => {
             tracing::error!(%error, "cannot load the configuration");
             return ExitCode::FAILURE;
         }
     };
+    if let Some(descriptors) = raise_descriptor_limit() {
+        let affordable = usize::try_from(descriptors.saturating_sub(DESCRIPTORS_KEPT_FOR_STORE))
+            .unwrap_or(usize::MAX)
+            .max(1);
+        if config.limits.max_connections > affordable {
+            tracing::warn!(
+                requested = config.limits.max_connections,
+                allowed = affordable,
+                "--max-connections is more than the file-descriptor limit allows; lowered"
+            );
+            config.limits.max_connections = affordable;
+        }
+    }
     if let Err(error) = trestle_server::check_exposure(args.listen, &config) {
         tracing::error!(%error, "not serving");
         return ExitCode::FAILURE;
@@ -128,6 +141,36 @@ async fn run(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// File descriptors left for the store, logs and listener when connections are capped to fit the
+/// process's limit.
+const DESCRIPTORS_KEPT_FOR_STORE: u64 = 256;
+
+/// Raises the soft limit on open file descriptors to the hard limit (a common soft limit of 1,024
+/// would let about a thousand idle sockets lock every new client out), logs both, and returns the
+/// soft limit now in force (`None` if unlimited).
+fn raise_descriptor_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    let was = limit.current;
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(%error, "cannot raise the file-descriptor limit");
+        }
+    }
+    let now = getrlimit(Resource::Nofile);
+    tracing::info!(
+        soft_was = ?was,
+        soft = ?now.current,
+        hard = ?now.maximum,
+        "file-descriptor limit"
+    );
+    now.current
 }
 
 /// Completes on SIGINT or SIGTERM.

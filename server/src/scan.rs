@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::TableError;
 use crate::model::{Ticks, ValidationError, ValueRef};
-use crate::query::{plan, ContinuationToken, Expr, QuerySpec, Record, ScanPlan};
+use crate::query::{plan, ContinuationToken, Expr, QuerySpec, Record, ScanPlan, TokenSeal};
 use crate::storage::{EntityView, KeyRange, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
@@ -72,6 +72,8 @@ pub(crate) struct Scan {
     pub(crate) plan: ScanPlan,
     /// The planned ranges still to read.
     ranges: Vec<KeyRange>,
+    /// Seals the tokens the scan issues.
+    seal: TokenSeal,
 }
 
 /// What one chunk read.
@@ -84,11 +86,13 @@ pub(crate) struct Chunk {
 }
 
 impl Scan {
-    /// Plans `spec` on `table` and positions it at `continuation` (empty = the start).
+    /// Plans `spec` on `table` and positions it at `continuation` (empty = the start), a token
+    /// whose seal `seal` checks.
     pub(crate) fn prepare(
         table: Arc<Table>,
         spec: QuerySpec,
         continuation: &str,
+        seal: &TokenSeal,
     ) -> Result<Scan, TableError> {
         let plan = plan(spec.filter_expr.as_ref(), &spec.key_range());
         let mut scan = Scan {
@@ -96,10 +100,11 @@ impl Scan {
             table,
             spec,
             plan,
+            seal: seal.clone(),
         };
         if !continuation.is_empty() {
             let token =
-                ContinuationToken::decode(continuation, scan.table.id(), scan.spec.shape())?;
+                ContinuationToken::decode(continuation, seal, scan.table.id(), scan.spec.shape())?;
             if !scan.ranges.iter().any(|r| r.contains(&token.resume_at)) {
                 return Err(ValidationError::Argument(
                     "continuation token points outside the query's key range".into(),
@@ -139,7 +144,7 @@ impl Scan {
             shape: self.spec.shape(),
             resume_at: key,
         }
-        .encode()
+        .encode(&self.seal)
     }
 
     /// Reads one chunk: up to `page_size` matches, `byte_budget` bytes of output (as `on_match`

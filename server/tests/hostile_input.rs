@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use proptest::prelude::*;
 use trestle_proto::access::{self, Grant, KeyRing, Permissions};
 use trestle_server::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
-use trestle_server::query::{ContinuationToken, Expr, TablesToken};
+use trestle_server::query::{ContinuationToken, Expr, TablesToken, TokenSeal};
 use trestle_server::storage::EntityView;
 
 /// Pieces of the filter grammar, so that random sequences reach deep into the parser.
@@ -51,6 +51,11 @@ const FILTER_TOKENS: &[&str] = &[
     " ",
 ];
 
+/// The nesting-heavy part of the dictionary (also `server/fuzz/filter.dict`): units that open a
+/// level, repeated thousands of times, find what bounded grammar soup cannot, a recursion that
+/// runs off the end of the stack.
+const NESTING_UNITS: &[&str] = &["(", "not ", "(not ", "not (", "((((", "not not not not "];
+
 fn sample_entity() -> StoredEntity {
     StoredEntity {
         key: EntityKey::new("p".into(), "r".into()).unwrap(),
@@ -87,11 +92,12 @@ proptest! {
 
     #[test]
     fn continuation_tokens_never_panic(text in "[A-Za-z0-9_=+/-]{0,80}", bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-        let _ = ContinuationToken::decode(&text, 1, 2);
+        let seal = TokenSeal::new(b"store secret");
+        let _ = ContinuationToken::decode(&text, &seal, 1, 2);
         let encoded = base64_url(&bytes);
-        let _ = ContinuationToken::decode(&encoded, 1, 2);
-        let _ = TablesToken::decode(&text);
-        let _ = TablesToken::decode(&encoded);
+        prop_assert!(ContinuationToken::decode(&encoded, &seal, 1, 2).is_err());
+        let _ = TablesToken::decode(&text, &seal);
+        prop_assert!(TablesToken::decode(&encoded, &seal).is_err());
     }
 
     #[test]
@@ -134,6 +140,26 @@ proptest! {
             let select = [keep_name];
             entity.selecting(&select).properties().for_each(drop);
         }
+    }
+}
+
+proptest! {
+    // Each case is a long text; fewer cases keep the suite fast.
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    #[test]
+    fn the_filter_parser_never_overflows_on_deep_nesting(
+        unit in prop::sample::select(NESTING_UNITS),
+        levels in 0usize..20_000,
+        core in prop::collection::vec(prop::sample::select(FILTER_TOKENS), 0..8),
+        close in any::<bool>(),
+    ) {
+        let mut text = unit.repeat(levels);
+        text.push_str(&core.join(" "));
+        if close {
+            text.push_str(&")".repeat(levels));
+        }
+        check_filter(&text);
     }
 }
 

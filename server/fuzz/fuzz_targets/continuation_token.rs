@@ -2,9 +2,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trestle_server::query::{ContinuationToken, TablesToken};
+use trestle_server::query::{ContinuationToken, TablesToken, TokenSeal};
 
 fuzz_target!(|text: &str| {
-    let _ = ContinuationToken::decode(text, 1, 2);
-    let _ = TablesToken::decode(text);
+    let seal = TokenSeal::new(b"store secret");
+    let _ = ContinuationToken::decode(text, &seal, 1, 2);
+    let _ = TablesToken::decode(text, &seal);
 });

@@ -3,7 +3,9 @@
 
 mod convert;
 mod deadline;
+mod edge;
 mod status;
+mod stream;
 mod wire;
 
 use std::panic::AssertUnwindSafe;
@@ -11,21 +13,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use prost::Message;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 use trestle_proto::reply::EntityReply;
 
+pub use edge::{Edge, EdgeLayer};
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
+pub use stream::ScanStream;
 
 use crate::auth::{needed_for, Access, Authenticator};
-use crate::engine::{Engine, MatchSink, Pending};
+use crate::config::Limits;
+use crate::connections::ConnectionInfo;
+use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{IfMatch, Operation};
 use crate::query::QuerySpec;
-use crate::storage::{EntityView, StorageError, Ticket};
+use crate::storage::Ticket;
+use stream::{Holds, ScanSlot, StreamLimits};
 
 /// The `trestle.v1.TableService` implementation.
 #[derive(Debug, Clone)]
@@ -37,6 +43,8 @@ pub struct TableApi {
     /// One permit per request in flight (a stream holds its permit until it ends).
     in_flight: Arc<tokio::sync::Semaphore>,
     max_in_flight: usize,
+    /// What streamed scans may hold.
+    streams: StreamLimits,
 }
 
 /// A request let in: what its credential grants, its deadline, and its in-flight permit.
@@ -47,13 +55,10 @@ struct Admitted {
 }
 
 impl TableApi {
-    /// Serves `engine`, letting in what `authenticator` accepts, at most `max_in_flight` requests
-    /// at a time.
-    pub fn new(
-        engine: Arc<Engine>,
-        authenticator: Authenticator,
-        max_in_flight: usize,
-    ) -> TableApi {
+    /// Serves `engine`, letting in what `authenticator` accepts, within `limits` (requests in
+    /// flight, and what streamed scans may hold).
+    pub fn new(engine: Arc<Engine>, authenticator: Authenticator, limits: &Limits) -> TableApi {
+        let max_in_flight = limits.max_in_flight;
         let (publish, durable) = tokio::sync::watch::channel(engine.durable());
         engine.on_durable(Box::new(move |ticket| {
             publish.send_replace(ticket);
@@ -64,6 +69,11 @@ impl TableApi {
             authenticator,
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
             max_in_flight,
+            streams: StreamLimits::new(
+                limits.stream_stall,
+                limits.max_streams_per_connection,
+                limits.stream_buffer_bytes,
+            ),
         }
     }
 
@@ -169,33 +179,6 @@ pub fn introspection_guard(
             authenticator.authenticate(authorization)?;
         }
         Ok(request)
-    }
-}
-
-/// Batches a streamed scan may have ready ahead of the reader: the backpressure bound.
-const STREAM_BUFFERED_BATCHES: usize = 2;
-
-/// A streamed scan's matches, encoded and sent a batch at a time.
-struct StreamedBatches {
-    sender: tokio::sync::mpsc::Sender<Result<pb::ScanEntitiesResponse, Status>>,
-    encoder: wire::EntityEncoder,
-}
-
-impl MatchSink for StreamedBatches {
-    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
-        self.encoder.take(entity)
-    }
-
-    fn end_batch(&mut self) -> bool {
-        let batch = pb::ScanEntitiesResponse {
-            entities: Vec::new(),
-            encoded_entities: self.encoder.take_encoded(),
-        };
-        self.sender.blocking_send(Ok(batch)).is_ok()
-    }
-
-    fn reader_waiting(&self) -> bool {
-        !self.sender.is_closed()
     }
 }
 
@@ -451,7 +434,7 @@ impl pb::table_service_server::TableService for TableApi {
         }))
     }
 
-    type ScanEntitiesStream = ReceiverStream<Result<pb::ScanEntitiesResponse, Status>>;
+    type ScanEntitiesStream = ScanStream;
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
     async fn scan_entities(
@@ -459,36 +442,41 @@ impl pb::table_service_server::TableService for TableApi {
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<Self::ScanEntitiesStream>, Status> {
         let admitted = self.admit(&request)?;
+        let slot = match ConnectionInfo::of(request.extensions()) {
+            Some(connection) => Some(
+                ScanSlot::claim(&connection.state.open_scans, self.streams.per_connection)
+                    .ok_or_else(|| status::connection_scans_busy(self.streams.per_connection))?,
+            ),
+            None => None,
+        };
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(STREAM_BUFFERED_BATCHES);
-        let engine = self.engine.clone();
-        let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            // The stream counts as in flight until it ends.
-            let _permit = admitted.permit;
-            let mut batches = StreamedBatches {
-                sender,
-                encoder: wire::EntityEncoder::default(),
-            };
-            // A panic must end the stream with an error, never as if the scan were complete.
-            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                engine.stream(&table, spec, &continuation, &mut batches)
-            }));
-            let failure = match outcome {
-                Ok(Ok(())) => return,
-                Ok(Err(error)) => {
-                    log_failure(&error);
-                    status::to_status(&error)
-                }
-                Err(_) => {
-                    tracing::error!("a streaming scan panicked");
-                    status::internal()
-                }
-            };
-            let _ = batches.sender.blocking_send(Err(failure));
-        });
-        Ok(Response::new(ReceiverStream::new(receiver)))
+        let cursor = self.run_inline(|engine| engine.open_scan(&table, spec, &continuation))?;
+        let holds = Holds {
+            _in_flight: admitted.permit,
+            _slot: slot,
+        };
+        let api = self.clone();
+        // Each chunk runs on the blocking pool as any long request does: a failure or a panic
+        // ends the stream with its status, never as if the scan were complete.
+        let read_chunk = move |mut cursor: ScanCursor, mut encoder: wire::EntityEncoder| {
+            let api = api.clone();
+            Box::pin(async move {
+                api.run(move |_| {
+                    let more = cursor.read_chunk(stream::STREAM_BATCH_BYTES, &mut |entity| {
+                        encoder.take(entity)
+                    })?;
+                    Ok((cursor, encoder, more))
+                })
+                .await
+            }) as stream::ChunkFuture
+        };
+        Ok(Response::new(stream::start(
+            cursor,
+            holds,
+            admitted.deadline,
+            self.streams.clone(),
+            read_chunk,
+        )))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = ?request.get_ref().partition_key))]
@@ -545,7 +533,11 @@ mod tests {
     async fn a_panicking_request_is_an_internal_error_and_the_service_goes_on() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
-        let api = TableApi::new(engine, Authenticator::open(), 8);
+        let limits = Limits {
+            max_in_flight: 8,
+            ..Limits::default()
+        };
+        let api = TableApi::new(engine, Authenticator::open(), &limits);
         let failed = api
             .run(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
             .await

@@ -10,8 +10,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::auth::AuthError;
 use crate::error::{ErrorCode, TableError};
 
-/// The `ErrorInfo.domain` of every Trestle error.
-pub const ERROR_DOMAIN: &str = "trestle";
+pub use trestle_proto::codec::ERROR_DOMAIN;
 /// The `ErrorInfo.metadata` key that names the failing operation of a transaction.
 pub const OPERATION_INDEX_KEY: &str = "operationIndex";
 
@@ -50,6 +49,50 @@ pub(crate) fn server_busy(max_in_flight: usize) -> Status {
     )
 }
 
+/// The status for `code`, saying `message`.
+pub(crate) fn of(code: ErrorCode, message: String) -> Status {
+    status(code, message, None)
+}
+
+/// The status of a stream whose request deadline passed while it waited for its reader.
+pub(crate) fn deadline() -> Status {
+    to_status(&TableError::DeadlineExceeded)
+}
+
+/// The status of a stream closed because its reader took nothing for `stall`.
+pub(crate) fn reader_stalled(stall: std::time::Duration) -> Status {
+    status(
+        ErrorCode::OperationTimedOut,
+        format!(
+            "the stream was closed: its reader read nothing for {} s (the server's --stream-stall-secs)",
+            stall.as_secs_f64()
+        ),
+        None,
+    )
+}
+
+/// The status of a stream that could not buffer a batch within the memory bound of all streams.
+pub(crate) fn stream_memory_busy(budget_mib: usize) -> Status {
+    status(
+        ErrorCode::ServerBusy,
+        format!(
+            "open streams hold the server's whole {budget_mib} MiB of buffered stream data; retry with backoff"
+        ),
+        None,
+    )
+}
+
+/// The status of a scan refused because its connection has `cap` open already.
+pub(crate) fn connection_scans_busy(cap: usize) -> Status {
+    status(
+        ErrorCode::ServerBusy,
+        format!(
+            "this connection has {cap} open streamed scans, the server's limit per connection; read or cancel one first"
+        ),
+        None,
+    )
+}
+
 /// The status of a request whose handler panicked (the panic itself is logged).
 pub(crate) fn internal() -> Status {
     status(
@@ -59,7 +102,26 @@ pub(crate) fn internal() -> Status {
     )
 }
 
+/// Longest `grpc-message` sent. Inputs are already quoted in bounded form
+/// ([`crate::model::quoted`]); this is the backstop that keeps any message, however built, well
+/// under the metadata limits of gRPC clients (8 KiB for grpc-core).
+const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `message`, cut at a character boundary to at most [`MAX_MESSAGE_BYTES`].
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES - '…'.len_utf8();
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
 fn status(code: ErrorCode, message: String, operation_index: Option<usize>) -> Status {
+    let message = bounded(message);
     let mut metadata = HashMap::new();
     if let Some(index) = operation_index {
         metadata.insert(OPERATION_INDEX_KEY.to_owned(), index.to_string());
@@ -95,5 +157,18 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::InvalidDuplicateRow
         | ErrorCode::CommandsInBatchActOnDifferentPartitions => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_bounded_at_a_character_boundary() {
+        let long = bounded("é".repeat(100_000));
+        assert!(long.len() <= MAX_MESSAGE_BYTES, "{}", long.len());
+        assert!(long.ends_with('…'));
+        assert_eq!(bounded("short".into()), "short");
     }
 }

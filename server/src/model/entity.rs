@@ -94,6 +94,15 @@ fn validate_property_name(name: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// A property name a query may select: a system property's, or a valid custom property's (which
+/// the entities need not have, as in Azure).
+pub fn validate_selected_name(name: &str) -> Result<(), ValidationError> {
+    if RESERVED_PROPERTY_NAMES.contains(&name) {
+        return Ok(());
+    }
+    validate_property_name(name)
+}
+
 /// An entity as stored: its custom properties and the server-set timestamp its ETag derives from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEntity {

@@ -6,14 +6,18 @@ mod error;
 mod etag;
 mod names;
 mod operation;
+mod quote;
 mod time;
 mod value;
 
-pub use entity::{billed_size, validate_shape, NewEntity, Properties, StoredEntity};
+pub use entity::{
+    billed_size, validate_selected_name, validate_shape, NewEntity, Properties, StoredEntity,
+};
 pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, IfMatch};
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
+pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use time::{Ticks, TICKS_PER_SECOND};
 pub use value::{utf16_bytes, Value, ValueRef};
 

@@ -7,9 +7,11 @@ mod token;
 
 pub use filter::{Expr, Record};
 pub use plan::{plan, PlanKind, ScanPlan};
-pub use token::{ContinuationToken, TablesToken};
+pub use token::{ContinuationToken, TablesToken, TokenSeal};
 
-use crate::model::{validate_key, KeyKind, ValidationError, MAX_PAGE_SIZE};
+use crate::model::{
+    quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,
+};
 use crate::storage::KeyRange;
 
 /// A validated entity query.
@@ -125,12 +127,16 @@ pub fn page_size(requested: u32) -> Result<u32, ValidationError> {
     }
 }
 
-/// A projection: property names without duplicates.
+/// A projection: valid property names (present in the entities or not), without duplicates.
 pub fn validate_select(select: Vec<String>) -> Result<Vec<String>, ValidationError> {
     for (i, name) in select.iter().enumerate() {
+        validate_selected_name(name).map_err(|error| {
+            ValidationError::Argument(format!("select names an invalid property: {error}"))
+        })?;
         if select[..i].contains(name) {
             return Err(ValidationError::Argument(format!(
-                "select names property '{name}' more than once"
+                "select names property {} more than once",
+                quoted(name)
             )));
         }
     }

@@ -1,16 +1,60 @@
-//! Opaque, versioned continuation tokens.
+//! Opaque, versioned, sealed continuation tokens.
 //!
-//! An entity token is base64url of `[version u8 = 1][table id u64][query shape u64][resume key]`:
-//! it only resumes the query (same table incarnation, same key fields and filter) that issued it.
-//! A table token is base64url of `[version u8 = 1]['T'][folded table name]`.
+//! An entity token is base64url of `[version u8 = 2][table id u64][query shape u64][resume key]
+//! [seal]`: it only resumes the query (same table incarnation, same key fields and filter) that
+//! issued it. A table token is base64url of `[version u8 = 2]['T'][folded table name][seal]`.
+//! The seal is the first 16 bytes of HMAC-SHA256, under the store's secret, of what precedes it,
+//! so a token a client changed (a flipped byte would otherwise resume elsewhere in the query's
+//! range) is refused, after a restart as before it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use ring::hmac;
 
-use crate::model::ValidationError;
+use crate::model::{quoted, ValidationError};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const TABLES_KIND: u8 = b'T';
+/// Bytes of the HMAC kept as a token's seal.
+const SEAL_BYTES: usize = 16;
+
+/// Seals tokens and checks their seals, with a key derived from the store's secret.
+#[derive(Debug, Clone)]
+pub struct TokenSeal {
+    key: hmac::Key,
+}
+
+impl TokenSeal {
+    /// A seal keyed by `secret`.
+    pub fn new(secret: &[u8]) -> TokenSeal {
+        TokenSeal {
+            key: hmac::Key::new(hmac::HMAC_SHA256, secret),
+        }
+    }
+
+    /// `bytes` with their seal appended, as token text.
+    fn seal(&self, mut bytes: Vec<u8>) -> String {
+        let tag = hmac::sign(&self.key, &bytes);
+        bytes.extend_from_slice(&tag.as_ref()[..SEAL_BYTES]);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The bytes of token `text` whose seal holds, without the seal.
+    fn open(&self, text: &str) -> Result<Vec<u8>, ValidationError> {
+        let mut bytes = decode_base64(text)?;
+        if bytes.len() < 1 + SEAL_BYTES || bytes[0] != VERSION {
+            return Err(invalid(text, "it is not a token this server issued"));
+        }
+        let body_len = bytes.len() - SEAL_BYTES;
+        let expected = hmac::sign(&self.key, &bytes[..body_len]);
+        // Comparing HMAC tags leaks nothing useful: the key never leaves the server.
+        if expected.as_ref()[..SEAL_BYTES] != bytes[body_len..] {
+            return Err(invalid(text, "it was altered, or not issued by this store"));
+        }
+        bytes.truncate(body_len);
+        Ok(bytes)
+    }
+}
 
 /// Where the next page of an entity query starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,24 +68,25 @@ pub struct ContinuationToken {
 }
 
 impl ContinuationToken {
-    /// The token's text form.
-    pub fn encode(&self) -> String {
-        let mut bytes = Vec::with_capacity(17 + self.resume_at.len());
+    /// The token's text form, sealed with `seal`.
+    pub fn encode(&self, seal: &TokenSeal) -> String {
+        let mut bytes = Vec::with_capacity(17 + self.resume_at.len() + SEAL_BYTES);
         bytes.push(VERSION);
         bytes.extend_from_slice(&self.table_id.to_be_bytes());
         bytes.extend_from_slice(&self.shape.to_be_bytes());
         bytes.extend_from_slice(&self.resume_at);
-        URL_SAFE_NO_PAD.encode(bytes)
+        seal.seal(bytes)
     }
 
-    /// Parses a token and checks that it belongs to this table and query.
+    /// Parses a token, checks its seal, and checks that it belongs to this table and query.
     pub fn decode(
         text: &str,
+        seal: &TokenSeal,
         table_id: u64,
         shape: u64,
     ) -> Result<ContinuationToken, ValidationError> {
-        let bytes = decode_base64(text)?;
-        if bytes.len() < 17 || bytes[0] != VERSION {
+        let bytes = seal.open(text)?;
+        if bytes.len() < 17 {
             return Err(invalid(text, "it is not a continuation token"));
         }
         let token = ContinuationToken {
@@ -67,16 +112,16 @@ pub struct TablesToken {
 }
 
 impl TablesToken {
-    /// The token's text form.
-    pub fn encode(&self) -> String {
+    /// The token's text form, sealed with `seal`.
+    pub fn encode(&self, seal: &TokenSeal) -> String {
         let mut bytes = vec![VERSION, TABLES_KIND];
         bytes.extend_from_slice(self.after.as_bytes());
-        URL_SAFE_NO_PAD.encode(bytes)
+        seal.seal(bytes)
     }
 
-    /// Parses a table-listing token.
-    pub fn decode(text: &str) -> Result<TablesToken, ValidationError> {
-        let bytes = decode_base64(text)?;
+    /// Parses a table-listing token and checks its seal.
+    pub fn decode(text: &str, seal: &TokenSeal) -> Result<TablesToken, ValidationError> {
+        let bytes = seal.open(text)?;
         match bytes.as_slice() {
             [VERSION, TABLES_KIND, name @ ..] => match std::str::from_utf8(name) {
                 Ok(after)
@@ -102,8 +147,10 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, ValidationError> {
 }
 
 fn invalid(text: &str, why: &str) -> ValidationError {
-    let shown: String = text.chars().take(64).collect();
-    ValidationError::Argument(format!("continuation token '{shown}' is invalid: {why}"))
+    ValidationError::Argument(format!(
+        "continuation token {} is invalid: {why}",
+        quoted(text)
+    ))
 }
 
 #[cfg(test)]
@@ -117,12 +164,37 @@ mod tests {
             shape: 9,
             resume_at: b"p\0r".to_vec(),
         };
-        let text = token.encode();
-        assert_eq!(ContinuationToken::decode(&text, 3, 9).unwrap(), token);
-        assert!(ContinuationToken::decode(&text, 4, 9).is_err());
-        assert!(ContinuationToken::decode(&text, 3, 8).is_err());
-        assert!(ContinuationToken::decode("garbage!", 3, 9).is_err());
-        assert!(ContinuationToken::decode("AAAA", 3, 9).is_err());
+        let seal = TokenSeal::new(b"secret");
+        let text = token.encode(&seal);
+        assert_eq!(
+            ContinuationToken::decode(&text, &seal, 3, 9).unwrap(),
+            token
+        );
+        assert!(ContinuationToken::decode(&text, &seal, 4, 9).is_err());
+        assert!(ContinuationToken::decode(&text, &seal, 3, 8).is_err());
+        assert!(ContinuationToken::decode("garbage!", &seal, 3, 9).is_err());
+        assert!(ContinuationToken::decode("AAAA", &seal, 3, 9).is_err());
+    }
+
+    #[test]
+    fn a_token_with_any_byte_changed_or_from_another_store_is_refused() {
+        let token = ContinuationToken {
+            table_id: 3,
+            shape: 9,
+            resume_at: b"p\0r".to_vec(),
+        };
+        let seal = TokenSeal::new(b"secret");
+        let bytes = URL_SAFE_NO_PAD.decode(token.encode(&seal)).unwrap();
+        for at in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut tampered = bytes.clone();
+                tampered[at] ^= 1 << bit;
+                let text = URL_SAFE_NO_PAD.encode(&tampered);
+                assert!(ContinuationToken::decode(&text, &seal, 3, 9).is_err());
+            }
+        }
+        let other_store = TokenSeal::new(b"another secret");
+        assert!(ContinuationToken::decode(&token.encode(&seal), &other_store, 3, 9).is_err());
     }
 
     #[test]
@@ -130,7 +202,11 @@ mod tests {
         let token = TablesToken {
             after: "orders2024".into(),
         };
-        assert_eq!(TablesToken::decode(&token.encode()).unwrap(), token);
-        assert!(TablesToken::decode("nonsense").is_err());
+        let seal = TokenSeal::new(b"secret");
+        assert_eq!(
+            TablesToken::decode(&token.encode(&seal), &seal).unwrap(),
+            token
+        );
+        assert!(TablesToken::decode("nonsense", &seal).is_err());
     }
 }

@@ -11,6 +11,7 @@ mod format;
 mod key;
 mod locks;
 mod reclaim;
+mod secret;
 mod space;
 mod table;
 mod undo;
@@ -29,6 +30,7 @@ pub use error::{RejectReason, Rejection, StorageError};
 pub use format::{CURRENT_FORMAT, FORMAT_KEY};
 pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
 use reclaim::{drop_orphan_trees, Reclaimer};
+pub use secret::{StoreSecret, SECRET_BYTES};
 pub use table::{Committed, Table, Visit, Visitor};
 
 use crate::model::TableName;
@@ -96,6 +98,8 @@ pub struct Store {
     tables: RwLock<HashMap<String, Arc<Table>>>,
     shared: Arc<Shared>,
     reclaimer: Option<Reclaimer>,
+    /// The store's secret ([`secret`]).
+    secret: StoreSecret,
 }
 
 impl Store {
@@ -110,6 +114,7 @@ impl Store {
         }
         let db = config.open()?;
         format::check_or_mark(&db)?;
+        let secret = secret::load_or_create(&db)?;
         let catalog = db.open_tree(CATALOG_TREE)?;
         let shared = Arc::new(Shared {
             locks: locks::PartitionLocks::default(),
@@ -161,7 +166,14 @@ impl Store {
             tables: RwLock::new(tables),
             shared,
             reclaimer,
+            secret,
         })
+    }
+
+    /// The store's secret, the same at every open: what the server seals its continuation tokens
+    /// with.
+    pub fn secret(&self) -> &StoreSecret {
+        &self.secret
     }
 
     /// The live table called `name` (ignoring case), if any.

@@ -262,18 +262,23 @@ pub async fn stalled_scan(
 /// Inserts `rows` entities (an int32 property `V`) into partition `p` of `table`, 100 to a
 /// transaction, each durable before the next.
 pub fn fill(engine: &trestle_server::Engine, table: &str, rows: usize) {
+    fill_sized(engine, table, rows, 0);
+}
+
+/// Fills partition `p` of `table` with `rows` entities, each with an Int32 `V` and, when
+/// `blob_bytes` is not 0, a string `Blob` of that many bytes.
+pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blob_bytes: usize) {
     use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
+    let blob = "x".repeat(blob_bytes);
     for chunk in 0..rows.div_ceil(100) {
         let operations = (0..100.min(rows - chunk * 100))
             .map(|i| {
                 let key = EntityKey::new("p".into(), format!("{chunk:04}-{i:03}")).unwrap();
-                Operation::Insert(
-                    NewEntity::new(
-                        key,
-                        Properties::from([("V".into(), Value::Int32(i as i32))]),
-                    )
-                    .unwrap(),
-                )
+                let mut properties = Properties::from([("V".into(), Value::Int32(i as i32))]);
+                if blob_bytes > 0 {
+                    properties.insert("Blob".into(), Value::String(blob.clone()));
+                }
+                Operation::Insert(NewEntity::new(key, properties).unwrap())
             })
             .collect();
         let pending = engine.transact(table, "p", operations, 0).unwrap();

@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 use super::FilterError;
-use crate::model::{Ticks, Value};
+use crate::model::{quoted, Ticks, Value};
 
 /// A token of the filter language.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +71,7 @@ impl Lexer<'_> {
                 {
                     return Err(FilterError::new(
                         offset,
-                        format!("functions such as '{word}' are not supported"),
+                        format!("functions such as {} are not supported", quoted(&word)),
                     ));
                 } else {
                     Token::Word(word)
@@ -169,7 +169,7 @@ impl Lexer<'_> {
         {
             return Err(FilterError::new(
                 self.pos,
-                format!("unexpected character after the number '{literal}'"),
+                format!("unexpected character after the number {}", quoted(literal)),
             ));
         }
         let value = if is_double {
@@ -194,7 +194,7 @@ impl Lexer<'_> {
             };
             FilterError::new(
                 start,
-                format!("'{literal}' is out of the {kind} range{hint}"),
+                format!("{} is out of the {kind} range{hint}", quoted(literal)),
             )
         })
     }
@@ -203,7 +203,10 @@ impl Lexer<'_> {
     fn typed_literal(&mut self, prefix: &str, offset: usize) -> Result<Value, FilterError> {
         let content = self.quoted()?;
         let bad = |what: &str| {
-            FilterError::new(offset, format!("{prefix}'{content}' is not a valid {what}"))
+            FilterError::new(
+                offset,
+                format!("{prefix}{} is not a valid {what}", quoted(&content)),
+            )
         };
         match prefix {
             "datetime" => Ticks::parse_rfc3339(&content)
@@ -219,7 +222,10 @@ impl Lexer<'_> {
                 .ok_or_else(|| bad("hex binary")),
             other => Err(FilterError::new(
                 offset,
-                format!("unknown literal type '{other}': use datetime, guid, X or binary"),
+                format!(
+                    "unknown literal type {}: use datetime, guid, X or binary",
+                    quoted(other)
+                ),
             )),
         }
     }

@@ -15,6 +15,10 @@ use crate::model::Value;
 
 /// Most comparisons one filter may hold (Azure's limit).
 pub const MAX_COMPARISONS: usize = 15;
+/// Deepest nesting of parentheses and `not` one filter may hold. Real filters (at most
+/// [`MAX_COMPARISONS`] comparisons) need a few levels; the bound keeps the parser, the planner and
+/// evaluation (all recursive) far from the end of a thread's stack whatever a client sends.
+pub const MAX_NESTING: usize = 64;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! Recursive-descent parser from tokens to [`Expr`].
 
 use super::lexer::{tokenize, Spanned, Token};
-use super::{CompareOp, Expr, FilterError, Property, MAX_COMPARISONS};
-use crate::model::Value;
+use super::{CompareOp, Expr, FilterError, Property, MAX_COMPARISONS, MAX_NESTING};
+use crate::model::{quoted, Value};
 
 /// Words that cannot be property names.
 const KEYWORDS: &[&str] = &[
@@ -19,6 +19,7 @@ pub(super) fn parse(text: &str) -> Result<Expr, FilterError> {
         pos: 0,
         end: text.len(),
         comparisons: 0,
+        nesting: 0,
     };
     let expr = parser.or()?;
     match parser.tokens.get(parser.pos) {
@@ -39,6 +40,9 @@ struct Parser {
     pos: usize,
     end: usize,
     comparisons: usize,
+    /// Open `(` and `not` around the current token: bounded, so that neither this parser nor
+    /// anything recursing over the tree it builds can run out of stack.
+    nesting: usize,
 }
 
 impl Parser {
@@ -72,10 +76,25 @@ impl Parser {
         Ok(left)
     }
 
+    /// Enters one more level of `(` or `not`, refusing filters nested past [`MAX_NESTING`].
+    fn nest(&mut self) -> Result<(), FilterError> {
+        if self.nesting == MAX_NESTING {
+            return Err(FilterError::new(
+                self.offset(),
+                format!("a filter may nest parentheses and 'not' at most {MAX_NESTING} deep"),
+            ));
+        }
+        self.nesting += 1;
+        self.pos += 1;
+        Ok(())
+    }
+
     fn unary(&mut self) -> Result<Expr, FilterError> {
         if self.at_word("not") {
-            self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.unary()?)));
+            self.nest()?;
+            let inner = self.unary()?;
+            self.nesting -= 1;
+            return Ok(Expr::Not(Box::new(inner)));
         }
         if let Some(Spanned {
             token: Token::LeftParen,
@@ -83,8 +102,9 @@ impl Parser {
         }) = self.peek()
         {
             let open = *offset;
-            self.pos += 1;
+            self.nest()?;
             let inner = self.or()?;
+            self.nesting -= 1;
             return match self.peek() {
                 Some(Spanned {
                     token: Token::RightParen,
@@ -150,7 +170,7 @@ impl Parser {
                 "null" => Err(FilterError::new(offset, "null is not allowed in a filter")),
                 keyword if KEYWORDS.contains(&keyword) => Err(FilterError::new(
                     offset,
-                    format!("expected a property or a value, found '{keyword}'"),
+                    format!("expected a property or a value, found {}", quoted(keyword)),
                 )),
                 "PartitionKey" => Ok(Operand::Property(Property::PartitionKey)),
                 "RowKey" => Ok(Operand::Property(Property::RowKey)),

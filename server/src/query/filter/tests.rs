@@ -361,3 +361,19 @@ fn system_properties_are_comparable() {
     assert!(!Expr::parse("PartitionKey eq 1").unwrap().matches(&e));
     assert!(Expr::parse("PartitionKey lt 1").unwrap().matches(&e));
 }
+
+#[test]
+fn nesting_is_bounded_and_refused_at_the_offending_byte() {
+    let deep = |levels: usize| format!("{}A eq 1{}", "(".repeat(levels), ")".repeat(levels));
+    assert!(Expr::parse(&deep(MAX_NESTING)).is_ok());
+    let (offset, message) = error_at(&deep(MAX_NESTING + 1));
+    assert_eq!(offset, MAX_NESTING);
+    assert!(message.contains("nest"), "{message}");
+    let nots = format!("{}A eq 1", "not ".repeat(MAX_NESTING));
+    assert!(Expr::parse(&nots).is_ok());
+    let too_many_nots = format!("{}A eq 1", "not ".repeat(MAX_NESTING + 1));
+    assert_eq!(error_at(&too_many_nots).0, 4 * MAX_NESTING);
+    // Far past the stack: refused, not overflowed.
+    assert!(Expr::parse(&"(".repeat(1_000_000)).is_err());
+    assert!(Expr::parse(&"not ".repeat(1_000_000)).is_err());
+}

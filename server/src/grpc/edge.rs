@@ -1,0 +1,134 @@
+//! What every call passes through before and after its service: it is counted open on its
+//! connection until its response body is done (an idle connection is one with no call open), and
+//! tonic's own refusals of a malformed request, made before any handler runs, become Trestle's
+//! statuses: bad input is `INVALID_ARGUMENT` `InvalidInput`, a message over the size limit
+//! `RESOURCE_EXHAUSTED` `RequestBodyTooLarge`, each with its `ErrorInfo`, as every other error.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::codegen::http::{Request, Response};
+use tonic::codegen::{Bytes, Service};
+use tonic::{Code, Status};
+
+use super::status;
+use crate::connections::{ConnectionInfo, OpenCall};
+use crate::error::ErrorCode;
+
+/// The layer that wraps every service of the server in [`Edge`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EdgeLayer;
+
+impl<S> tower_layer::Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
+
+    fn layer(&self, inner: S) -> Edge<S> {
+        Edge { inner }
+    }
+}
+
+/// A service with calls counted on their connection and tonic's refusals mapped.
+#[derive(Debug, Clone)]
+pub struct Edge<S> {
+    inner: S,
+}
+
+impl<S> Service<Request<Body>> for Edge<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let call = ConnectionInfo::of(request.extensions()).map(|info| info.state.begin_call());
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = map_refusal(response.await?);
+            Ok(response.map(|body| match call {
+                Some(call) => Body::new(CountedBody {
+                    inner: body,
+                    _call: call,
+                }),
+                None => body,
+            }))
+        })
+    }
+}
+
+/// A response body that keeps its call counted open until it is dropped.
+struct CountedBody {
+    inner: Body,
+    _call: OpenCall,
+}
+
+impl tonic::codegen::Body for CountedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The first words of the statuses tonic answers a malformed request with before any handler
+/// runs (`tonic::codec::decode`, `tonic::server::grpc`), with what each is in Trestle's terms.
+const TONIC_REFUSALS: &[(Code, &str, ErrorCode)] = &[
+    (
+        Code::OutOfRange,
+        "Error, decoded message length too large",
+        ErrorCode::RequestBodyTooLarge,
+    ),
+    (
+        Code::Internal,
+        "protocol error: received message with invalid compression flag",
+        ErrorCode::InvalidInput,
+    ),
+    (
+        Code::Internal,
+        "Unexpected EOF decoding stream",
+        ErrorCode::InvalidInput,
+    ),
+    (
+        Code::Internal,
+        "Missing request message",
+        ErrorCode::InvalidInput,
+    ),
+];
+
+/// `response`, or Trestle's status in its place when it is one of tonic's refusals.
+fn map_refusal(response: Response<Body>) -> Response<Body> {
+    let Some(refusal) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    let mapped = TONIC_REFUSALS
+        .iter()
+        .find(|(code, prefix, _)| refusal.code() == *code && refusal.message().starts_with(prefix));
+    match mapped {
+        Some((_, _, reason)) => {
+            let message = format!("the request is malformed: {}", refusal.message());
+            status::of(*reason, message).into_http()
+        }
+        None => response,
+    }
+}

@@ -1,0 +1,653 @@
+//! What a hostile client cannot do to the server or to other clients: crash it with a deeply
+//! nested filter, starve it with streams it never reads, hold connections it never uses, make an
+//! error echo unbounded input, pass malformed bytes off as anything but bad input, log in with a
+//! padded account secret, or step outside a token's scope.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    assert_error, entity, fill_partition, get_request, insert_request, string, RawClient,
+    TestServer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_stream::StreamExt;
+use tonic::Code;
+use trestle_proto::access::{mint, Grant, KeyBounds, KeyRing, Permissions};
+use trestle_proto::pb;
+
+const TABLE: &str = "Targets";
+
+fn query(filter: &str) -> pb::QueryEntitiesRequest {
+    pb::QueryEntitiesRequest {
+        table: TABLE.into(),
+        filter: filter.into(),
+        ..Default::default()
+    }
+}
+
+/// Waits (at most 5 s) for `future`: the server must answer promptly.
+async fn promptly<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not answer within 5 s"))
+}
+
+#[tokio::test]
+async fn filters_nested_past_the_stack_are_refused_and_the_server_stays_up() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    client
+        .insert_entity(insert_request(TABLE, entity("p", "r", &[])))
+        .await
+        .unwrap();
+    for nesting in ["(".repeat(100_000), "not ".repeat(100_000)] {
+        let filter = format!("{nesting}A eq 1");
+        let status = assert_error(
+            client.query_entities(query(&filter)).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+        assert!(status.message().contains("at most 64 deep"), "{status:?}");
+        assert!(status.message().len() < 300, "{status:?}");
+        assert_error(
+            client.count_entities(query(&filter)).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+        assert_error(
+            client.scan_entities(query(&filter)).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+    }
+    // Still up, and a filter nested as real ones are still runs.
+    let page = client
+        .query_entities(query("((not (RowKey ne 'r')) and (PartitionKey eq 'p'))"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page.entities.len(), 1);
+}
+
+/// `count` streams of the table, opened (their response headers received) and never read.
+async fn unread_streams(
+    clients: &mut [RawClient],
+    count: usize,
+) -> Vec<tonic::Streaming<pb::ScanEntitiesResponse>> {
+    let mut streams = Vec::new();
+    for i in 0..count {
+        let client = &mut clients[i % clients.len()];
+        let stream = client
+            .scan_entities(pb::QueryEntitiesRequest {
+                table: TABLE.into(),
+                page_size: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        streams.push(stream);
+    }
+    streams
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_unread_streams_starve_nothing() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    fill_partition(&mut client, TABLE, "p", 2_000).await;
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(server.client().await);
+    }
+    let _streams = promptly("opening 200 streams", unread_streams(&mut clients, 200)).await;
+
+    let mut fresh = server.client().await;
+    promptly("a query", fresh.query_entities(query("V ge 0")))
+        .await
+        .unwrap();
+    promptly("a count", fresh.count_entities(query("")))
+        .await
+        .unwrap();
+    promptly(
+        "a table listing",
+        fresh.list_tables(pb::ListTablesRequest::default()),
+    )
+    .await
+    .unwrap();
+    promptly(
+        "a table creation",
+        fresh.create_table(pb::CreateTableRequest {
+            table: "Fresh".into(),
+        }),
+    )
+    .await
+    .unwrap();
+    let mut scan = promptly("a new scan", fresh.scan_entities(query("")))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut read = 0;
+    while let Some(batch) = promptly("a new scan's batch", scan.next()).await {
+        read += batch.unwrap().entities.len();
+    }
+    assert_eq!(read, 2_000);
+}
+
+/// `rows` entities of 60 KiB in partition `p`: far more than the transport buffers for a reader.
+async fn fill_wide(client: &mut RawClient, rows: usize) {
+    for first in (0..rows).step_by(10) {
+        let ops = (first..rows.min(first + 10))
+            .map(|n| {
+                let blob = common::binary(vec![n as u8; 60 * 1024]);
+                common::tx_insert(entity("p", &format!("{n:06}"), &[("Blob", blob)]))
+            })
+            .collect();
+        client
+            .submit_transaction(common::transaction(TABLE, "p", ops))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_reader_stalls_is_closed_with_a_clear_status() {
+    let server = TestServer::start_with(|config| {
+        config.limits.stream_stall = Duration::from_millis(500);
+    })
+    .await;
+    let mut client = server.client_with_table(TABLE).await;
+    fill_wide(&mut client, 100).await;
+    let mut streams = unread_streams(std::slice::from_mut(&mut client), 1).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut stream = streams.pop().unwrap();
+    let mut ended = None;
+    while let Some(item) = promptly("the stalled stream", stream.next()).await {
+        if let Err(status) = item {
+            ended = Some(status);
+            break;
+        }
+    }
+    let status = ended.expect("the stalled stream ran to the end");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(common::reason(&status), "OperationTimedOut");
+    assert!(status.message().contains("stream-stall-secs"), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_may_hold_only_its_cap_of_open_scans() {
+    let server =
+        TestServer::start_with(|config| config.limits.max_streams_per_connection = 2).await;
+    let mut client = server.client_with_table(TABLE).await;
+    fill_partition(&mut client, TABLE, "p", 500).await;
+    let streams = unread_streams(std::slice::from_mut(&mut client), 2).await;
+    let status = assert_error(
+        client.scan_entities(query("")).await,
+        Code::ResourceExhausted,
+        "ServerBusy",
+    );
+    assert!(status.message().contains("per connection"), "{status:?}");
+    // Another connection is not held up, nor are other calls on this one.
+    let mut other = server.client().await;
+    let mut scan = other.scan_entities(query("")).await.unwrap().into_inner();
+    scan.next().await.unwrap().unwrap();
+    client.count_entities(query("")).await.unwrap();
+    // A slot comes back once a stream ends.
+    drop(streams);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.scan_entities(query("")).await.is_err() {
+        assert!(Instant::now() < deadline, "closed scans kept their slots");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The HTTP/2 client preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// An empty SETTINGS frame.
+const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+/// Whether the server closes `socket` within `within`.
+async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, socket.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            // The server's own SETTINGS and pings: keep reading.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_half_open_connections_are_closed_and_new_clients_served_throughout() {
+    let server = TestServer::start_with(|config| {
+        config.limits.handshake_timeout = Duration::from_millis(500);
+        config.limits.idle_timeout = Duration::from_millis(1_500);
+    })
+    .await;
+    let connect = || tokio::net::TcpStream::connect(server.addr);
+    let mut silent = Vec::new();
+    for _ in 0..50 {
+        silent.push(connect().await.unwrap());
+    }
+    let mut half_preface = connect().await.unwrap();
+    half_preface.write_all(&PREFACE[..10]).await.unwrap();
+    let mut quiet_after_handshake = connect().await.unwrap();
+    quiet_after_handshake.write_all(PREFACE).await.unwrap();
+    quiet_after_handshake.write_all(SETTINGS).await.unwrap();
+    let mut half_headers = connect().await.unwrap();
+    half_headers.write_all(PREFACE).await.unwrap();
+    half_headers.write_all(SETTINGS).await.unwrap();
+    // A HEADERS frame header announcing 100 bytes, and 3 of them.
+    half_headers
+        .write_all(&[0, 0, 100, 1, 4, 0, 0, 0, 1, 0x82, 0x86, 0x84])
+        .await
+        .unwrap();
+
+    // A well-behaved client is served meanwhile.
+    let mut client = server.client().await;
+    client
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap();
+
+    for socket in &mut silent {
+        assert!(
+            closed_within(socket, Duration::from_secs(3)).await,
+            "silent connection kept"
+        );
+    }
+    assert!(closed_within(&mut half_preface, Duration::from_secs(3)).await);
+    assert!(closed_within(&mut quiet_after_handshake, Duration::from_secs(4)).await);
+    assert!(closed_within(&mut half_headers, Duration::from_secs(4)).await);
+
+    // A fresh client is served after they are gone.
+    server
+        .client()
+        .await
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_in_use_is_not_idle_and_an_idle_one_reconnects_transparently() {
+    let server =
+        TestServer::start_with(|config| config.limits.idle_timeout = Duration::from_millis(500))
+            .await;
+    let mut client = server.client_with_table(TABLE).await;
+    fill_partition(&mut client, TABLE, "p", 200).await;
+    // A scan read slowly for longer than the idle timeout keeps its connection.
+    let mut scan = client
+        .scan_entities(pb::QueryEntitiesRequest {
+            table: TABLE.into(),
+            page_size: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut read = 0;
+    while let Some(batch) = scan.next().await {
+        read += batch.unwrap().entities.len();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(read, 200);
+    // Idle past the timeout: the channel reconnects on its own for the next call.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let mut answered = false;
+    for _ in 0..3 {
+        match client.get_entity(get_request(TABLE, "p", "000000")).await {
+            Ok(_) => {
+                answered = true;
+                break;
+            }
+            // A call racing the close may fail once; the next reconnects.
+            Err(status) => assert_eq!(status.code(), Code::Unavailable, "{status:?}"),
+        }
+    }
+    assert!(answered);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_closed_at_once() {
+    let server = TestServer::start_with(|config| {
+        config.limits.max_connections = 3;
+        config.limits.handshake_timeout = Duration::from_millis(700);
+    })
+    .await;
+    let connect = || tokio::net::TcpStream::connect(server.addr);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(connect().await.unwrap());
+    }
+    let mut over = connect().await.unwrap();
+    assert!(closed_within(&mut over, Duration::from_millis(300)).await);
+    // Once the silent ones are closed for their handshake, clients are served again.
+    for socket in &mut held {
+        assert!(closed_within(socket, Duration::from_secs(3)).await);
+    }
+    server
+        .client()
+        .await
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn errors_quote_only_a_short_prefix_of_what_was_sent() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    let huge_filter = format!("A eq '{}", "x".repeat(4 * 1024 * 1024 - 16));
+    let mut request = query(&huge_filter);
+    request.page_size = 1;
+    let status = assert_error(
+        client.query_entities(request).await,
+        Code::InvalidArgument,
+        "InvalidInput",
+    );
+    assert!(status.message().len() < 1024, "{}", status.message().len());
+    assert!(status.message().contains("bytes)"), "{status:?}");
+
+    let guid = pb::Value {
+        kind: Some(pb::value::Kind::GuidValue("g".repeat(1_000_000))),
+    };
+    let status = client
+        .insert_entity(insert_request(TABLE, entity("p", "r", &[("G", guid)])))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().len() < 1024, "{}", status.message().len());
+
+    let long_name = "T".repeat(100_000);
+    let status = client
+        .create_table(pb::CreateTableRequest {
+            table: long_name.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().len() < 1024, "{}", status.message().len());
+    let status = client
+        .get_entity(get_request(&long_name, "p", "r"))
+        .await
+        .unwrap_err();
+    assert!(status.message().len() < 1024, "{}", status.message().len());
+}
+
+/// A codec that sends its bytes as the message, as they are, and reads the reply's as they are.
+#[derive(Debug, Clone, Default)]
+struct RawBytes;
+
+impl tonic::codec::Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawBytes;
+    type Decoder = RawBytes;
+
+    fn encoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+
+    fn decoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+}
+
+impl tonic::codec::Encoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        let mut out = vec![0; src.remaining()];
+        src.copy_to_slice(&mut out);
+        Ok(Some(out))
+    }
+}
+
+/// Sends `body` as the request message of `method` of the table service.
+async fn send_raw(
+    server: &TestServer,
+    method: &str,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(usize::MAX);
+    grpc.ready().await.unwrap();
+    let path = format!("/trestle.v1.TableService/{method}")
+        .parse()
+        .unwrap();
+    grpc.unary(tonic::Request::new(body), path, RawBytes)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn malformed_request_bytes_are_invalid_input() {
+    let server =
+        TestServer::start_with(|config| config.limits.max_message_bytes = 1024 * 1024).await;
+    // Field 1 (`table`), a string of two bytes that are not UTF-8.
+    assert_error(
+        send_raw(&server, "CreateTable", vec![0x0a, 0x02, 0xff, 0xfe]).await,
+        Code::InvalidArgument,
+        "InvalidInput",
+    );
+    // A length that runs past the end of the message.
+    assert_error(
+        send_raw(&server, "CreateTable", vec![0x0a, 0x05, b'a']).await,
+        Code::InvalidArgument,
+        "InvalidInput",
+    );
+    // A wire type that does not exist.
+    assert_error(
+        send_raw(&server, "GetEntity", vec![0x0f, 0x01]).await,
+        Code::InvalidArgument,
+        "InvalidInput",
+    );
+    // Over the message size limit.
+    let mut big = vec![0x0a];
+    let length = 2 * 1024 * 1024u32;
+    prost::encoding::encode_varint(u64::from(length), &mut big);
+    big.resize(big.len() + length as usize, b'a');
+    assert_error(
+        send_raw(&server, "CreateTable", big).await,
+        Code::ResourceExhausted,
+        "RequestBodyTooLarge",
+    );
+    // Nothing was created, and the server answers well-formed requests.
+    let mut client = server.client().await;
+    let tables = client
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .tables;
+    assert!(tables.is_empty(), "{tables:?}");
+}
+
+/// A server with a key file, and its keys.
+async fn secured() -> (TestServer, KeyRing) {
+    let keys = KeyRing::generate().unwrap();
+    let authenticator = trestle_server::auth::Authenticator::with_keys(keys.clone());
+    let server = TestServer::start_with(|config| config.authenticator = authenticator).await;
+    (server, keys)
+}
+
+#[tokio::test]
+async fn an_account_secret_with_anything_appended_is_refused() {
+    let (server, keys) = secured().await;
+    let secret = keys.signing_key().secret_text();
+    let mut operator = server.client_as(&secret).await;
+    operator
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap();
+    for padding in ["A", "AAAA", "AAAAAAAA"] {
+        let mut padded = server.client_as(&format!("{secret}{padding}")).await;
+        assert_error(
+            padded.list_tables(pb::ListTablesRequest::default()).await,
+            Code::Unauthenticated,
+            "AuthenticationFailed",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_bounded_to_a_key_range_cannot_manage_or_list_tables() {
+    let (server, keys) = secured().await;
+    let mut operator = server.client_as(&keys.signing_key().secret_text()).await;
+    operator
+        .create_table(pb::CreateTableRequest {
+            table: TABLE.into(),
+        })
+        .await
+        .unwrap();
+    for (pk, rk) in [("a", "1"), ("b", "1"), ("z", "1")] {
+        operator
+            .insert_entity(insert_request(TABLE, entity(pk, rk, &[])))
+            .await
+            .unwrap();
+    }
+    let mut grant = Grant::new(Permissions::parse("rauldc").unwrap(), 600);
+    grant.partitions = KeyBounds {
+        start: Some("b".into()),
+        end: Some("c".into()),
+    };
+    let mut bounded = server.client_as(&mint(keys.signing_key(), &grant)).await;
+    let refused = [
+        bounded
+            .delete_table(pb::DeleteTableRequest {
+                table: TABLE.into(),
+            })
+            .await
+            .map(drop),
+        bounded
+            .create_table(pb::CreateTableRequest {
+                table: "Other".into(),
+            })
+            .await
+            .map(drop),
+        bounded
+            .list_tables(pb::ListTablesRequest::default())
+            .await
+            .map(drop),
+    ];
+    for result in refused {
+        let status = assert_error(
+            result,
+            Code::PermissionDenied,
+            "AuthorizationResourceTypeMismatch",
+        );
+        assert!(status.message().contains("key range"), "{status:?}");
+    }
+    // Rows outside the token's range are still there; its own range is still its to use.
+    operator
+        .get_entity(get_request(TABLE, "z", "1"))
+        .await
+        .unwrap();
+    bounded
+        .get_entity(get_request(TABLE, "b", "1"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn select_refuses_invalid_property_names_and_allows_absent_ones() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    client
+        .insert_entity(insert_request(
+            TABLE,
+            entity("p", "r", &[("Name", string("n"))]),
+        ))
+        .await
+        .unwrap();
+    for bad in ["", "1st", "has space", "dash-ed", "ü-x"] {
+        let mut request = query("");
+        request.select = vec!["Name".into(), bad.into()];
+        assert_error(
+            client.query_entities(request).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+        let mut get = get_request(TABLE, "p", "r");
+        get.select = vec![bad.into()];
+        assert_error(
+            client.get_entity(get).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+    }
+    let mut request = query("");
+    request.select = vec![
+        "Name".into(),
+        "Absent".into(),
+        "RowKey".into(),
+        "Timestamp".into(),
+    ];
+    let page = client.query_entities(request).await.unwrap().into_inner();
+    assert_eq!(page.entities.len(), 1);
+}
+
+#[tokio::test]
+async fn a_tampered_continuation_token_is_refused() {
+    use base64::Engine as _;
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    fill_partition(&mut client, TABLE, "p", 30).await;
+    let mut request = query("");
+    request.page_size = 10;
+    let token = client
+        .query_entities(request.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .continuation_token;
+    assert!(!token.is_empty());
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(&token)
+        .unwrap();
+    for at in 0..bytes.len() {
+        let mut tampered = bytes.clone();
+        tampered[at] ^= 0x01;
+        request.continuation_token =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&tampered);
+        assert_error(
+            client.query_entities(request.clone()).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+    }
+    request.continuation_token = token;
+    let next = client.query_entities(request).await.unwrap().into_inner();
+    assert_eq!(next.entities.len(), 10);
+}
