@@ -9,8 +9,8 @@ use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableNa
 use crate::query::{self, PlanKind, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    Committed, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection, StorageError,
-    Store, StoreOptions, Table, Ticket,
+    read_entity, Committed, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection,
+    SledStore, StorageError, Store, StoreOptions, Table, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -107,19 +107,29 @@ impl<T> Pending<T> {
 /// The table service's semantics.
 #[derive(Debug)]
 pub struct Engine {
-    store: Store,
+    store: Arc<dyn Store>,
     /// Seals the continuation tokens the engine issues, with the store's secret.
     seal: TokenSeal,
 }
 
 impl Engine {
-    /// Opens the store in `data_dir`.
+    /// Opens the sled store in `data_dir`.
     pub fn open(data_dir: &Path, options: StoreOptions) -> Result<Engine, TableError> {
-        let store = Store::open(data_dir, options)?;
-        Ok(Engine {
+        let store = SledStore::open(data_dir, options)?;
+        Ok(Engine::over(Arc::new(store)))
+    }
+
+    /// The engine over `store`.
+    pub fn over(store: Arc<dyn Store>) -> Engine {
+        Engine {
             seal: TokenSeal::new(store.secret().bytes()),
             store,
-        })
+        }
+    }
+
+    /// Whether the store's calls are local and short (see [`Store::calls_are_local`]).
+    pub fn calls_are_local(&self) -> bool {
+        self.store.calls_are_local()
     }
 
     /// Creates a table.
@@ -237,7 +247,7 @@ impl Engine {
                 ticket,
             }),
             Err(Rejection { index, reason }) => {
-                let error = rejection_error(&table, partition_key, reason);
+                let error = rejection_error(table.as_ref(), partition_key, reason);
                 Err(if in_transaction {
                     error.at_operation(index)
                 } else {
@@ -258,7 +268,9 @@ impl Engine {
     ) -> Result<R, TableError> {
         let select = query::validate_select(select)?;
         let table = self.table(table)?;
-        match table.get(&key, |entity| read(&entity.selecting(&select)))? {
+        match read_entity(table.as_ref(), &key, |entity| {
+            read(&entity.selecting(&select))
+        })? {
             Some(read) => Ok(read),
             None => Err(TableError::EntityNotFound {
                 partition_key: key.partition_key,
@@ -388,7 +400,7 @@ impl Engine {
         Ok(self.store.flush()?)
     }
 
-    fn table(&self, name: &str) -> Result<Arc<Table>, TableError> {
+    fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
         let name = lookup_name(name)?;
         self.store
             .table(&name)
@@ -401,7 +413,7 @@ fn lookup_name(name: &str) -> Result<TableName, TableError> {
     TableName::parse(name).map_err(|_| TableError::TableNotFound(name.to_owned()))
 }
 
-fn rejection_error(table: &Table, partition_key: &str, reason: RejectReason) -> TableError {
+fn rejection_error(table: &dyn Table, partition_key: &str, reason: RejectReason) -> TableError {
     let (row_key, refusal) = match reason {
         RejectReason::TableGone => return TableError::TableNotFound(table.name().to_string()),
         RejectReason::Refused { row_key, refusal } => (row_key, refusal),

@@ -2,14 +2,13 @@
 //! the filter, and resuming from continuation tokens.
 
 use std::cell::Cell;
-use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TableError;
-use crate::model::{Ticks, ValidationError, ValueRef};
+use crate::model::{KeyPosition, KeyRange, Ticks, ValidationError, ValueRef};
 use crate::query::{plan, ContinuationToken, Expr, QuerySpec, Record, ScanPlan, TokenSeal};
-use crate::storage::{EntityView, KeyRange, StorageError, Table, Visit};
+use crate::storage::{EntityView, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
@@ -67,7 +66,7 @@ impl Record for FilterView<'_, '_> {
 /// A query bound to its table and plan, positioned at the next entity to read.
 #[derive(Debug)]
 pub(crate) struct Scan {
-    table: Arc<Table>,
+    table: Arc<dyn Table>,
     pub(crate) spec: QuerySpec,
     pub(crate) plan: ScanPlan,
     /// The planned ranges still to read.
@@ -80,7 +79,7 @@ pub(crate) struct Scan {
 #[derive(Debug)]
 pub(crate) struct Chunk {
     /// Where the next chunk starts, or `None` when the query is complete.
-    pub(crate) resume_at: Option<Vec<u8>>,
+    pub(crate) resume_at: Option<KeyPosition>,
     /// Entities examined.
     pub(crate) examined: usize,
 }
@@ -89,7 +88,7 @@ impl Scan {
     /// Plans `spec` on `table` and positions it at `continuation` (empty = the start), a token
     /// whose seal `seal` checks.
     pub(crate) fn prepare(
-        table: Arc<Table>,
+        table: Arc<dyn Table>,
         spec: QuerySpec,
         continuation: &str,
         seal: &TokenSeal,
@@ -116,29 +115,19 @@ impl Scan {
         Ok(scan)
     }
 
-    /// Moves the scan to `key` (inclusive, in the scan's direction).
-    pub(crate) fn resume_at(&mut self, key: Vec<u8>) {
-        let rest = if self.spec.reverse {
-            KeyRange {
-                start: Bound::Unbounded,
-                end: Bound::Included(key),
-            }
-        } else {
-            KeyRange {
-                start: Bound::Included(key),
-                end: Bound::Unbounded,
-            }
-        };
+    /// Moves the scan to `position` (inclusive, in the scan's direction).
+    pub(crate) fn resume_at(&mut self, position: KeyPosition) {
+        let reverse = self.spec.reverse;
         self.ranges = self
             .ranges
             .iter()
-            .map(|r| r.intersect(&rest))
+            .map(|r| r.from(&position, reverse))
             .filter(|r| !r.is_empty())
             .collect();
     }
 
     /// The continuation token that resumes this query at `key`.
-    pub(crate) fn token(&self, key: Vec<u8>) -> String {
+    pub(crate) fn token(&self, key: KeyPosition) -> String {
         ContinuationToken {
             table_id: self.table.id(),
             shape: self.spec.shape(),
@@ -165,22 +154,21 @@ impl Scan {
         }
         let mut timed_out = false;
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
-        let (mut partition, mut examined_in_partition) = (Vec::<u8>::new(), 0usize);
+        let (mut partition, mut examined_in_partition) = (String::new(), 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
         let resume_at = self
             .table
-            .visit(&self.ranges, self.spec.reverse, &mut |key, value| {
+            .visit(&self.ranges, self.spec.reverse, &mut |entity| {
                 let mut over_time = false;
                 if examined % 256 == 255 {
                     let now = Instant::now();
                     timed_out = past_deadline(now);
                     over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
                 }
-                let entity = EntityView::parse(key, value)?;
-                if entity.partition_key.as_bytes() != partition.as_slice() {
+                if entity.partition_key != partition {
                     partition.clear();
-                    partition.extend_from_slice(entity.partition_key.as_bytes());
+                    partition.push_str(entity.partition_key);
                     examined_in_partition = 0;
                 }
                 if matches >= limit
@@ -194,7 +182,7 @@ impl Scan {
                 examined += 1;
                 examined_in_partition += 1;
                 if let Some(filter) = filter {
-                    if !FilterView::matches(filter, &entity)? {
+                    if !FilterView::matches(filter, entity)? {
                         return Ok(Visit::Next);
                     }
                 }
@@ -215,20 +203,20 @@ impl Scan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Properties, Value};
-    use crate::storage::{encode_key, encode_value};
+    use crate::model::{EntityKey, Properties, StoredEntity, Value};
+    use crate::storage::StoredRecord;
 
     #[test]
     fn filters_read_stored_bytes_and_fail_on_corrupt_ones() {
-        let key = encode_key("p", "r");
-        let record = encode_value(
-            Ticks(7),
-            &Properties::from([
+        let mut record = StoredRecord::of(&StoredEntity {
+            key: EntityKey::new("p".into(), "r".into()).unwrap(),
+            timestamp: Ticks(7),
+            properties: Properties::from([
                 ("Age".to_owned(), Value::Int32(40)),
                 ("Name".to_owned(), Value::String("Ada".into())),
             ]),
-        );
-        let entity = EntityView::parse(&key, &record).unwrap();
+        });
+        let entity = record.view().unwrap();
         let filter = |text| Expr::parse(text).unwrap();
         let matches = |text| FilterView::matches(&filter(text), &entity).unwrap();
         assert!(matches(
@@ -238,8 +226,9 @@ mod tests {
         assert!(!matches("Age eq 'forty'"));
 
         // The header is whole, the last property is cut short: a filter reading it fails.
-        let truncated = &record[..record.len() - 2];
-        let entity = EntityView::parse(&key, truncated).unwrap();
+        let whole = record.value.len();
+        record.value.truncate(whole - 2);
+        let entity = record.view().unwrap();
         assert!(FilterView::matches(&filter("Name eq 'Ada'"), &entity).is_err());
     }
 }

@@ -230,13 +230,12 @@ mod tests {
 
     use super::*;
     use crate::model::{EntityKey, Properties, StoredEntity, Value};
-    use crate::storage::{encode_key, encode_value};
+    use crate::storage::StoredRecord;
 
     fn encoded_then_decoded(entity: &StoredEntity, select: &[String]) -> pb::Entity {
-        let key = encode_key(&entity.key.partition_key, &entity.key.row_key);
-        let value = encode_value(entity.timestamp, &entity.properties);
+        let record = StoredRecord::of(entity);
         let mut encoder = EntityEncoder::default();
-        let view = EntityView::parse(&key, &value).unwrap().selecting(select);
+        let view = record.view().unwrap().selecting(select);
         encoder.take(&view).unwrap();
         let page = pb::ScanEntitiesResponse {
             entities: Vec::new(),

@@ -7,6 +7,7 @@ mod etag;
 mod names;
 mod operation;
 mod quote;
+mod range;
 mod time;
 mod value;
 
@@ -18,6 +19,7 @@ pub use etag::{ETag, IfMatch};
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
+pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};
 pub use value::{utf16_bytes, Value, ValueRef};
 

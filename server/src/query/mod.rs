@@ -9,10 +9,10 @@ pub use filter::{Expr, Record};
 pub use plan::{plan, PlanKind, ScanPlan};
 pub use token::{ContinuationToken, TablesToken, TokenSeal};
 
+use crate::model::KeyRange;
 use crate::model::{
     quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,
 };
-use crate::storage::KeyRange;
 
 /// A validated entity query.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,14 +4,13 @@
 //! covers every entity it can match: key comparisons against strings bound a dimension, anything
 //! else leaves it open. `and` intersects box sets, `or` unites them, `not` is pushed down to the
 //! comparisons (exact for key comparisons, which always have a string on both sides). Boxes then
-//! become ranges of encoded keys, intersected with the request's key fields, sorted and merged.
+//! become ranges of key positions, intersected with the request's key fields, sorted and merged.
 //! The filter is still evaluated on every entity scanned: the plan only decides what is read.
 
 use std::ops::Bound;
 
 use super::filter::{CompareOp, Expr, Property};
-use crate::model::Value;
-use crate::storage::KeyRange;
+use crate::model::{partition_end, partition_start, tighter, KeyPosition, KeyRange, Value};
 
 /// Past this many boxes the planner stops splitting and keeps their bounding box.
 const MAX_BOXES: usize = 64;
@@ -116,21 +115,6 @@ impl Interval {
     }
 }
 
-/// The tighter of two bounds: the greater lower bound (`prefer` Greater) or the lesser upper bound.
-fn tighter(a: &Bound<String>, b: &Bound<String>, prefer: std::cmp::Ordering) -> Bound<String> {
-    match (a, b) {
-        (Bound::Unbounded, other) | (other, Bound::Unbounded) => other.clone(),
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            match x.cmp(y) {
-                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
-                std::cmp::Ordering::Equal => b.clone(),
-                ordering if ordering == prefer => a.clone(),
-                _ => b.clone(),
-            }
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KeyBox {
     pk: Interval,
@@ -150,30 +134,30 @@ impl KeyBox {
         })
     }
 
-    /// The encoded keys the box covers (RowKey bounds apply only inside a single partition).
+    /// The key positions the box covers (RowKey bounds apply only inside a single partition).
     fn key_range(&self) -> KeyRange {
         if let Some(pk) = self.pk.point() {
             let start = match &self.rk.lo {
-                Bound::Unbounded => Bound::Included(crate::storage::partition_start(pk)),
-                Bound::Included(rk) => Bound::Included(crate::storage::encode_key(pk, rk)),
-                Bound::Excluded(rk) => Bound::Excluded(crate::storage::encode_key(pk, rk)),
+                Bound::Unbounded => partition_start(pk),
+                Bound::Included(rk) => Bound::Included(KeyPosition::row(pk, rk.as_str())),
+                Bound::Excluded(rk) => Bound::Excluded(KeyPosition::row(pk, rk.as_str())),
             };
             let end = match &self.rk.hi {
-                Bound::Unbounded => Bound::Excluded(crate::storage::partition_end(pk)),
-                Bound::Included(rk) => Bound::Included(crate::storage::encode_key(pk, rk)),
-                Bound::Excluded(rk) => Bound::Excluded(crate::storage::encode_key(pk, rk)),
+                Bound::Unbounded => partition_end(pk),
+                Bound::Included(rk) => Bound::Included(KeyPosition::row(pk, rk.as_str())),
+                Bound::Excluded(rk) => Bound::Excluded(KeyPosition::row(pk, rk.as_str())),
             };
             return KeyRange { start, end };
         }
         let start = match &self.pk.lo {
             Bound::Unbounded => Bound::Unbounded,
-            Bound::Included(pk) => Bound::Included(crate::storage::partition_start(pk)),
-            Bound::Excluded(pk) => Bound::Included(crate::storage::partition_end(pk)),
+            Bound::Included(pk) => partition_start(pk),
+            Bound::Excluded(pk) => Bound::Included(KeyPosition::after_rows(pk.as_str())),
         };
         let end = match &self.pk.hi {
             Bound::Unbounded => Bound::Unbounded,
-            Bound::Included(pk) => Bound::Excluded(crate::storage::partition_end(pk)),
-            Bound::Excluded(pk) => Bound::Excluded(crate::storage::partition_start(pk)),
+            Bound::Included(pk) => partition_end(pk),
+            Bound::Excluded(pk) => Bound::Excluded(KeyPosition::row(pk.as_str(), "")),
         };
         KeyRange { start, end }
     }
@@ -248,7 +232,7 @@ pub fn plan(filter: Option<&Expr>, key_fields: &KeyRange) -> ScanPlan {
     ScanPlan { ranges, kind }
 }
 
-fn compare_starts(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> std::cmp::Ordering {
+fn compare_starts(a: &Bound<KeyPosition>, b: &Bound<KeyPosition>) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     match (a, b) {
         (Bound::Unbounded, Bound::Unbounded) => Ordering::Equal,
@@ -282,7 +266,7 @@ fn classify(ranges: &[KeyRange]) -> PlanKind {
     {
         return PlanKind::TableScan;
     }
-    let partitions: Option<Vec<&[u8]>> = ranges.iter().map(KeyRange::single_partition).collect();
+    let partitions: Option<Vec<&str>> = ranges.iter().map(KeyRange::single_partition).collect();
     match partitions {
         Some(mut partitions) => {
             partitions.dedup();
@@ -299,7 +283,10 @@ fn classify(ranges: &[KeyRange]) -> PlanKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::encode_key;
+
+    fn at(partition_key: &str, row_key: &str) -> KeyPosition {
+        KeyPosition::row(partition_key, row_key)
+    }
 
     fn plan_of(filter: &str) -> ScanPlan {
         plan(Some(&Expr::parse(filter).unwrap()), &KeyRange::all())
@@ -320,8 +307,8 @@ mod tests {
             PlanKind::Point
         );
         let plan = plan_of("PartitionKey eq 'a' and RowKey eq 'b'");
-        assert!(plan.ranges[0].contains(&encode_key("a", "b")));
-        assert!(!plan.ranges[0].contains(&encode_key("a", "bb")));
+        assert!(plan.ranges[0].contains(&at("a", "b")));
+        assert!(!plan.ranges[0].contains(&at("a", "bb")));
     }
 
     #[test]
@@ -333,9 +320,9 @@ mod tests {
         );
         let plan = plan_of("PartitionKey eq 'a' and RowKey ge 'log-' and RowKey lt 'log.'");
         assert_eq!(plan.kind, PlanKind::Partition);
-        assert!(plan.ranges[0].contains(&encode_key("a", "log-17")));
-        assert!(!plan.ranges[0].contains(&encode_key("a", "log.")));
-        assert!(!plan.ranges[0].contains(&encode_key("a", "lof")));
+        assert!(plan.ranges[0].contains(&at("a", "log-17")));
+        assert!(!plan.ranges[0].contains(&at("a", "log.")));
+        assert!(!plan.ranges[0].contains(&at("a", "lof")));
         let or_rows = plan_of("PartitionKey eq 'a' and (RowKey eq '1' or RowKey eq '2')");
         assert_eq!(
             (or_rows.kind, or_rows.ranges.len()),
@@ -350,10 +337,7 @@ mod tests {
             (plan.kind, plan.ranges.len()),
             (PlanKind::PartitionUnion, 3)
         );
-        assert!(
-            plan.ranges[0].contains(&encode_key("a", "x"))
-                && plan.ranges[2].contains(&encode_key("c", ""))
-        );
+        assert!(plan.ranges[0].contains(&at("a", "x")) && plan.ranges[2].contains(&at("c", "")));
         let overlapping = plan_of("PartitionKey eq 'a' or (PartitionKey eq 'a' and RowKey gt 'm')");
         assert_eq!(
             (overlapping.kind, overlapping.ranges.len()),
@@ -365,15 +349,15 @@ mod tests {
     fn partition_key_bounds_give_a_partition_range() {
         let plan = plan_of("PartitionKey ge 'b' and PartitionKey lt 'd'");
         assert_eq!(plan.kind, PlanKind::PartitionRange);
-        assert!(plan.ranges[0].contains(&encode_key("b", "")));
-        assert!(plan.ranges[0].contains(&encode_key("cz", "z")));
-        assert!(!plan.ranges[0].contains(&encode_key("d", "")));
-        assert!(!plan.ranges[0].contains(&encode_key("a", "z")));
+        assert!(plan.ranges[0].contains(&at("b", "")));
+        assert!(plan.ranges[0].contains(&at("cz", "z")));
+        assert!(!plan.ranges[0].contains(&at("d", "")));
+        assert!(!plan.ranges[0].contains(&at("a", "z")));
         let exclusive = plan_of("PartitionKey gt 'b' and PartitionKey le 'd'");
-        assert!(!exclusive.ranges[0].contains(&encode_key("b", "x")));
-        assert!(exclusive.ranges[0].contains(&encode_key("ba", "x")));
-        assert!(exclusive.ranges[0].contains(&encode_key("d", "x")));
-        assert!(!exclusive.ranges[0].contains(&encode_key("da", "x")));
+        assert!(!exclusive.ranges[0].contains(&at("b", "x")));
+        assert!(exclusive.ranges[0].contains(&at("ba", "x")));
+        assert!(exclusive.ranges[0].contains(&at("d", "x")));
+        assert!(!exclusive.ranges[0].contains(&at("da", "x")));
     }
 
     #[test]
@@ -399,10 +383,7 @@ mod tests {
         );
         let plan = plan_of("not (PartitionKey lt 'b' or PartitionKey ge 'c')");
         assert_eq!(plan.kind, PlanKind::PartitionRange);
-        assert!(
-            plan.ranges[0].contains(&encode_key("b", ""))
-                && !plan.ranges[0].contains(&encode_key("c", ""))
-        );
+        assert!(plan.ranges[0].contains(&at("b", "")) && !plan.ranges[0].contains(&at("c", "")));
     }
 
     #[test]
@@ -421,8 +402,8 @@ mod tests {
         let plan = plan(Some(&expr), &key_fields);
         assert_eq!((plan.kind, plan.ranges.len()), (PlanKind::Partition, 1));
         assert!(
-            plan.ranges[0].contains(&encode_key("a", "exp1_2"))
-                && !plan.ranges[0].contains(&encode_key("a", "exp2"))
+            plan.ranges[0].contains(&at("a", "exp1_2"))
+                && !plan.ranges[0].contains(&at("a", "exp2"))
         );
         let disjoint = Expr::parse("PartitionKey eq 'b'").unwrap();
         assert_eq!(

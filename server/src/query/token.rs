@@ -1,8 +1,9 @@
 //! Opaque, versioned, sealed continuation tokens.
 //!
-//! An entity token is base64url of `[version u8 = 2][table id u64][query shape u64][resume key]
-//! [seal]`: it only resumes the query (same table incarnation, same key fields and filter) that
-//! issued it. A table token is base64url of `[version u8 = 2]['T'][folded table name][seal]`.
+//! An entity token is base64url of `[version u8 = 2][table id u64][query shape u64]
+//! [PartitionKey length u16][PartitionKey][RowKey][seal]`, the keys being the entity the next page
+//! starts at: it only resumes the query (same table incarnation, same key fields and filter) that
+//! issued it, on any store. A table token is base64url of `[version u8 = 2]['T'][folded table name][seal]`.
 //! The seal is the first 16 bytes of HMAC-SHA256, under the store's secret, of what precedes it,
 //! so a token a client changed (a flipped byte would otherwise resume elsewhere in the query's
 //! range) is refused, after a restart as before it.
@@ -11,12 +12,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ring::hmac;
 
-use crate::model::{quoted, ValidationError};
+use crate::model::{quoted, KeyPosition, ValidationError};
 
 const VERSION: u8 = 2;
 const TABLES_KIND: u8 = b'T';
 /// Bytes of the HMAC kept as a token's seal.
 const SEAL_BYTES: usize = 16;
+/// Bytes of an entity token before its keys: version, table id, shape, PartitionKey length.
+const HEADER_BYTES: usize = 1 + 8 + 8 + 2;
 
 /// Seals tokens and checks their seals, with a key derived from the store's secret.
 #[derive(Debug, Clone)]
@@ -63,18 +66,30 @@ pub struct ContinuationToken {
     pub table_id: u64,
     /// The shape of the query that issued it ([`super::QuerySpec::shape`]).
     pub shape: u64,
-    /// The encoded key the next page starts at (inclusive, in the query's direction).
-    pub resume_at: Vec<u8>,
+    /// The entity the next page starts at (inclusive, in the query's direction).
+    pub resume_at: KeyPosition,
 }
 
 impl ContinuationToken {
     /// The token's text form, sealed with `seal`.
+    ///
+    /// # Panics
+    /// If `resume_at` is not an entity's position (scans resume at entities).
     pub fn encode(&self, seal: &TokenSeal) -> String {
-        let mut bytes = Vec::with_capacity(17 + self.resume_at.len() + SEAL_BYTES);
+        let (partition_key, row_key) = self
+            .resume_at
+            .entity_key()
+            .expect("a scan resumes at an entity");
+        let partition_len =
+            u16::try_from(partition_key.len()).expect("a PartitionKey is at most 1 KiB");
+        let mut bytes =
+            Vec::with_capacity(HEADER_BYTES + partition_key.len() + row_key.len() + SEAL_BYTES);
         bytes.push(VERSION);
         bytes.extend_from_slice(&self.table_id.to_be_bytes());
         bytes.extend_from_slice(&self.shape.to_be_bytes());
-        bytes.extend_from_slice(&self.resume_at);
+        bytes.extend_from_slice(&partition_len.to_be_bytes());
+        bytes.extend_from_slice(partition_key.as_bytes());
+        bytes.extend_from_slice(row_key.as_bytes());
         seal.seal(bytes)
     }
 
@@ -86,13 +101,26 @@ impl ContinuationToken {
         shape: u64,
     ) -> Result<ContinuationToken, ValidationError> {
         let bytes = seal.open(text)?;
-        if bytes.len() < 17 {
-            return Err(invalid(text, "it is not a continuation token"));
+        let not_a_token = || invalid(text, "it is not a continuation token");
+        if bytes.len() < HEADER_BYTES {
+            return Err(not_a_token());
         }
+        let partition_len = usize::from(u16::from_be_bytes([bytes[17], bytes[18]]));
+        let keys = &bytes[HEADER_BYTES..];
+        if keys.len() < partition_len {
+            return Err(not_a_token());
+        }
+        let (partition_key, row_key) = keys.split_at(partition_len);
+        let (Ok(partition_key), Ok(row_key)) = (
+            std::str::from_utf8(partition_key),
+            std::str::from_utf8(row_key),
+        ) else {
+            return Err(not_a_token());
+        };
         let token = ContinuationToken {
             table_id: u64::from_be_bytes(bytes[1..9].try_into().expect("8 bytes")),
             shape: u64::from_be_bytes(bytes[9..17].try_into().expect("8 bytes")),
-            resume_at: bytes[17..].to_vec(),
+            resume_at: KeyPosition::row(partition_key, row_key),
         };
         if token.table_id != table_id {
             return Err(invalid(text, "it belongs to another table"));
@@ -162,7 +190,7 @@ mod tests {
         let token = ContinuationToken {
             table_id: 3,
             shape: 9,
-            resume_at: b"p\0r".to_vec(),
+            resume_at: KeyPosition::row("p", "r"),
         };
         let seal = TokenSeal::new(b"secret");
         let text = token.encode(&seal);
@@ -181,7 +209,7 @@ mod tests {
         let token = ContinuationToken {
             table_id: 3,
             shape: 9,
-            resume_at: b"p\0r".to_vec(),
+            resume_at: KeyPosition::row("p", "r"),
         };
         let seal = TokenSeal::new(b"secret");
         let bytes = URL_SAFE_NO_PAD.decode(token.encode(&seal)).unwrap();

@@ -75,7 +75,7 @@ pub(crate) fn decode_selected(
     })
 }
 
-/// A stored entity read in place: keys, timestamp and properties borrowed from sled's bytes, so
+/// A stored entity read in place: keys, timestamp and properties borrowed from the store's bytes, so
 /// that a query can send it on without building an owned entity first.
 #[derive(Debug, Clone, Copy)]
 pub struct EntityView<'a> {
@@ -91,10 +91,13 @@ pub struct EntityView<'a> {
 }
 
 impl<'a> EntityView<'a> {
-    /// Reads an entity from its encoded key and stored bytes, checking only the header: the
-    /// properties are checked as [`EntityView::properties`] reads them.
-    pub fn parse(encoded_key: &'a [u8], value: &'a [u8]) -> Result<EntityView<'a>, StorageError> {
-        let (partition_key, row_key) = super::key::split(encoded_key)?;
+    /// Reads an entity from its keys and stored bytes, checking only the header: the properties
+    /// are checked as [`EntityView::properties`] reads them.
+    pub fn parse(
+        partition_key: &'a str,
+        row_key: &'a str,
+        value: &'a [u8],
+    ) -> Result<EntityView<'a>, StorageError> {
         let (timestamp, _) = StoredProperties::read(value, None)?;
         Ok(EntityView {
             partition_key,
@@ -324,7 +327,7 @@ mod tests {
             flipped[at] ^= mask;
             let _ = decode_selected(key.clone(), &flipped, None);
             let _ = decode_selected(key, &flipped, Some(&["s".to_owned()]));
-            if let Ok(view) = EntityView::parse(b"p\0r", &flipped) {
+            if let Ok(view) = EntityView::parse("p", "r", &flipped) {
                 view.properties().for_each(drop);
             }
         }

@@ -1,72 +1,67 @@
-//! The storage layer, and the only module that names sled: one tree per table plus a catalog,
-//! per-partition locks around the single commit path, group-committed flushes, and background
-//! reclamation of deleted tables.
+//! The storage contract, and the stores that keep it.
+//!
+//! A store keeps tables of entities and speaks only model terms: table names and ids, entity keys,
+//! [`KeyRange`]s of (PartitionKey, RowKey) positions, a direction, a bound on work the caller's
+//! visitor sets, a resume position ([`KeyPosition`]), a partition batch of [`Operation`]s with
+//! their preconditions, and durability tickets. Nothing above this module sees how a store lays
+//! its keys out: the sled store ([`SledStore`], the embedded default) encodes keys into bytes of
+//! its own, and a SQL store would turn the same ranges into `WHERE` bounds.
+//!
+//! Two traits: [`Store`], the catalog and durability, and [`Table`], one table's reads and its
+//! single commit path. Entities are read in place as [`EntityView`]s (the stored record format of
+//! [`codec`], which every store may keep as it is).
+//!
+//! **How the engine calls a store: synchronously, on the blocking pool.** A read hands each entity
+//! to a callback that borrows the store's own buffers (no copy of what a filter rejects), which an
+//! async trait could not do without boxing every entity; sled is synchronous; and the service
+//! already runs long work on the blocking pool. A store whose calls go over the network (a
+//! PostgreSQL store) blocks the pool thread while it waits, bounded by the pool's size and the
+//! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
+//! store's short calls are run inline on a runtime worker.
 
-mod catalog;
-mod clock;
 mod codec;
-mod durability;
 mod error;
-mod format;
-mod key;
-mod locks;
-mod reclaim;
-mod secret;
-mod space;
-mod table;
-mod undo;
+mod sled_store;
 
-use std::collections::HashMap;
-use std::ops::Bound;
-use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::fmt::Debug;
+use std::sync::Arc;
 
-use catalog::{TableRecord, TableState};
-#[cfg(test)]
-pub(crate) use codec::encode as encode_value;
 pub use codec::{EntityView, StoredProperties};
-pub use durability::{Durability, DurableListener, Ticket};
 pub use error::{RejectReason, Rejection, StorageError};
-pub use format::{CURRENT_FORMAT, FORMAT_KEY};
-pub use key::{encode as encode_key, partition_end, partition_start, KeyRange};
-use reclaim::{drop_orphan_trees, Reclaimer};
-pub use secret::{StoreSecret, SECRET_BYTES};
-pub use table::{Committed, Table, Visit, Visitor};
+pub use sled_store::{
+    Durability, SledStore, SledTable, StoreOptions, StoreSecret, CURRENT_FORMAT, DEFAULT_CACHE_MIB,
+    FORMAT_KEY, SECRET_BYTES,
+};
 
-use crate::model::TableName;
+use crate::model::{EntityKey, Operation, StoredEntity, TableName};
+pub use crate::model::{KeyPosition, KeyRange};
 
-const CATALOG_TREE: &str = "catalog";
-const TABLE_TREE_PREFIX: &str = "t/";
+/// A durability ticket: a write is durable once the store's durable ticket reaches its own.
+pub type Ticket = u64;
 
-/// The default bound of sled's page cache, in MiB of stored bytes (as sled counts them): with
-/// 1,000,000 small entities loaded, read at random and scanned, the server stays under 300 MiB of
-/// RSS (the README's Performance section measures the choice against 64 MiB).
-pub const DEFAULT_CACHE_MIB: u64 = 48;
+/// Called with each new durable ticket.
+pub type DurableListener = Box<dyn Fn(Ticket) + Send + Sync>;
 
-/// How to open the store.
-#[derive(Debug, Clone)]
-pub struct StoreOptions {
-    /// sled's page cache bound, in bytes.
-    pub cache_bytes: u64,
-    /// When writes are acknowledged.
-    pub durability: Durability,
-    /// Writes are refused while the disk has less free space than this (0 = no reserve).
-    pub min_free_bytes: u64,
-    /// Reclaim deleted tables in the background. Off only in tests that need to observe a table
-    /// while it is being deleted; reclamation then waits for the next open.
-    pub reclaim_deleted_tables: bool,
+/// What a commit stored, and the ticket to wait for before acknowledging it.
+#[derive(Debug)]
+pub struct Committed {
+    /// The entity each operation stored (`None` for deletes and checks).
+    pub stored: Vec<Option<StoredEntity>>,
+    /// Durable once the store's durable ticket reaches it; `None` if nothing was written.
+    pub ticket: Option<Ticket>,
 }
 
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            cache_bytes: DEFAULT_CACHE_MIB * 1024 * 1024,
-            durability: Durability::Sync,
-            min_free_bytes: 64 * 1024 * 1024,
-            reclaim_deleted_tables: true,
-        }
-    }
+/// A visitor's answer for the entity it was shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// Go on to the next entity.
+    Next,
+    /// Stop before this entity: the scan resumes here next time.
+    Stop,
 }
+
+/// Sees each entity of a scan, read in place, and says whether to go on.
+pub type Visitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + 'a;
 
 /// Why a table cannot be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,243 +72,129 @@ pub enum CreateRefusal {
     BeingDeleted,
 }
 
-/// State shared by every table of the store.
-#[derive(Debug)]
-struct Shared {
-    locks: locks::PartitionLocks,
-    durability: durability::GroupCommit,
-    clock: clock::Clock,
-    space: space::SpaceReserve,
-    undo: undo::UndoLog,
-}
-
-/// The store: a sled database holding every table.
-#[derive(Debug)]
-pub struct Store {
-    db: sled::Db,
-    catalog: sled::Tree,
-    /// Serialises table creation and deletion.
-    catalog_writes: Mutex<()>,
-    /// Live tables by folded name.
-    tables: RwLock<HashMap<String, Arc<Table>>>,
-    shared: Arc<Shared>,
-    reclaimer: Option<Reclaimer>,
-    /// The store's secret ([`secret`]).
-    secret: StoreSecret,
-}
-
-impl Store {
-    /// Opens (or creates) the store in `path`, rolls back the commits a crash interrupted, and
-    /// resumes reclaiming tables whose deletion a crash interrupted.
-    pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StorageError> {
-        let mut config = sled::Config::new()
-            .path(path)
-            .cache_capacity(options.cache_bytes);
-        if let Durability::Periodic { flush_every_ms } = options.durability {
-            config = config.flush_every_ms(Some(flush_every_ms));
-        }
-        let db = config.open()?;
-        format::check_or_mark(&db)?;
-        let secret = secret::load_or_create(&db)?;
-        let catalog = db.open_tree(CATALOG_TREE)?;
-        let shared = Arc::new(Shared {
-            locks: locks::PartitionLocks::default(),
-            durability: durability::GroupCommit::new(db.clone(), options.durability),
-            clock: clock::Clock::default(),
-            space: space::SpaceReserve::new(path, options.min_free_bytes),
-            undo: undo::UndoLog::open(&db)?,
-        });
-        let mut tables = HashMap::new();
-        let mut trees = HashMap::new();
-        let mut deleting = Vec::new();
-        for item in catalog.iter() {
-            let (folded, bytes) = item?;
-            let record = TableRecord::decode(&bytes)?;
-            match record.state {
-                TableState::Active => {
-                    let tree = db.open_tree(Table::tree_name(record.id))?;
-                    trees.insert(record.id, tree.clone());
-                    let table = Table::new(record.id, record.name, tree, shared.clone());
-                    tables.insert(
-                        String::from_utf8_lossy(&folded).into_owned(),
-                        Arc::new(table),
-                    );
-                }
-                TableState::Deleting => deleting.push(record),
-            }
-        }
-        let rolled_back = shared.undo.roll_back(&trees)?;
-        if rolled_back > 0 {
-            db.flush()?;
-            tracing::warn!(
-                commits = rolled_back,
-                "rolled back the commits a crash interrupted"
-            );
-        }
-        drop_orphan_trees(&db, &tables, &deleting)?;
-        let reclaimer = options
-            .reclaim_deleted_tables
-            .then(|| Reclaimer::start(db.clone(), catalog.clone()));
-        if let Some(reclaimer) = &reclaimer {
-            for record in deleting {
-                reclaimer.enqueue(record);
-            }
-        }
-        Ok(Store {
-            db,
-            catalog,
-            catalog_writes: Mutex::new(()),
-            tables: RwLock::new(tables),
-            shared,
-            reclaimer,
-            secret,
-        })
-    }
-
-    /// The store's secret, the same at every open: what the server seals its continuation tokens
-    /// with.
-    pub fn secret(&self) -> &StoreSecret {
-        &self.secret
-    }
-
+/// The catalog of tables and the durability of writes.
+pub trait Store: Send + Sync + Debug {
     /// The live table called `name` (ignoring case), if any.
-    pub fn table(&self, name: &TableName) -> Option<Arc<Table>> {
-        let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-        tables.get(name.folded()).cloned()
-    }
+    fn table(&self, name: &TableName) -> Option<Arc<dyn Table>>;
 
     /// Creates a table, durably.
-    pub fn create_table(
+    fn create_table(
         &self,
         name: &TableName,
-    ) -> Result<Result<Arc<Table>, CreateRefusal>, StorageError> {
-        let _serial = self
-            .catalog_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        self.shared.space.check()?;
-        if let Some(bytes) = self.catalog.get(name.folded())? {
-            return Ok(Err(match TableRecord::decode(&bytes)?.state {
-                TableState::Active => CreateRefusal::AlreadyExists,
-                TableState::Deleting => CreateRefusal::BeingDeleted,
-            }));
-        }
-        let record = TableRecord {
-            id: self.db.generate_id()?,
-            state: TableState::Active,
-            name: name.clone(),
-        };
-        let tree = self.db.open_tree(Table::tree_name(record.id))?;
-        self.catalog.insert(name.folded(), record.encode())?;
-        self.wait_durable()?;
-        let table = Arc::new(Table::new(
-            record.id,
-            name.clone(),
-            tree,
-            self.shared.clone(),
-        ));
-        self.tables
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.folded().to_owned(), table.clone());
-        Ok(Ok(table))
-    }
+    ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError>;
 
-    /// Deletes a table: it disappears at once, durably, and its data is reclaimed in the
+    /// Deletes a table: it disappears at once, durably, and its rows are reclaimed in the
     /// background. `Ok(false)` if there is no such table.
-    pub fn delete_table(&self, name: &TableName) -> Result<bool, StorageError> {
-        let _serial = self
-            .catalog_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(table) = self.table(name) else {
-            return Ok(false);
-        };
-        let record = TableRecord {
-            id: table.id(),
-            state: TableState::Deleting,
-            name: table.name().clone(),
-        };
-        self.catalog.insert(name.folded(), record.encode())?;
-        self.wait_durable()?;
-        self.tables
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name.folded());
-        table.retire();
-        if let Some(reclaimer) = &self.reclaimer {
-            reclaimer.enqueue(record);
-        }
-        Ok(true)
-    }
+    fn delete_table(&self, name: &TableName) -> Result<bool, StorageError>;
 
     /// Live tables whose folded name starts with `folded_prefix`, in folded-name order, starting
-    /// after `after` (a folded name). Returns at most `limit` names and whether more follow.
-    pub fn list_tables(
+    /// after `after` (a folded name): at most `limit` names, and whether more follow.
+    fn list_tables(
         &self,
         folded_prefix: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<TableName>, bool), StorageError> {
-        let start = match after {
-            Some(after) => Bound::Excluded(after.as_bytes().to_vec()),
-            None => Bound::Included(folded_prefix.as_bytes().to_vec()),
-        };
-        let mut names = Vec::new();
-        for item in self.catalog.range((start, Bound::Unbounded)) {
-            let (folded, bytes) = item?;
-            if !folded.starts_with(folded_prefix.as_bytes()) {
-                break;
-            }
-            let record = TableRecord::decode(&bytes)?;
-            if record.state == TableState::Deleting {
-                continue;
-            }
-            if names.len() == limit {
-                return Ok((names, true));
-            }
-            names.push(record.name);
-        }
-        Ok((names, false))
-    }
-
-    /// Flushes everything to disk.
-    pub fn flush(&self) -> Result<(), StorageError> {
-        self.db.flush()?;
-        Ok(())
-    }
-
-    fn wait_durable(&self) -> Result<(), StorageError> {
-        match self.shared.durability.record_write() {
-            Some(ticket) => self.shared.durability.wait_durable(ticket),
-            None => Ok(()),
-        }
-    }
+    ) -> Result<(Vec<TableName>, bool), StorageError>;
 
     /// Blocks until the write with `ticket` is durable.
-    pub fn wait_for(&self, ticket: Ticket) -> Result<(), StorageError> {
-        self.shared.durability.wait_durable(ticket)
-    }
+    fn wait_for(&self, ticket: Ticket) -> Result<(), StorageError>;
 
     /// The highest durable ticket.
-    pub fn durable(&self) -> Ticket {
-        self.shared.durability.durable()
-    }
+    fn durable(&self) -> Ticket;
 
-    /// Registers the listener the flusher calls with each new durable ticket, so async callers
-    /// can wait for durability without holding a thread.
-    pub fn on_durable(&self, listener: DurableListener) {
-        self.shared.durability.on_durable(listener);
-    }
+    /// Registers the listener called with each new durable ticket, so that async callers can
+    /// wait for durability without holding a thread.
+    fn on_durable(&self, listener: DurableListener);
+
+    /// Makes everything written so far durable (at shutdown).
+    fn flush(&self) -> Result<(), StorageError>;
+
+    /// The store's own secret, the same at every open (and on every server sharing the store).
+    fn secret(&self) -> &StoreSecret;
+
+    /// Whether every call is local and short (no network, no waiting on other processes), so
+    /// the engine may run point reads and commits on a runtime worker rather than hand them to
+    /// the blocking pool.
+    fn calls_are_local(&self) -> bool;
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Some(reclaimer) = self.reclaimer.take() {
-            reclaimer.stop();
-        }
-    }
+/// One live table: point reads, scans, and the single commit path.
+pub trait Table: Send + Sync + Debug {
+    /// The table's name as created.
+    fn name(&self) -> &TableName;
+
+    /// A number that identifies this incarnation of the table (a re-created table gets another).
+    fn id(&self) -> u64;
+
+    /// Reads one entity in place, passing it to `read`; `Ok(false)` if it does not exist or the
+    /// table is gone. A reader who saw one row of a commit never finds another of its rows
+    /// unwritten.
+    fn get(
+        &self,
+        key: &EntityKey,
+        read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+    ) -> Result<bool, StorageError>;
+
+    /// Applies `operations` on one partition atomically: every precondition is checked against
+    /// the current rows, then every effect is written, or nothing is. Each row appears at most
+    /// once in `operations`. Returns what each operation stored and the ticket to wait for, or
+    /// the first operation refused and why.
+    fn commit(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<Result<Committed, Rejection>, StorageError>;
+
+    /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
+    /// `reverse`, until the visitor says [`Visit::Stop`]; returns the position it stopped at (to
+    /// resume from, inclusive), or `None` when every range is exhausted. Each partition's part of
+    /// a scan sees the partition at one instant, never half a commit.
+    fn visit(
+        &self,
+        ranges: &[KeyRange],
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<KeyPosition>, StorageError>;
+}
+
+/// An entity as the sled store keeps it, for tests of code that reads [`EntityView`]s.
+#[cfg(test)]
+#[derive(Debug, Clone)]
+pub(crate) struct StoredRecord {
+    key: EntityKey,
+    /// The stored bytes (tests may damage them).
+    pub(crate) value: Vec<u8>,
 }
 
 #[cfg(test)]
-mod sled_fork_tests;
+impl StoredRecord {
+    /// `entity` as stored.
+    pub(crate) fn of(entity: &StoredEntity) -> StoredRecord {
+        StoredRecord {
+            key: entity.key.clone(),
+            value: codec::encode(entity.timestamp, &entity.properties),
+        }
+    }
+
+    /// The record read in place.
+    pub(crate) fn view(&self) -> Result<EntityView<'_>, StorageError> {
+        EntityView::parse(&self.key.partition_key, &self.key.row_key, &self.value)
+    }
+}
+
+/// Reads one entity of `table` in place with `read`; `None` if it does not exist.
+pub fn read_entity<R>(
+    table: &dyn Table,
+    key: &EntityKey,
+    read: impl FnOnce(EntityView<'_>) -> Result<R, StorageError>,
+) -> Result<Option<R>, StorageError> {
+    let mut read = Some(read);
+    let mut value = None;
+    table.get(key, &mut |entity| {
+        if let Some(read) = read.take() {
+            value = Some(read(entity)?);
+        }
+        Ok(())
+    })?;
+    Ok(value)
+}

@@ -4,15 +4,17 @@
 use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use super::key::{self, KeyRange};
+use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
-use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ticket};
-use crate::model::{Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks};
+use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
+use crate::model::{Effect, EntityKey, Operation, Refusal, TableName, Ticks};
+use crate::model::{KeyPosition, KeyRange};
+use crate::storage::{Committed, Visit, Visitor};
 
-/// A live table: its identity, its tree, and a gate that deletion closes.
+/// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
-pub struct Table {
+pub struct SledTable {
     id: u64,
     name: TableName,
     tree: sled::Tree,
@@ -22,52 +24,26 @@ pub struct Table {
     shared: Arc<Shared>,
 }
 
-/// What a commit stored, and the ticket to wait for before acknowledging it.
-#[derive(Debug)]
-pub struct Committed {
-    /// The entity each operation stored (`None` for deletes and checks).
-    pub stored: Vec<Option<StoredEntity>>,
-    /// Durable once the store's durable ticket reaches it; `None` if nothing was written.
-    pub ticket: Option<Ticket>,
-}
-
-/// A visitor's answer for the entity it was shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Visit {
-    /// Go on to the next entity.
-    Next,
-    /// Stop before this entity: the scan resumes here next time.
-    Stop,
-}
-
-/// Sees each entity of a scan as (encoded key, stored bytes) and says whether to go on.
-pub type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<Visit, StorageError> + 'a;
-
 type Gate<'a> = RwLockReadGuard<'a, bool>;
 
 /// From how many operations a commit reads the current rows in one pass over their span
-/// ([`Table::current_rows`]) rather than one point read each.
+/// ([`SledTable::current_rows`]) rather than one point read each.
 const SPAN_READ_MIN_KEYS: usize = 4;
 
-impl Table {
-    pub(super) fn new(id: u64, name: TableName, tree: sled::Tree, shared: Arc<Shared>) -> Table {
-        Table {
+impl SledTable {
+    pub(super) fn new(
+        id: u64,
+        name: TableName,
+        tree: sled::Tree,
+        shared: Arc<Shared>,
+    ) -> SledTable {
+        SledTable {
             id,
             name,
             tree,
             retired: RwLock::new(false),
             shared,
         }
-    }
-
-    /// The table's name as created.
-    pub fn name(&self) -> &TableName {
-        &self.name
-    }
-
-    /// A number that identifies this incarnation of the table (a re-created table gets a new one).
-    pub fn id(&self) -> u64 {
-        self.id
     }
 
     pub(super) fn tree_name(id: u64) -> String {
@@ -82,124 +58,6 @@ impl Table {
     fn gate(&self) -> Option<Gate<'_>> {
         let gate = self.retired.read().unwrap_or_else(|e| e.into_inner());
         (!*gate).then_some(gate)
-    }
-
-    /// Reads one entity in place, passing it to `read`; `Ok(None)` if it does not exist or the
-    /// table is gone. Waits while a commit is writing several rows of the entity's partition, so
-    /// that a reader who saw one row of a commit never finds another of its rows unwritten.
-    pub fn get<R>(
-        &self,
-        key: &EntityKey,
-        read: impl FnOnce(EntityView<'_>) -> Result<R, StorageError>,
-    ) -> Result<Option<R>, StorageError> {
-        let Some(_gate) = self.gate() else {
-            return Ok(None);
-        };
-        self.shared
-            .locks
-            .wait_for_writer(self.id, key.partition_key.as_bytes());
-        let encoded = key::encode(&key.partition_key, &key.row_key);
-        match self.tree.get(&encoded)? {
-            Some(bytes) => Ok(Some(read(EntityView::parse(&encoded, &bytes)?)?)),
-            None => Ok(None),
-        }
-    }
-
-    /// The only path that writes entities: applies `operations` on one partition atomically.
-    ///
-    /// Under the partition's lock every operation's precondition is checked against the current
-    /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
-    /// lock is released; scans hold the lock's shared side and point reads wait while rows are
-    /// written, so readers see all of them or none. A lone insert checks and writes in one step
-    /// ([`Table::insert_alone`]).
-    /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
-    /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
-    /// ticket when nothing was written. Each row appears at most once in
-    /// `operations` (the caller validates that), so no operation needs to see another's effect.
-    pub fn commit(
-        &self,
-        partition_key: &str,
-        mut operations: Vec<Operation>,
-    ) -> Result<Result<Committed, Rejection>, StorageError> {
-        let Some(_gate) = self.gate() else {
-            return Ok(Err(Rejection {
-                index: 0,
-                reason: RejectReason::TableGone,
-            }));
-        };
-        self.shared.space.check()?;
-        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
-        let now = self.shared.clock.next();
-        if let [Operation::Insert(_)] = operations.as_slice() {
-            let insert = operations.pop().expect("one operation");
-            return self.insert_alone(partition_key, insert, now);
-        }
-        let encoded_keys: Vec<Vec<u8>> = operations
-            .iter()
-            .map(|operation| key::encode(partition_key, operation.row_key()))
-            .collect();
-        let current_rows = self.current_rows(&encoded_keys)?;
-        let mut changes = Vec::with_capacity(operations.len());
-        let mut results = Vec::with_capacity(operations.len());
-        let rows = encoded_keys.into_iter().zip(current_rows);
-        for (index, (operation, (encoded_key, current_row))) in
-            operations.into_iter().zip(rows).enumerate()
-        {
-            let row_key = operation.row_key();
-            // Only a merge needs the current properties; skip materialising them otherwise.
-            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
-            let current = match &current_row {
-                Some(bytes) => {
-                    let key = EntityKey {
-                        partition_key: partition_key.to_owned(),
-                        row_key: row_key.to_owned(),
-                    };
-                    Some(codec::decode_selected(key, bytes, keep)?)
-                }
-                None => None,
-            };
-            let after = match operation.resolve(current, now) {
-                Err(refusal) => {
-                    let (_, row_key) = key::split(&encoded_key)?;
-                    return Ok(Err(Rejection {
-                        index,
-                        reason: RejectReason::Refused {
-                            row_key: row_key.to_owned(),
-                            refusal,
-                        },
-                    }));
-                }
-                Ok(Effect::Put(entity)) => {
-                    let value = codec::encode(entity.timestamp, &entity.properties);
-                    results.push(Some(entity));
-                    Some(value)
-                }
-                Ok(Effect::Remove) => {
-                    results.push(None);
-                    None
-                }
-                Ok(Effect::Nothing) => {
-                    results.push(None);
-                    continue;
-                }
-            };
-            changes.push(RowChange {
-                key: encoded_key,
-                after,
-                before: current_row,
-            });
-        }
-        if changes.is_empty() {
-            return Ok(Ok(Committed {
-                stored: results,
-                ticket: None,
-            }));
-        }
-        self.apply(&partition, partition_key, changes)?;
-        Ok(Ok(Committed {
-            stored: results,
-            ticket: self.shared.durability.record_write(),
-        }))
     }
 
     /// A lone insert (the commonest write) as one compare-and-swap that stores the entity only
@@ -327,57 +185,33 @@ impl Table {
         Ok(())
     }
 
-    /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
-    /// `reverse`, until the visitor says [`Visit::Stop`]; returns the key it stopped at (to resume
-    /// from, inclusive), or `None` when every range is exhausted.
-    ///
-    /// The visitor gets each entity's encoded key and stored bytes ([`super::EntityView`] reads them),
-    /// and runs under the shared side of that entity's partition lock: each partition's part of a
-    /// scan sees the partition at one instant, never half a transaction, while other scans read it
-    /// too. A commit of the partition waits for the visitor, so keep it short.
-    pub fn visit(
-        &self,
-        ranges: &[KeyRange],
-        reverse: bool,
-        visitor: &mut Visitor<'_>,
-    ) -> Result<Option<Vec<u8>>, StorageError> {
-        let Some(_gate) = self.gate() else {
-            return Ok(None);
-        };
-        let ordered: Box<dyn Iterator<Item = &KeyRange>> = if reverse {
-            Box::new(ranges.iter().rev())
-        } else {
-            Box::new(ranges.iter())
-        };
-        for range in ordered {
-            if let Some(resume_at) = self.visit_range(range, reverse, visitor)? {
-                return Ok(Some(resume_at));
-            }
-        }
-        Ok(None)
-    }
-
     fn visit_range(
         &self,
         range: &KeyRange,
         reverse: bool,
         visitor: &mut Visitor<'_>,
-    ) -> Result<Option<Vec<u8>>, StorageError> {
+    ) -> Result<Option<KeyPosition>, StorageError> {
         let mut remaining = range.clone();
         while let Some(next_key) = self.first_key(&remaining, reverse)? {
-            let partition_key = key::partition_of(&next_key).to_vec();
+            let (partition_key, _) = key::split(&next_key)?;
+            let partition_key = partition_key.to_owned();
             let part = remaining.within_partition(&partition_key);
-            let _partition = self.shared.locks.lock_for_scan(self.id, &partition_key);
+            let _partition = self
+                .shared
+                .locks
+                .lock_for_scan(self.id, partition_key.as_bytes());
             for item in self.iter(&part, reverse) {
                 let (encoded_key, value) = item?;
-                if visitor(&encoded_key, &value)? == Visit::Stop {
-                    return Ok(Some(encoded_key.to_vec()));
+                let (partition_key, row_key) = key::split(&encoded_key)?;
+                let entity = EntityView::parse(partition_key, row_key, &value)?;
+                if visitor(&entity)? == Visit::Stop {
+                    return Ok(Some(KeyPosition::row(entity.partition_key, entity.row_key)));
                 }
             }
             if reverse {
-                remaining.end = Bound::Excluded(key::partition_start(&partition_key));
+                remaining.end = Bound::Excluded(KeyPosition::row(partition_key, ""));
             } else {
-                remaining.start = Bound::Included(key::partition_end(&partition_key));
+                remaining.start = Bound::Included(KeyPosition::after_rows(partition_key));
             }
         }
         Ok(None)
@@ -398,12 +232,174 @@ impl Table {
         if range.is_empty() {
             return Box::new(std::iter::empty());
         }
-        let iter = self.tree.range(range.bounds());
+        let iter = self.tree.range(key::bounds(range));
         if reverse {
             Box::new(iter.rev())
         } else {
             Box::new(iter)
         }
+    }
+}
+
+impl Table for SledTable {
+    /// The table's name as created.
+    fn name(&self) -> &TableName {
+        &self.name
+    }
+
+    /// A number that identifies this incarnation of the table (a re-created table gets a new one).
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Waits while a commit is writing several rows of the entity's partition, so that a reader
+    /// who saw one row of a commit never finds another of its rows unwritten.
+    fn get(
+        &self,
+        key: &EntityKey,
+        read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+    ) -> Result<bool, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(false);
+        };
+        self.shared
+            .locks
+            .wait_for_writer(self.id, key.partition_key.as_bytes());
+        let encoded = key::encode(&key.partition_key, &key.row_key);
+        match self.tree.get(&encoded)? {
+            Some(bytes) => {
+                read(EntityView::parse(&key.partition_key, &key.row_key, &bytes)?)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The only path that writes entities: applies `operations` on one partition atomically.
+    ///
+    /// Under the partition's lock every operation's precondition is checked against the current
+    /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
+    /// lock is released; scans hold the lock's shared side and point reads wait while rows are
+    /// written, so readers see all of them or none. A lone insert checks and writes in one step
+    /// ([`Table::insert_alone`]).
+    /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
+    /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
+    /// ticket when nothing was written. Each row appears at most once in
+    /// `operations` (the caller validates that), so no operation needs to see another's effect.
+    fn commit(
+        &self,
+        partition_key: &str,
+        mut operations: Vec<Operation>,
+    ) -> Result<Result<Committed, Rejection>, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::TableGone,
+            }));
+        };
+        self.shared.space.check()?;
+        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
+        let now = self.shared.clock.next();
+        if let [Operation::Insert(_)] = operations.as_slice() {
+            let insert = operations.pop().expect("one operation");
+            return self.insert_alone(partition_key, insert, now);
+        }
+        let encoded_keys: Vec<Vec<u8>> = operations
+            .iter()
+            .map(|operation| key::encode(partition_key, operation.row_key()))
+            .collect();
+        let current_rows = self.current_rows(&encoded_keys)?;
+        let mut changes = Vec::with_capacity(operations.len());
+        let mut results = Vec::with_capacity(operations.len());
+        let rows = encoded_keys.into_iter().zip(current_rows);
+        for (index, (operation, (encoded_key, current_row))) in
+            operations.into_iter().zip(rows).enumerate()
+        {
+            let row_key = operation.row_key();
+            // Only a merge needs the current properties; skip materialising them otherwise.
+            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
+            let current = match &current_row {
+                Some(bytes) => {
+                    let key = EntityKey {
+                        partition_key: partition_key.to_owned(),
+                        row_key: row_key.to_owned(),
+                    };
+                    Some(codec::decode_selected(key, bytes, keep)?)
+                }
+                None => None,
+            };
+            let after = match operation.resolve(current, now) {
+                Err(refusal) => {
+                    let (_, row_key) = key::split(&encoded_key)?;
+                    return Ok(Err(Rejection {
+                        index,
+                        reason: RejectReason::Refused {
+                            row_key: row_key.to_owned(),
+                            refusal,
+                        },
+                    }));
+                }
+                Ok(Effect::Put(entity)) => {
+                    let value = codec::encode(entity.timestamp, &entity.properties);
+                    results.push(Some(entity));
+                    Some(value)
+                }
+                Ok(Effect::Remove) => {
+                    results.push(None);
+                    None
+                }
+                Ok(Effect::Nothing) => {
+                    results.push(None);
+                    continue;
+                }
+            };
+            changes.push(RowChange {
+                key: encoded_key,
+                after,
+                before: current_row,
+            });
+        }
+        if changes.is_empty() {
+            return Ok(Ok(Committed {
+                stored: results,
+                ticket: None,
+            }));
+        }
+        self.apply(&partition, partition_key, changes)?;
+        Ok(Ok(Committed {
+            stored: results,
+            ticket: self.shared.durability.record_write(),
+        }))
+    }
+
+    /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
+    /// `reverse`, until the visitor says [`Visit::Stop`]; returns the key it stopped at (to resume
+    /// from, inclusive), or `None` when every range is exhausted.
+    ///
+    /// The visitor gets each entity's encoded key and stored bytes ([`super::EntityView`] reads them),
+    /// and runs under the shared side of that entity's partition lock: each partition's part of a
+    /// scan sees the partition at one instant, never half a transaction, while other scans read it
+    /// too. A commit of the partition waits for the visitor, so keep it short.
+    fn visit(
+        &self,
+        ranges: &[KeyRange],
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<KeyPosition>, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(None);
+        };
+        let ordered: Box<dyn Iterator<Item = &KeyRange>> = if reverse {
+            Box::new(ranges.iter().rev())
+        } else {
+            Box::new(ranges.iter())
+        };
+        for range in ordered {
+            if let Some(resume_at) = self.visit_range(range, reverse, visitor)? {
+                return Ok(Some(resume_at));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -413,15 +409,14 @@ mod tests {
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{Store, StoreOptions};
+    use crate::storage::{read_entity, SledStore, Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
-    fn table_with_even_rows(dir: &std::path::Path) -> (Store, Arc<Table>) {
-        let store = Store::open(dir, StoreOptions::default()).unwrap();
-        let table = store
-            .create_table(&TableName::parse("Rows").unwrap())
-            .unwrap()
-            .unwrap();
+    fn table_with_even_rows(dir: &std::path::Path) -> (SledStore, Arc<SledTable>) {
+        let store = SledStore::open(dir, StoreOptions::default()).unwrap();
+        let name = TableName::parse("Rows").unwrap();
+        store.create_table(&name).unwrap().unwrap();
+        let table = store.sled_table(&name).unwrap();
         let inserts = (0..200)
             .step_by(2)
             .map(|row| insert(&format!("r{row:03}"), row))
@@ -442,10 +437,10 @@ mod tests {
     }
 
     /// How many entities a whole-table scan of `table` visits.
-    fn count_all(table: &Table) -> usize {
+    fn count_all(table: &SledTable) -> usize {
         let mut seen = 0;
         table
-            .visit(&[KeyRange::all()], false, &mut |_, _| {
+            .visit(&[KeyRange::all()], false, &mut |_| {
                 seen += 1;
                 Ok(Visit::Next)
             })
@@ -459,7 +454,7 @@ mod tests {
         let (_store, table) = table_with_even_rows(dir.path());
         let mut seen = 0;
         table
-            .visit(&[KeyRange::all()], false, &mut |_, _| {
+            .visit(&[KeyRange::all()], false, &mut |_| {
                 if seen == 0 {
                     // A second scan of the partition while this one holds it runs to its end.
                     let (other, done) = std::sync::mpsc::channel();
@@ -504,14 +499,13 @@ mod tests {
             .unwrap();
         let entity = stored.stored[0].as_ref().expect("the stored entity");
         assert_eq!(entity.key.row_key, "r011");
-        let read = table
-            .get(&entity.key, |view| Ok(view.timestamp))
+        let read = read_entity(table.as_ref(), &entity.key, |view| Ok(view.timestamp))
             .unwrap()
             .expect("the row is stored");
         assert_eq!(read, entity.timestamp);
     }
 
-    fn point_reads(table: &Table, keys: &[Vec<u8>]) -> Vec<Option<sled::IVec>> {
+    fn point_reads(table: &SledTable, keys: &[Vec<u8>]) -> Vec<Option<sled::IVec>> {
         keys.iter().map(|k| table.tree.get(k).unwrap()).collect()
     }
 
@@ -616,8 +610,10 @@ mod tests {
             store.flush().unwrap();
             before
         };
-        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let table = store.table(&TableName::parse("Rows").unwrap()).unwrap();
+        let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let table = store
+            .sled_table(&TableName::parse("Rows").unwrap())
+            .unwrap();
         assert_eq!(table.tree.get(&r000).unwrap(), before, "r000 is back");
         assert_eq!(table.tree.get(&r001).unwrap(), None, "r001 is gone again");
         assert!(store.shared.undo.is_empty());

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::catalog::TableRecord;
-use super::{StorageError, Table, TABLE_TREE_PREFIX};
+use super::{SledTable, StorageError, Table, TABLE_TREE_PREFIX};
 
 /// The reclaimer thread's nice value: below requests, above nothing in particular.
 const RECLAIMER_NICE: i32 = 10;
@@ -92,7 +92,7 @@ fn reclaim(
     stopping: &AtomicBool,
 ) -> Result<Outcome, StorageError> {
     let started = Instant::now();
-    let tree_name = Table::tree_name(record.id);
+    let tree_name = SledTable::tree_name(record.id);
     // Opening a tree a crash already dropped creates it empty; it is dropped again below.
     let tree = db.open_tree(&tree_name)?;
     let mut rows = 0u64;
@@ -128,13 +128,13 @@ fn lower_this_threads_priority() {
 /// recording it.
 pub(super) fn drop_orphan_trees(
     db: &sled::Db,
-    live: &HashMap<String, Arc<Table>>,
+    live: &HashMap<String, Arc<SledTable>>,
     deleting: &[TableRecord],
 ) -> Result<(), StorageError> {
     let known: Vec<String> = live
         .values()
-        .map(|t| Table::tree_name(t.id()))
-        .chain(deleting.iter().map(|r| Table::tree_name(r.id)))
+        .map(|t| SledTable::tree_name(t.id()))
+        .chain(deleting.iter().map(|r| SledTable::tree_name(r.id)))
         .collect();
     for tree_name in db.tree_names() {
         let tree_name = String::from_utf8_lossy(&tree_name).into_owned();
@@ -147,9 +147,9 @@ pub(super) fn drop_orphan_trees(
 
 #[cfg(test)]
 mod tests {
+    use super::super::catalog::TableState;
     use super::*;
     use crate::model::TableName;
-    use crate::storage::catalog::TableState;
 
     /// A sled database holding a catalog and one deleted table of `rows` rows.
     fn deleted_table(dir: &std::path::Path, rows: u32) -> (sled::Db, sled::Tree, TableRecord) {
@@ -163,7 +163,7 @@ mod tests {
         catalog
             .insert(record.name.folded(), record.encode())
             .unwrap();
-        let tree = db.open_tree(Table::tree_name(record.id)).unwrap();
+        let tree = db.open_tree(SledTable::tree_name(record.id)).unwrap();
         for row in 0..rows {
             tree.insert(row.to_be_bytes(), vec![0u8; 100]).unwrap();
         }
@@ -171,7 +171,7 @@ mod tests {
     }
 
     fn has_tree(db: &sled::Db, record: &TableRecord) -> bool {
-        let name = Table::tree_name(record.id);
+        let name = SledTable::tree_name(record.id);
         db.tree_names().iter().any(|t| t == name.as_bytes())
     }
 
@@ -214,7 +214,7 @@ mod tests {
     fn reclaiming_a_tree_a_crash_already_dropped_removes_the_record() {
         let dir = tempfile::tempdir().unwrap();
         let (db, catalog, record) = deleted_table(dir.path(), 10);
-        db.drop_tree(Table::tree_name(record.id).as_bytes())
+        db.drop_tree(SledTable::tree_name(record.id).as_bytes())
             .unwrap();
         let outcome = reclaim_unstopped(&db, &catalog, &record);
         assert_eq!(outcome, Outcome::Reclaimed { rows: 0 });

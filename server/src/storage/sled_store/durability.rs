@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::StorageError;
+use super::{DurableListener, StorageError, Ticket};
 
 /// When writes become durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +24,6 @@ pub enum Durability {
         flush_every_ms: u64,
     },
 }
-
-/// Identifies an applied write: it is durable once the durable ticket reaches it.
-pub type Ticket = u64;
-
-/// Called by the flusher with the highest durable ticket after each flush.
-pub type DurableListener = Box<dyn Fn(Ticket) + Send + Sync>;
 
 #[derive(Default)]
 struct Progress {

@@ -1,0 +1,301 @@
+//! The storage contract, checked against a model: random sequences of partition commits (with
+//! preconditions that hold and that fail), point reads, forward, reverse, prefix and bounded scans
+//! resumed from where they stopped, and table deletion, each compared with a `BTreeMap` of what
+//! the store should hold. [`check_contract`] speaks only the contract's traits, so every store runs
+//! it unchanged: a new store adds one `#[test]` that opens it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use trestle_server::model::{
+    CheckCondition, ETag, EntityKey, IfMatch, KeyPosition, KeyRange, NewEntity, Operation,
+    Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
+};
+use trestle_server::storage::{
+    read_entity, RejectReason, SledStore, Store, StoreOptions, Table, Visit,
+};
+
+/// A small deterministic generator (xorshift64*), so a failing seed can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
+
+const PARTITIONS: &[&str] = &["a", "ab", "b", "é"];
+const ROWS: &[&str] = &["", "log-1", "log-2", "log-10", "m", "z", "zz", "ü"];
+
+type Model = BTreeMap<(String, String), StoredEntity>;
+
+fn key(partition_key: &str, row_key: &str) -> EntityKey {
+    EntityKey::new(partition_key.into(), row_key.into()).unwrap()
+}
+
+fn new_entity(rng: &mut Rng, partition_key: &str, row_key: &str) -> NewEntity {
+    let mut properties = Properties::new();
+    for name in ["N", "S"] {
+        if rng.below(2) == 0 {
+            let value = match name {
+                "N" => Value::Int64(rng.below(100) as i64),
+                _ => Value::String(format!("s{}", rng.below(10))),
+            };
+            properties.insert(name.into(), value);
+        }
+    }
+    NewEntity::new(key(partition_key, row_key), properties).unwrap()
+}
+
+/// An `if_match` for the row: `*`, its current ETag, or a stale one.
+fn if_match(rng: &mut Rng, current: Option<&StoredEntity>) -> IfMatch {
+    match (rng.below(3), current) {
+        (0, _) | (_, None) => IfMatch::Any,
+        (1, Some(entity)) => IfMatch::Tag(entity.etag()),
+        (_, Some(entity)) => IfMatch::Tag(ETag::for_timestamp(Ticks(entity.timestamp.0 - 1))),
+    }
+}
+
+fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: &str) -> Operation {
+    let current = model.get(&(partition_key.to_owned(), row_key.to_owned()));
+    match rng.below(7) {
+        0 | 1 => Operation::Insert(new_entity(rng, partition_key, row_key)),
+        2 => Operation::Update(
+            new_entity(rng, partition_key, row_key),
+            if_match(rng, current),
+        ),
+        3 => Operation::Merge(
+            new_entity(rng, partition_key, row_key),
+            if_match(rng, current),
+        ),
+        4 => {
+            let mode = if rng.below(2) == 0 {
+                UpsertMode::Replace
+            } else {
+                UpsertMode::Merge
+            };
+            Operation::Upsert(new_entity(rng, partition_key, row_key), mode)
+        }
+        5 => Operation::Delete {
+            row_key: row_key.to_owned(),
+            if_match: if_match(rng, current),
+        },
+        _ => Operation::Check {
+            row_key: row_key.to_owned(),
+            condition: if rng.below(2) == 0 {
+                CheckCondition::NotExists
+            } else {
+                CheckCondition::Exists(if_match(rng, current))
+            },
+        },
+    }
+}
+
+/// A commit of 1 to 4 operations on distinct rows of one partition, checked against the model:
+/// the first refused operation (by the model's own rules) is the one the store names, and
+/// nothing changes; otherwise every effect lands, with timestamps that only grow.
+fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
+    let partition_key = rng.pick(PARTITIONS);
+    let mut rows: Vec<&str> = Vec::new();
+    for _ in 0..1 + rng.below(4) {
+        let row = rng.pick(ROWS);
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    let operations: Vec<Operation> = rows
+        .iter()
+        .map(|row| random_operation(rng, model, partition_key, row))
+        .collect();
+    let mut expected = Vec::new();
+    let mut refused_at = None;
+    for (index, operation) in operations.iter().enumerate() {
+        let row = (partition_key.to_owned(), operation.row_key().to_owned());
+        match operation
+            .clone()
+            .resolve(model.get(&row).cloned(), Ticks(1))
+        {
+            Ok(effect) => expected.push((row, effect)),
+            Err(_) => {
+                refused_at = Some(index);
+                break;
+            }
+        }
+    }
+    let outcome = table.commit(partition_key, operations).unwrap();
+    match (outcome, refused_at) {
+        (Err(rejection), Some(index)) => {
+            assert_eq!(rejection.index, index, "the refused operation");
+            assert!(matches!(rejection.reason, RejectReason::Refused { .. }));
+        }
+        (Ok(committed), None) => {
+            for ((row, effect), stored) in expected.into_iter().zip(committed.stored) {
+                match effect {
+                    trestle_server::model::Effect::Put(entity) => {
+                        let stored = stored.expect("a put stores an entity");
+                        assert_eq!(stored.key, entity.key);
+                        assert_eq!(stored.properties, entity.properties);
+                        if let Some(previous) = model.get(&row) {
+                            assert!(stored.timestamp > previous.timestamp, "timestamps grow");
+                        }
+                        model.insert(row, stored);
+                    }
+                    trestle_server::model::Effect::Remove => {
+                        model.remove(&row);
+                    }
+                    trestle_server::model::Effect::Nothing => {}
+                }
+            }
+        }
+        (outcome, refused_at) => {
+            panic!("store answered {outcome:?}, the model expected a refusal at {refused_at:?}")
+        }
+    }
+}
+
+fn point_reads(table: &dyn Table, model: &Model) {
+    for partition_key in PARTITIONS {
+        for row_key in ROWS {
+            let read = read_entity(table, &key(partition_key, row_key), |view| {
+                let properties: Properties = view
+                    .properties()
+                    .map(|p| p.map(|(name, value)| (name.to_owned(), value.to_value())))
+                    .collect::<Result<_, _>>()?;
+                Ok((view.timestamp, properties))
+            })
+            .unwrap();
+            let expected = model
+                .get(&(partition_key.to_string(), row_key.to_string()))
+                .map(|e| (e.timestamp, e.properties.clone()));
+            assert_eq!(read, expected, "point read of ({partition_key}, {row_key})");
+        }
+    }
+}
+
+/// Random ranges of the kinds the planner emits: whole table, a partition, a row range, a row
+/// prefix, a partition range, and two partitions at once.
+fn random_ranges(rng: &mut Rng) -> Vec<KeyRange> {
+    let pk = rng.pick(PARTITIONS);
+    match rng.below(6) {
+        0 => vec![KeyRange::all()],
+        1 => vec![KeyRange::partition(pk)],
+        2 => vec![KeyRange::rows(pk, rng.pick(ROWS), rng.pick(ROWS))],
+        3 => vec![KeyRange::row_prefix(
+            pk,
+            rng.pick(&["log-", "log-1", "z", ""]),
+        )],
+        4 => vec![KeyRange {
+            start: trestle_server::model::partition_start(rng.pick(PARTITIONS)),
+            end: trestle_server::model::partition_end(rng.pick(PARTITIONS)),
+        }],
+        _ => vec![KeyRange::partition("a"), KeyRange::partition("b")],
+    }
+    .into_iter()
+    .filter(|range| !range.is_empty())
+    .collect()
+}
+
+/// A scan of random ranges, in random direction, read in chunks of random size that resume where
+/// the previous one stopped: together they read exactly the model's keys in those ranges, in
+/// order.
+fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
+    let ranges = random_ranges(rng);
+    let reverse = rng.below(2) == 0;
+    let mut expected: Vec<(String, String)> = model
+        .keys()
+        .filter(|(pk, rk)| {
+            let position = KeyPosition::row(pk.as_str(), rk.as_str());
+            ranges.iter().any(|range| range.contains(&position))
+        })
+        .cloned()
+        .collect();
+    if reverse {
+        expected.reverse();
+    }
+    let mut remaining = ranges;
+    let mut read = Vec::new();
+    loop {
+        let chunk = 1 + rng.below(4);
+        let mut taken = 0;
+        let stopped = table
+            .visit(&remaining, reverse, &mut |entity| {
+                if taken == chunk {
+                    return Ok(Visit::Stop);
+                }
+                taken += 1;
+                read.push((entity.partition_key.to_owned(), entity.row_key.to_owned()));
+                Ok(Visit::Next)
+            })
+            .unwrap();
+        let Some(position) = stopped else { break };
+        remaining = remaining
+            .iter()
+            .map(|range| range.from(&position, reverse))
+            .filter(|range| !range.is_empty())
+            .collect();
+    }
+    assert_eq!(read, expected, "scan (reverse: {reverse})");
+}
+
+/// Runs `steps` random steps against `store`, checking each against the model.
+pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
+    let mut rng = Rng(seed);
+    let name = TableName::parse("Contract").unwrap();
+    let mut table: Arc<dyn Table> = store.create_table(&name).unwrap().unwrap();
+    let mut model = Model::new();
+    for _ in 0..steps {
+        match rng.below(20) {
+            0..=9 => commit(&mut rng, table.as_ref(), &mut model),
+            10..=11 => point_reads(table.as_ref(), &model),
+            12..=18 => scan(&mut rng, table.as_ref(), &model),
+            _ => {
+                // Deleting the table: the old handle refuses commits and reads nothing; a table
+                // of the same name starts empty.
+                assert!(store.delete_table(&name).unwrap());
+                assert!(store.table(&name).is_none());
+                let gone =
+                    table.commit("a", vec![Operation::Insert(new_entity(&mut rng, "a", "r"))]);
+                assert!(matches!(
+                    gone.unwrap(),
+                    Err(rejection) if rejection.reason == RejectReason::TableGone
+                ));
+                assert_eq!(
+                    table
+                        .visit(&[KeyRange::all()], false, &mut |_| Ok(Visit::Next))
+                        .unwrap(),
+                    None
+                );
+                model.clear();
+                table = loop {
+                    match store.create_table(&name).unwrap() {
+                        Ok(table) => break table,
+                        // Its rows are still being reclaimed.
+                        Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                    }
+                };
+                point_reads(table.as_ref(), &model);
+            }
+        }
+    }
+    point_reads(table.as_ref(), &model);
+}
+
+#[test]
+fn the_sled_store_keeps_the_contract() {
+    for seed in [1, 2, 3, 0x5eed] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
+        check_contract(&store, seed, 400);
+    }
+}
