@@ -132,6 +132,33 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
+    /// Connections within `limits`; with `tls`, tonic times the TLS handshake, and sees the
+    /// HTTP/2 preface inside it.
+    pub(crate) fn for_limits(limits: &crate::config::Limits, tls: bool) -> Connections {
+        let timeouts = ConnectionTimeouts {
+            handshake: (!tls).then_some(limits.handshake_timeout),
+            idle: limits.idle_timeout,
+        };
+        Connections::new(limits.max_connections, timeouts)
+    }
+
+    /// The connections `listener` accepts, tracked (those over the cap closed at once).
+    pub(crate) fn accept(
+        &self,
+        listener: tokio::net::TcpListener,
+    ) -> impl tokio_stream::Stream<Item = io::Result<Closable<tokio::net::TcpStream>>> + '_ {
+        use tokio_stream::StreamExt;
+        tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .filter_map(|accepted| match accepted {
+                Ok(connection) => {
+                    let remote = connection.peer_addr().ok();
+                    self.track(connection, remote).map(Ok)
+                }
+                Err(error) => Some(Err(error)),
+            })
+    }
+
     pub(crate) fn new(max_open: usize, timeouts: ConnectionTimeouts) -> Connections {
         let (alive, all_dropped) = mpsc::channel(1);
         Connections {

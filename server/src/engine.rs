@@ -9,8 +9,8 @@ use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableNa
 use crate::query::{self, PlanKind, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    read_entity, Committed, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection,
-    SledStore, StorageError, Store, StoreOptions, Table, Ticket,
+    read_entity, Attempt, Committed, CreateRefusal, DurableListener, EntityView, RejectReason,
+    Rejection, SledStore, StorageError, Store, StoreOptions, Table, Ticket, Waiting,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -187,65 +187,97 @@ impl Engine {
         })
     }
 
-    /// Applies one write outside a transaction; acknowledge it once its ticket is durable.
+    /// Applies one write outside a transaction; acknowledge it once its ticket is durable. Not
+    /// allowed to wait, it gives the operation back rather than wait for its partition.
     pub fn write(
         &self,
         table: &str,
         operation: Operation,
-    ) -> Result<Pending<Option<StoredEntity>>, TableError> {
+        waiting: Waiting,
+    ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
         let partition_key = operation
             .partition_key()
             .expect("single-entity writes carry their entity")
             .to_owned();
-        let committed = self.commit(table, &partition_key, vec![operation], false)?;
-        Ok(committed.map(|mut stored| stored.pop().flatten()))
+        let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
+        Ok(match attempt {
+            Attempt::Done(committed) => {
+                Attempt::Done(committed.map(|mut stored| stored.pop().flatten()))
+            }
+            Attempt::WouldWait(mut operations) => {
+                Attempt::WouldWait(operations.pop().expect("the one operation"))
+            }
+        })
     }
 
-    /// Deletes one entity outside a transaction.
+    /// Deletes one entity outside a transaction. Not allowed to wait, it gives the key and
+    /// condition back rather than wait for its partition.
     pub fn delete(
         &self,
         table: &str,
         key: EntityKey,
         if_match: IfMatch,
-    ) -> Result<Pending<()>, TableError> {
-        let operation = Operation::Delete {
-            row_key: key.row_key,
-            if_match,
-        };
-        Ok(self
-            .commit(table, &key.partition_key, vec![operation], false)?
-            .map(drop))
+        waiting: Waiting,
+    ) -> Result<Attempt<Pending<()>, (EntityKey, IfMatch)>, TableError> {
+        let EntityKey {
+            partition_key,
+            row_key,
+        } = key;
+        let operation = Operation::Delete { row_key, if_match };
+        let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
+        Ok(match attempt {
+            Attempt::Done(committed) => Attempt::Done(committed.map(drop)),
+            Attempt::WouldWait(mut operations) => match operations.pop() {
+                Some(Operation::Delete { row_key, if_match }) => Attempt::WouldWait((
+                    EntityKey {
+                        partition_key,
+                        row_key,
+                    },
+                    if_match,
+                )),
+                _ => unreachable!("the one delete is given back"),
+            },
+        })
     }
 
     /// Applies a transaction: all operations or none. Errors name the failing operation's index.
+    /// Not allowed to wait, it gives the operations back rather than wait for the partition.
+    #[allow(clippy::type_complexity)]
     pub fn transact(
         &self,
         table: &str,
         partition_key: &str,
         operations: Vec<Operation>,
         request_bytes: usize,
-    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+        waiting: Waiting,
+    ) -> Result<Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit(table, partition_key, operations, true)
+        self.commit(table, partition_key, operations, true, waiting)
             .map_err(|error| match error {
                 TableError::TableNotFound(_) => error.at_operation(0),
                 other => other,
             })
     }
 
+    #[allow(clippy::type_complexity)]
     fn commit(
         &self,
         table_name: &str,
         partition_key: &str,
         operations: Vec<Operation>,
         in_transaction: bool,
-    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+        waiting: Waiting,
+    ) -> Result<Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>, TableError> {
         let table = self.table(table_name)?;
-        match table.commit(partition_key, operations)? {
-            Ok(Committed { stored, ticket }) => Ok(Pending {
+        let committed = match table.commit(partition_key, operations, waiting)? {
+            Attempt::Done(committed) => committed,
+            Attempt::WouldWait(operations) => return Ok(Attempt::WouldWait(operations)),
+        };
+        match committed {
+            Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
                 value: stored,
                 ticket,
-            }),
+            })),
             Err(Rejection { index, reason }) => {
                 let error = rejection_error(table.as_ref(), partition_key, reason);
                 Err(if in_transaction {
@@ -258,24 +290,35 @@ impl Engine {
     }
 
     /// Reads one entity in place, showing only the `select`ed properties (all when empty), and
-    /// passes it to `read`.
-    pub fn get<R>(
+    /// passes it to `read`. Not allowed to wait, it gives `read` back rather than wait for a
+    /// commit in progress on the partition.
+    pub fn get<R, F>(
         &self,
         table: &str,
-        key: EntityKey,
-        select: Vec<String>,
-        read: impl FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
-    ) -> Result<R, TableError> {
-        let select = query::validate_select(select)?;
+        key: &EntityKey,
+        select: &[String],
+        read: F,
+        waiting: Waiting,
+    ) -> Result<Attempt<R, F>, TableError>
+    where
+        F: FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
+    {
+        query::validate_selection(select)?;
         let table = self.table(table)?;
-        match read_entity(table.as_ref(), &key, |entity| {
-            read(&entity.selecting(&select))
-        })? {
-            Some(read) => Ok(read),
-            None => Err(TableError::EntityNotFound {
-                partition_key: key.partition_key,
-                row_key: key.row_key,
+        let mut read = Some(read);
+        let attempt = read_entity(
+            table.as_ref(),
+            key,
+            |entity| (read.take().expect("read once"))(&entity.selecting(select)),
+            waiting,
+        )?;
+        match attempt {
+            Attempt::Done(Some(value)) => Ok(Attempt::Done(value)),
+            Attempt::Done(None) => Err(TableError::EntityNotFound {
+                partition_key: key.partition_key.clone(),
+                row_key: key.row_key.clone(),
             }),
+            Attempt::WouldWait(_) => Ok(Attempt::WouldWait(read.expect("not read"))),
         }
     }
 

@@ -18,7 +18,9 @@ pub mod error;
 pub mod grpc;
 pub mod model;
 pub mod query;
+mod routes;
 pub mod scan;
+mod shutdown;
 pub mod storage;
 pub mod transaction;
 
@@ -27,10 +29,6 @@ use std::sync::Arc;
 
 pub use config::{Args, Config};
 pub use engine::Engine;
-use tokio_stream::StreamExt;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
-use trestle_proto::pb::table_service_server::TableServiceServer;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -82,90 +80,18 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || Engine::open(&config.data_dir, config.store)).await??
     };
     let engine = Arc::new(engine);
-    let api = grpc::TableApi::new(engine.clone(), config.authenticator.clone(), &config.limits);
-    let table_service =
-        TableServiceServer::new(api).max_decoding_message_size(config.limits.max_message_bytes);
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<TableServiceServer<grpc::TableApi>>()
-        .await;
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(trestle_proto::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let introspection = grpc::introspection_guard(
-        config
-            .protect_introspection
-            .then(|| config.authenticator.clone()),
-    );
-    let limits = &config.limits;
-    let mut server = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(limits.max_concurrent_streams))
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout));
-    if let Some(identity) = &config.tls {
-        let identity = tonic::transport::Identity::from_pem(&identity.cert_pem, &identity.key_pem);
-        server = server.tls_config(
-            tonic::transport::ServerTlsConfig::new()
-                .identity(identity)
-                .timeout(limits.handshake_timeout),
-        )?;
-    }
-    let mut server = server.layer(grpc::EdgeLayer);
+    let routes = routes::routes(engine.clone(), &config).await?;
+    let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
+    let incoming = connections.accept(listener);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");
-    // After `shutdown`, open calls get `shutdown_grace` to finish; a call that would outlast it (a
-    // stream whose reader stopped reading, say) must not keep the process from exiting.
-    let (shutdown_begun, grace_started) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        shutdown.await;
-        let _ = shutdown_begun.send(());
-    };
-    let grace = config.shutdown_grace;
-    let grace_over = async move {
-        if grace_started.await.is_ok() {
-            tokio::time::sleep(grace).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    let timeouts = connections::ConnectionTimeouts {
-        // With TLS, tonic times the TLS handshake and sees the HTTP/2 preface inside it.
-        handshake: config.tls.is_none().then_some(limits.handshake_timeout),
-        idle: limits.idle_timeout,
-    };
-    let connections = connections::Connections::new(limits.max_connections, timeouts);
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .filter_map(|accepted| match accepted {
-            Ok(connection) => {
-                let remote = connection.peer_addr().ok();
-                connections.track(connection, remote).map(Ok)
-            }
-            Err(error) => Some(Err(error)),
-        });
-    let serving = server
-        .add_service(table_service)
-        .add_service(InterceptedService::new(
-            health_service,
-            introspection.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            reflection().build_v1()?,
-            introspection.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            reflection().build_v1alpha()?,
-            introspection,
-        ))
+    let (shutdown, grace_over) = shutdown::with_grace(shutdown, config.shutdown_grace);
+    let serving = routes::transport(&config)?
+        .layer(grpc::EdgeLayer)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown);
     let served = tokio::select! {
         served = serving => served,
-        () = grace_over => {
-            tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the shutdown grace period; closing their connections");
-            Ok(())
-        }
+        () = grace_over => Ok(()),
     };
     // Also when the transport failed: no connection outlives `serve`.
     connections.close_all().await;

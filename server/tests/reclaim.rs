@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use support::fill;
 use trestle_server::error::{ErrorCode, TableError};
 use trestle_server::model::EntityKey;
-use trestle_server::storage::StoreOptions;
+use trestle_server::storage::{StoreOptions, Waiting};
 use trestle_server::Engine;
 
 fn options(reclaim: bool) -> StoreOptions {
@@ -30,12 +30,17 @@ fn recreating_a_table_while_it_is_reclaimed_is_refused() {
     fill(&engine, "Events", 1_000);
     engine.delete_table("events").unwrap();
     assert_eq!(
-        code(engine.get(
-            "Events",
-            EntityKey::new("p".into(), "0000-000".into()).unwrap(),
-            vec![],
-            |entity| Ok(entity.row_key.to_owned())
-        )),
+        code(
+            engine
+                .get(
+                    "Events",
+                    &EntityKey::new("p".into(), "0000-000".into()).unwrap(),
+                    &[],
+                    |entity| Ok(entity.row_key.to_owned()),
+                    Waiting::Allowed,
+                )
+                .map(|attempt| attempt.ran())
+        ),
         ErrorCode::TableNotFound
     );
     assert_eq!(

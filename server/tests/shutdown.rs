@@ -9,7 +9,7 @@ use support::Client;
 use tokio::sync::oneshot;
 use trestle_proto::pb;
 use trestle_server::model::EntityKey;
-use trestle_server::storage::StoreOptions;
+use trestle_server::storage::{StoreOptions, Waiting};
 use trestle_server::Engine;
 
 const TABLE: &str = "Embedded";
@@ -74,5 +74,7 @@ async fn serve_closes_the_connections_still_open_after_its_grace_period_and_free
         partition_key: "p".into(),
         row_key: "39-099".into(),
     };
-    assert!(engine.get(TABLE, key, Vec::new(), |_| Ok(())).is_ok());
+    assert!(engine
+        .get(TABLE, &key, &[], |_| Ok(()), Waiting::Allowed)
+        .is_ok());
 }

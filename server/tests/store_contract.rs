@@ -12,7 +12,7 @@ use trestle_server::model::{
     Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
-    read_entity, RejectReason, SledStore, Store, StoreOptions, Table, Visit,
+    read_entity, RejectReason, SledStore, Store, StoreOptions, Table, Visit, Waiting,
 };
 
 /// A small deterministic generator (xorshift64*), so a failing seed can be replayed.
@@ -133,7 +133,10 @@ fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
             }
         }
     }
-    let outcome = table.commit(partition_key, operations).unwrap();
+    let outcome = table
+        .commit(partition_key, operations, Waiting::Allowed)
+        .unwrap()
+        .ran();
     match (outcome, refused_at) {
         (Err(rejection), Some(index)) => {
             assert_eq!(rejection.index, index, "the refused operation");
@@ -167,14 +170,16 @@ fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
 fn point_reads(table: &dyn Table, model: &Model) {
     for partition_key in PARTITIONS {
         for row_key in ROWS {
-            let read = read_entity(table, &key(partition_key, row_key), |view| {
+            let read = |view: trestle_server::storage::EntityView<'_>| {
                 let properties: Properties = view
                     .properties()
                     .map(|p| p.map(|(name, value)| (name.to_owned(), value.to_value())))
                     .collect::<Result<_, _>>()?;
                 Ok((view.timestamp, properties))
-            })
-            .unwrap();
+            };
+            let read = read_entity(table, &key(partition_key, row_key), read, Waiting::Allowed)
+                .unwrap()
+                .ran();
             let expected = model
                 .get(&(partition_key.to_string(), row_key.to_string()))
                 .map(|e| (e.timestamp, e.properties.clone()));
@@ -264,10 +269,10 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
                 // of the same name starts empty.
                 assert!(store.delete_table(&name).unwrap());
                 assert!(store.table(&name).is_none());
-                let gone =
-                    table.commit("a", vec![Operation::Insert(new_entity(&mut rng, "a", "r"))]);
+                let insert = vec![Operation::Insert(new_entity(&mut rng, "a", "r"))];
+                let gone = table.commit("a", insert, Waiting::Allowed);
                 assert!(matches!(
-                    gone.unwrap(),
+                    gone.unwrap().ran(),
                     Err(rejection) if rejection.reason == RejectReason::TableGone
                 ));
                 assert_eq!(

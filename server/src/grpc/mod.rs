@@ -1,14 +1,14 @@
 //! The gRPC edge, and the only module that names tonic or `pb`: each handler converts its request,
-//! runs the engine (inline or on the blocking pool), and converts the answer or the error.
+//! runs the engine through the [`executor`], and converts the answer or the error.
 
 mod convert;
 mod deadline;
 mod edge;
+mod executor;
 mod status;
 mod stream;
 mod wire;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,17 +26,18 @@ pub use stream::ScanStream;
 use crate::auth::{needed_for, Access, Authenticator};
 use crate::config::Limits;
 use crate::connections::ConnectionInfo;
-use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
-use crate::error::{ErrorCode, TableError};
+use crate::engine::{Engine, Pending};
+use crate::error::TableError;
 use crate::model::{IfMatch, Operation};
 use crate::query::QuerySpec;
 use crate::storage::Ticket;
+use executor::Executor;
 use stream::{Holds, ScanSlot, StreamLimits};
 
 /// The `trestle.v1.TableService` implementation.
 #[derive(Debug, Clone)]
 pub struct TableApi {
-    engine: Arc<Engine>,
+    executor: Executor,
     /// The highest durable ticket, published by the store's flusher.
     durable: tokio::sync::watch::Receiver<Ticket>,
     authenticator: Authenticator,
@@ -64,7 +65,7 @@ impl TableApi {
             publish.send_replace(ticket);
         }));
         TableApi {
-            engine,
+            executor: Executor::new(engine),
             durable,
             authenticator,
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
@@ -115,31 +116,6 @@ impl TableApi {
         Ok(pending.value)
     }
 
-    /// Runs `op` on the blocking pool: for work that may take long (queries, table creation and
-    /// deletion, which wait for a flush). The task runs to completion even if the client goes away.
-    async fn run<T, F>(&self, op: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
-    {
-        let engine = self.engine.clone();
-        let outcome = tokio::task::spawn_blocking(move || op(&engine)).await;
-        answer(outcome.map_err(|_| ()))
-    }
-
-    /// Runs a short storage operation (an entity read, a write, a transaction of at most 100
-    /// operations on one partition) on the calling runtime thread, sparing the hand-off to the
-    /// blocking pool and back: two thread wake-ups cost more than the operation, and fewer
-    /// threads keep fewer allocator heaps. Being synchronous, it cannot be cut in half by a
-    /// cancelled RPC; a panic is an `InternalError`, as on the blocking pool.
-    fn run_inline<T>(
-        &self,
-        op: impl FnOnce(&Engine) -> Result<T, TableError>,
-    ) -> Result<T, Status> {
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| op(&self.engine)));
-        answer(outcome.map_err(drop))
-    }
-
     async fn write_entity(
         &self,
         admitted: Admitted,
@@ -154,7 +130,12 @@ impl TableApi {
             partition_key,
             operation.row_key(),
         )?;
-        let pending = self.run_inline(|engine| engine.write(&table, operation))?;
+        let pending = self
+            .executor
+            .short(operation, move |engine, operation, waiting| {
+                engine.write(&table, operation, waiting)
+            })
+            .await?;
         let stored = self.durable(pending).await?;
         let mut stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
         if return_no_content {
@@ -200,30 +181,6 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
     (req.table, spec, req.continuation_token)
 }
 
-/// The answer to a request whose storage work returned `outcome` (`Err` if it panicked).
-fn answer<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, Status> {
-    match outcome {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => {
-            log_failure(&error);
-            Err(status::to_status(&error))
-        }
-        Err(()) => {
-            tracing::error!("a request panicked");
-            Err(status::internal())
-        }
-    }
-}
-
-/// Logs a failed request once: faults as errors, refusals of bad input at debug level.
-fn log_failure(error: &TableError) {
-    if error.code() == ErrorCode::InternalError {
-        tracing::error!(%error, "request failed");
-    } else {
-        tracing::debug!(%error, reason = error.code().as_str(), "request refused");
-    }
-}
-
 fn invalid(error: crate::model::ValidationError) -> Status {
     status::to_status(&TableError::Invalid(error))
 }
@@ -249,7 +206,10 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
         admitted.access.manage_table(&table)?;
-        let name = self.run(move |engine| engine.create_table(&table)).await?;
+        let name = self
+            .executor
+            .blocking(move |engine| engine.create_table(&table))
+            .await?;
         tracing::info!(table = %name, "created table");
         Ok(Response::new(pb::Table {
             name: name.to_string(),
@@ -265,7 +225,9 @@ impl pb::table_service_server::TableService for TableApi {
         let table = request.into_inner().table;
         admitted.access.manage_table(&table)?;
         let deleted = table.clone();
-        self.run(move |engine| engine.delete_table(&table)).await?;
+        self.executor
+            .blocking(move |engine| engine.delete_table(&table))
+            .await?;
         tracing::info!(table = %deleted, "deleted table");
         Ok(Response::new(pb::DeleteTableResponse {}))
     }
@@ -279,7 +241,8 @@ impl pb::table_service_server::TableService for TableApi {
         admitted.access.list_tables()?;
         let req = request.into_inner();
         let page = self
-            .run(move |engine| engine.list_tables(&req.prefix, req.page_size, &req.page_token))
+            .executor
+            .blocking(move |engine| engine.list_tables(&req.prefix, req.page_size, &req.page_token))
             .await?;
         Ok(Response::new(pb::ListTablesResponse {
             tables: page
@@ -379,7 +342,13 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        let pending = self.run_inline(|engine| engine.delete(&req.table, key, if_match))?;
+        let table = req.table;
+        let pending = self
+            .executor
+            .short((key, if_match), move |engine, (key, if_match), waiting| {
+                engine.delete(&table, key, if_match, waiting)
+            })
+            .await?;
         self.durable(pending).await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }
@@ -398,8 +367,14 @@ impl pb::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
+        let (table, select) = (req.table, req.select);
         let entity = self
-            .run_inline(|engine| engine.get(&req.table, key, req.select, wire::entity_message))?;
+            .executor
+            .short((), move |engine, (), waiting| {
+                let read = engine.get(&table, &key, &select, wire::entity_message, waiting)?;
+                Ok(read.map_input(drop))
+            })
+            .await?;
         Ok(Response::new(EntityReply::Encoded(entity)))
     }
 
@@ -411,7 +386,8 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let (page, encoder) = self
-            .run(move |engine| {
+            .executor
+            .blocking(move |engine| {
                 let mut encoder = wire::EntityEncoder::default();
                 let page = engine.query(&table, spec, &continuation, &mut encoder)?;
                 Ok((page, encoder))
@@ -450,32 +426,22 @@ impl pb::table_service_server::TableService for TableApi {
             None => None,
         };
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let cursor = self.run_inline(|engine| engine.open_scan(&table, spec, &continuation))?;
+        let cursor = self
+            .executor
+            .blocking(move |engine| engine.open_scan(&table, spec, &continuation))
+            .await?;
         let holds = Holds {
             _in_flight: admitted.permit,
             _slot: slot,
         };
-        let api = self.clone();
-        // Each chunk runs on the blocking pool as any long request does: a failure or a panic
-        // ends the stream with its status, never as if the scan were complete.
-        let read_chunk = move |mut cursor: ScanCursor, mut encoder: wire::EntityEncoder| {
-            let api = api.clone();
-            Box::pin(async move {
-                api.run(move |_| {
-                    let more = cursor.read_chunk(stream::STREAM_BATCH_BYTES, &mut |entity| {
-                        encoder.take(entity)
-                    })?;
-                    Ok((cursor, encoder, more))
-                })
-                .await
-            }) as stream::ChunkFuture
-        };
+        // A chunk that fails or panics ends the stream with its status, never as if the scan
+        // were complete.
         Ok(Response::new(stream::start(
             cursor,
             holds,
             admitted.deadline,
             self.streams.clone(),
-            read_chunk,
+            self.executor.chunk_reader(),
         )))
     }
 
@@ -487,7 +453,8 @@ impl pb::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let count = self
-            .run(move |engine| engine.count(&table, spec, &continuation))
+            .executor
+            .blocking(move |engine| engine.count(&table, spec, &continuation))
             .await?;
         Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
@@ -514,42 +481,15 @@ impl pb::table_service_server::TableService for TableApi {
             .access
             .transaction(&table, &partition_key, &operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
-        let pending = self.run_inline(|engine| {
-            engine.transact(&table, &partition_key, operations, request_bytes)
-        })?;
+        let pending = self
+            .executor
+            .short(operations, move |engine, operations, waiting| {
+                engine.transact(&table, &partition_key, operations, request_bytes, waiting)
+            })
+            .await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::SubmitTransactionResponse {
             results: results.into_iter().map(convert::operation_result).collect(),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::StoreOptions;
-
-    #[tokio::test]
-    async fn a_panicking_request_is_an_internal_error_and_the_service_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
-        let limits = Limits {
-            max_in_flight: 8,
-            ..Limits::default()
-        };
-        let api = TableApi::new(engine, Authenticator::open(), &limits);
-        let failed = api
-            .run(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
-            .await
-            .unwrap_err();
-        assert_eq!(failed.code(), tonic::Code::Internal);
-        assert!(!failed.message().contains("a bug"), "panic text leaked");
-        let failed_inline = api
-            .run_inline(|_| -> Result<(), TableError> { panic!("a bug in a short handler") })
-            .unwrap_err();
-        assert_eq!(failed_inline.code(), tonic::Code::Internal);
-        let created = api.run(|engine| engine.create_table("After")).await;
-        assert!(created.is_ok());
-        assert_eq!(api.in_flight.available_permits(), 8);
     }
 }

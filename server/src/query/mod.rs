@@ -129,6 +129,12 @@ pub fn page_size(requested: u32) -> Result<u32, ValidationError> {
 
 /// A projection: valid property names (present in the entities or not), without duplicates.
 pub fn validate_select(select: Vec<String>) -> Result<Vec<String>, ValidationError> {
+    validate_selection(&select)?;
+    Ok(select)
+}
+
+/// Checks a projection: valid property names (present in the entities or not), no duplicates.
+pub fn validate_selection(select: &[String]) -> Result<(), ValidationError> {
     for (i, name) in select.iter().enumerate() {
         validate_selected_name(name).map_err(|error| {
             ValidationError::Argument(format!("select names an invalid property: {error}"))
@@ -140,7 +146,7 @@ pub fn validate_select(select: Vec<String>) -> Result<Vec<String>, ValidationErr
             )));
         }
     }
-    Ok(select)
+    Ok(())
 }
 
 /// 64-bit FNV-1a, length-prefixing each field so that field boundaries count. Stable across

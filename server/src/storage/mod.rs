@@ -63,6 +63,53 @@ pub enum Visit {
 /// Sees each entity of a scan, read in place, and says whether to go on.
 pub type Visitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + 'a;
 
+/// Whether a call may wait for a lock another call holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// It may (on the blocking pool).
+    Allowed,
+    /// It may not (on a runtime worker): it gives its input back instead.
+    NotAllowed,
+}
+
+/// What a call did: its result, or, not allowed to wait, its input given back untouched.
+#[derive(Debug)]
+pub enum Attempt<T, I> {
+    /// The call ran.
+    Done(T),
+    /// The call would have waited; nothing was read or written.
+    WouldWait(I),
+}
+
+impl<T, I> Attempt<T, I> {
+    /// The result of a call that was allowed to wait, and so always ran.
+    ///
+    /// # Panics
+    /// If the call gave its input back, which only a call not allowed to wait does.
+    pub fn ran(self) -> T {
+        match self {
+            Attempt::Done(value) => value,
+            Attempt::WouldWait(_) => panic!("a call allowed to wait gave its input back"),
+        }
+    }
+
+    /// The input given back mapped, the result kept.
+    pub fn map_input<J>(self, f: impl FnOnce(I) -> J) -> Attempt<T, J> {
+        match self {
+            Attempt::Done(value) => Attempt::Done(value),
+            Attempt::WouldWait(input) => Attempt::WouldWait(f(input)),
+        }
+    }
+
+    /// The result mapped, the input kept.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Attempt<U, I> {
+        match self {
+            Attempt::Done(value) => Attempt::Done(f(value)),
+            Attempt::WouldWait(input) => Attempt::WouldWait(input),
+        }
+    }
+}
+
 /// Why a table cannot be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateRefusal {
@@ -126,24 +173,29 @@ pub trait Table: Send + Sync + Debug {
     /// A number that identifies this incarnation of the table (a re-created table gets another).
     fn id(&self) -> u64;
 
-    /// Reads one entity in place, passing it to `read`; `Ok(false)` if it does not exist or the
+    /// Reads one entity in place, passing it to `read`; `false` if it does not exist or the
     /// table is gone. A reader who saw one row of a commit never finds another of its rows
-    /// unwritten.
+    /// unwritten. With [`Waiting::NotAllowed`], a read that would wait for a commit in progress
+    /// reads nothing and says so.
     fn get(
         &self,
         key: &EntityKey,
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
-    ) -> Result<bool, StorageError>;
+        waiting: Waiting,
+    ) -> Result<Attempt<bool, ()>, StorageError>;
 
     /// Applies `operations` on one partition atomically: every precondition is checked against
     /// the current rows, then every effect is written, or nothing is. Each row appears at most
     /// once in `operations`. Returns what each operation stored and the ticket to wait for, or
-    /// the first operation refused and why.
+    /// the first operation refused and why. With [`Waiting::NotAllowed`], a commit that would
+    /// wait for the partition (held by another commit or a scan) gives its operations back.
+    #[allow(clippy::type_complexity)]
     fn commit(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
-    ) -> Result<Result<Committed, Rejection>, StorageError>;
+        waiting: Waiting,
+    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError>;
 
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
     /// `reverse`, until the visitor says [`Visit::Stop`]; returns the position it stopped at (to
@@ -182,19 +234,31 @@ impl StoredRecord {
     }
 }
 
-/// Reads one entity of `table` in place with `read`; `None` if it does not exist.
-pub fn read_entity<R>(
+/// Reads one entity of `table` in place with `read`: `None` if it does not exist; `WouldWait`
+/// (and `read` given back) if it would have waited and `waiting` does not allow it.
+pub fn read_entity<R, F>(
     table: &dyn Table,
     key: &EntityKey,
-    read: impl FnOnce(EntityView<'_>) -> Result<R, StorageError>,
-) -> Result<Option<R>, StorageError> {
+    read: F,
+    waiting: Waiting,
+) -> Result<Attempt<Option<R>, F>, StorageError>
+where
+    F: FnOnce(EntityView<'_>) -> Result<R, StorageError>,
+{
     let mut read = Some(read);
     let mut value = None;
-    table.get(key, &mut |entity| {
-        if let Some(read) = read.take() {
-            value = Some(read(entity)?);
-        }
-        Ok(())
-    })?;
-    Ok(value)
+    let attempt = table.get(
+        key,
+        &mut |entity| {
+            if let Some(read) = read.take() {
+                value = Some(read(entity)?);
+            }
+            Ok(())
+        },
+        waiting,
+    )?;
+    Ok(match attempt {
+        Attempt::Done(_) => Attempt::Done(value),
+        Attempt::WouldWait(()) => Attempt::WouldWait(read.expect("a read that waited ran nothing")),
+    })
 }

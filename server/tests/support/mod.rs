@@ -269,6 +269,7 @@ pub fn fill(engine: &trestle_server::Engine, table: &str, rows: usize) {
 /// `blob_bytes` is not 0, a string `Blob` of that many bytes.
 pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blob_bytes: usize) {
     use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
+    use trestle_server::storage::Waiting;
     let blob = "x".repeat(blob_bytes);
     for chunk in 0..rows.div_ceil(100) {
         let operations = (0..100.min(rows - chunk * 100))
@@ -281,7 +282,10 @@ pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blo
                 Operation::Insert(NewEntity::new(key, properties).unwrap())
             })
             .collect();
-        let pending = engine.transact(table, "p", operations, 0).unwrap();
+        let pending = engine
+            .transact(table, "p", operations, 0, Waiting::Allowed)
+            .unwrap()
+            .ran();
         engine.wait(pending).unwrap();
     }
 }

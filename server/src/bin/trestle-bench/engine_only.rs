@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use trestle_server::model::{EntityKey, NewEntity, Operation, Value};
-use trestle_server::storage::{StoreOptions, Ticket};
+use trestle_server::storage::{StoreOptions, Ticket, Waiting};
 use trestle_server::Engine;
 
 use crate::measure::{drive, Measurement, OpResult, Rng};
@@ -98,7 +98,13 @@ impl EngineUnderTest {
                 row_key(rng.below(plan2.rows_per_partition)),
             )
             .expect("valid key");
-            let found = engine.get(MAIN_TABLE, key, vec![], |entity| Ok(entity.stored_len()));
+            let found = engine.get(
+                MAIN_TABLE,
+                &key,
+                &[],
+                |entity| Ok(entity.stored_len()),
+                Waiting::Allowed,
+            );
             async move {
                 found.expect("get");
                 OpResult::entities(1)
@@ -118,8 +124,9 @@ impl EngineUnderTest {
                 let entity = small_entity(&pk, &format!("w{worker:02}-{seq:09}"), seq as i32);
                 let pending = handle
                     .engine
-                    .write(INSERT_TABLE, Operation::Insert(entity))
-                    .expect("insert");
+                    .write(INSERT_TABLE, Operation::Insert(entity), Waiting::Allowed)
+                    .expect("insert")
+                    .ran();
                 handle.until_durable(pending.ticket).await;
                 OpResult::entities(1)
             }
@@ -156,8 +163,9 @@ impl Handle {
             .collect();
         let pending = self
             .engine
-            .transact(table, pk, operations, TX_REQUEST_BYTES)
-            .expect("transaction");
+            .transact(table, pk, operations, TX_REQUEST_BYTES, Waiting::Allowed)
+            .expect("transaction")
+            .ran();
         self.until_durable(pending.ticket).await;
     }
 

@@ -85,6 +85,27 @@ impl PartitionLocks {
         }
     }
 
+    /// Holds the partition alone (for a commit) if no commit and no scan holds it now; `None`
+    /// otherwise, without waiting.
+    pub(crate) fn try_lock(
+        &self,
+        table_id: u64,
+        partition_key: &[u8],
+    ) -> Option<PartitionGuard<'_>> {
+        let id = (table_id, partition_key.to_vec());
+        let mut held = self.held_set();
+        let state = held.entry(id.clone()).or_default();
+        if !state.free_for_commit() {
+            return None;
+        }
+        state.commit = Some(Holding::Checking);
+        Some(PartitionGuard {
+            locks: self,
+            id,
+            side: Side::Commit,
+        })
+    }
+
     /// Blocks while a commit holds the partition or waits for it, then holds it for reading, beside
     /// any other scans, until the guard drops: no commit changes it meanwhile.
     pub(crate) fn lock_for_scan(&self, table_id: u64, partition_key: &[u8]) -> PartitionGuard<'_> {
@@ -113,6 +134,17 @@ impl PartitionLocks {
             held.get(&id)
                 .is_some_and(|state| state.commit == Some(Holding::WritingRows))
         }));
+    }
+
+    /// Whether a point read of the partition would wait now ([`PartitionLocks::wait_for_writer`]).
+    pub(crate) fn writer_busy(&self, table_id: u64, partition_key: &[u8]) -> bool {
+        if self.writing_rows.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let id = (table_id, partition_key.to_vec());
+        self.held_set()
+            .get(&id)
+            .is_some_and(|state| state.commit == Some(Holding::WritingRows))
     }
 
     /// Waits while `busy` says so, and returns the held set locked.

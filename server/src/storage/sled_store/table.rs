@@ -10,7 +10,7 @@ use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
 use crate::model::{Effect, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
-use crate::storage::{Committed, Visit, Visitor};
+use crate::storage::{Attempt, Committed, Visit, Visitor, Waiting};
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
@@ -58,6 +58,22 @@ impl SledTable {
     fn gate(&self) -> Option<Gate<'_>> {
         let gate = self.retired.read().unwrap_or_else(|e| e.into_inner());
         (!*gate).then_some(gate)
+    }
+
+    /// The gate, if `waiting` allows waiting for it or it is free now: `Err` when it is not
+    /// (a deletion is retiring the table), `Ok(None)` once the table is retired.
+    fn gate_when(&self, waiting: Waiting) -> Result<Option<Gate<'_>>, ()> {
+        if waiting == Waiting::Allowed {
+            return Ok(self.gate());
+        }
+        match self.retired.try_read() {
+            Ok(gate) => Ok((!*gate).then_some(gate)),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                let gate = poisoned.into_inner();
+                Ok((!*gate).then_some(gate))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => Err(()),
+        }
     }
 
     /// A lone insert (the commonest write) as one compare-and-swap that stores the entity only
@@ -185,6 +201,87 @@ impl SledTable {
         Ok(())
     }
 
+    /// [`Table::commit`] once the partition is held (by `partition`) and the table's gate too.
+    fn commit_locked(
+        &self,
+        partition: &PartitionGuard<'_>,
+        partition_key: &str,
+        mut operations: Vec<Operation>,
+    ) -> Result<Result<Committed, Rejection>, StorageError> {
+        let now = self.shared.clock.next();
+
+        if let [Operation::Insert(_)] = operations.as_slice() {
+            let insert = operations.pop().expect("one operation");
+            return self.insert_alone(partition_key, insert, now);
+        }
+        let encoded_keys: Vec<Vec<u8>> = operations
+            .iter()
+            .map(|operation| key::encode(partition_key, operation.row_key()))
+            .collect();
+        let current_rows = self.current_rows(&encoded_keys)?;
+        let mut changes = Vec::with_capacity(operations.len());
+        let mut results = Vec::with_capacity(operations.len());
+        let rows = encoded_keys.into_iter().zip(current_rows);
+        for (index, (operation, (encoded_key, current_row))) in
+            operations.into_iter().zip(rows).enumerate()
+        {
+            let row_key = operation.row_key();
+            // Only a merge needs the current properties; skip materialising them otherwise.
+            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
+            let current = match &current_row {
+                Some(bytes) => {
+                    let key = EntityKey {
+                        partition_key: partition_key.to_owned(),
+                        row_key: row_key.to_owned(),
+                    };
+                    Some(codec::decode_selected(key, bytes, keep)?)
+                }
+                None => None,
+            };
+            let after = match operation.resolve(current, now) {
+                Err(refusal) => {
+                    let (_, row_key) = key::split(&encoded_key)?;
+                    return Ok(Err(Rejection {
+                        index,
+                        reason: RejectReason::Refused {
+                            row_key: row_key.to_owned(),
+                            refusal,
+                        },
+                    }));
+                }
+                Ok(Effect::Put(entity)) => {
+                    let value = codec::encode(entity.timestamp, &entity.properties);
+                    results.push(Some(entity));
+                    Some(value)
+                }
+                Ok(Effect::Remove) => {
+                    results.push(None);
+                    None
+                }
+                Ok(Effect::Nothing) => {
+                    results.push(None);
+                    continue;
+                }
+            };
+            changes.push(RowChange {
+                key: encoded_key,
+                after,
+                before: current_row,
+            });
+        }
+        if changes.is_empty() {
+            return Ok(Ok(Committed {
+                stored: results,
+                ticket: None,
+            }));
+        }
+        self.apply(partition, partition_key, changes)?;
+        Ok(Ok(Committed {
+            stored: results,
+            ticket: self.shared.durability.record_write(),
+        }))
+    }
+
     fn visit_range(
         &self,
         range: &KeyRange,
@@ -258,20 +355,30 @@ impl Table for SledTable {
         &self,
         key: &EntityKey,
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
-    ) -> Result<bool, StorageError> {
-        let Some(_gate) = self.gate() else {
-            return Ok(false);
+        waiting: Waiting,
+    ) -> Result<Attempt<bool, ()>, StorageError> {
+        let Ok(gate) = self.gate_when(waiting) else {
+            return Ok(Attempt::WouldWait(()));
         };
-        self.shared
-            .locks
-            .wait_for_writer(self.id, key.partition_key.as_bytes());
+        let Some(_gate) = gate else {
+            return Ok(Attempt::Done(false));
+        };
+        let partition_key = key.partition_key.as_bytes();
+        match waiting {
+            Waiting::Allowed => self.shared.locks.wait_for_writer(self.id, partition_key),
+            Waiting::NotAllowed => {
+                if self.shared.locks.writer_busy(self.id, partition_key) {
+                    return Ok(Attempt::WouldWait(()));
+                }
+            }
+        }
         let encoded = key::encode(&key.partition_key, &key.row_key);
         match self.tree.get(&encoded)? {
             Some(bytes) => {
                 read(EntityView::parse(&key.partition_key, &key.row_key, &bytes)?)?;
-                Ok(true)
+                Ok(Attempt::Done(true))
             }
-            None => Ok(false),
+            None => Ok(Attempt::Done(false)),
         }
     }
 
@@ -289,87 +396,29 @@ impl Table for SledTable {
     fn commit(
         &self,
         partition_key: &str,
-        mut operations: Vec<Operation>,
-    ) -> Result<Result<Committed, Rejection>, StorageError> {
-        let Some(_gate) = self.gate() else {
-            return Ok(Err(Rejection {
+        operations: Vec<Operation>,
+        waiting: Waiting,
+    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError> {
+        let Ok(gate) = self.gate_when(waiting) else {
+            return Ok(Attempt::WouldWait(operations));
+        };
+        let Some(_gate) = gate else {
+            return Ok(Attempt::Done(Err(Rejection {
                 index: 0,
                 reason: RejectReason::TableGone,
-            }));
+            })));
         };
         self.shared.space.check()?;
-        let partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
-        let now = self.shared.clock.next();
-        if let [Operation::Insert(_)] = operations.as_slice() {
-            let insert = operations.pop().expect("one operation");
-            return self.insert_alone(partition_key, insert, now);
-        }
-        let encoded_keys: Vec<Vec<u8>> = operations
-            .iter()
-            .map(|operation| key::encode(partition_key, operation.row_key()))
-            .collect();
-        let current_rows = self.current_rows(&encoded_keys)?;
-        let mut changes = Vec::with_capacity(operations.len());
-        let mut results = Vec::with_capacity(operations.len());
-        let rows = encoded_keys.into_iter().zip(current_rows);
-        for (index, (operation, (encoded_key, current_row))) in
-            operations.into_iter().zip(rows).enumerate()
-        {
-            let row_key = operation.row_key();
-            // Only a merge needs the current properties; skip materialising them otherwise.
-            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
-            let current = match &current_row {
-                Some(bytes) => {
-                    let key = EntityKey {
-                        partition_key: partition_key.to_owned(),
-                        row_key: row_key.to_owned(),
-                    };
-                    Some(codec::decode_selected(key, bytes, keep)?)
-                }
-                None => None,
-            };
-            let after = match operation.resolve(current, now) {
-                Err(refusal) => {
-                    let (_, row_key) = key::split(&encoded_key)?;
-                    return Ok(Err(Rejection {
-                        index,
-                        reason: RejectReason::Refused {
-                            row_key: row_key.to_owned(),
-                            refusal,
-                        },
-                    }));
-                }
-                Ok(Effect::Put(entity)) => {
-                    let value = codec::encode(entity.timestamp, &entity.properties);
-                    results.push(Some(entity));
-                    Some(value)
-                }
-                Ok(Effect::Remove) => {
-                    results.push(None);
-                    None
-                }
-                Ok(Effect::Nothing) => {
-                    results.push(None);
-                    continue;
-                }
-            };
-            changes.push(RowChange {
-                key: encoded_key,
-                after,
-                before: current_row,
-            });
-        }
-        if changes.is_empty() {
-            return Ok(Ok(Committed {
-                stored: results,
-                ticket: None,
-            }));
-        }
-        self.apply(&partition, partition_key, changes)?;
-        Ok(Ok(Committed {
-            stored: results,
-            ticket: self.shared.durability.record_write(),
-        }))
+        let partition_id = partition_key.as_bytes();
+        let partition = match waiting {
+            Waiting::Allowed => self.shared.locks.lock(self.id, partition_id),
+            Waiting::NotAllowed => match self.shared.locks.try_lock(self.id, partition_id) {
+                Some(partition) => partition,
+                None => return Ok(Attempt::WouldWait(operations)),
+            },
+        };
+        self.commit_locked(&partition, partition_key, operations)
+            .map(Attempt::Done)
     }
 
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
@@ -409,7 +458,7 @@ mod tests {
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{read_entity, SledStore, Store, StoreOptions};
+    use crate::storage::{read_entity, SledStore, Store, StoreOptions, Waiting};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
     fn table_with_even_rows(dir: &std::path::Path) -> (SledStore, Arc<SledTable>) {
@@ -421,7 +470,11 @@ mod tests {
             .step_by(2)
             .map(|row| insert(&format!("r{row:03}"), row))
             .collect();
-        table.commit("p", inserts).unwrap().unwrap();
+        table
+            .commit("p", inserts, Waiting::Allowed)
+            .unwrap()
+            .ran()
+            .unwrap();
         (store, table)
     }
 
@@ -471,12 +524,37 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_not_allowed_to_wait_gives_its_operations_back_while_the_partition_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, table) = table_with_even_rows(dir.path());
+        let held = table.shared.locks.lock_for_scan(table.id, b"p");
+        let attempt = table
+            .commit("p", vec![insert("r001", 1)], Waiting::NotAllowed)
+            .unwrap();
+        assert!(matches!(&attempt, Attempt::WouldWait(operations) if operations.len() == 1));
+        // Another partition is free.
+        let other = table
+            .commit("q", vec![insert("r001", 1)], Waiting::NotAllowed)
+            .unwrap();
+        assert!(matches!(other, Attempt::Done(Ok(_))));
+        drop(held);
+        let after = table
+            .commit("p", vec![insert("r001", 1)], Waiting::NotAllowed)
+            .unwrap();
+        assert!(matches!(after, Attempt::Done(Ok(_))));
+        assert_eq!(count_all(&table), 102);
+    }
+
+    #[test]
     fn a_lone_insert_stores_only_where_no_row_is() {
         let dir = tempfile::tempdir().unwrap();
         let (_store, table) = table_with_even_rows(dir.path());
         let existing = key::encode("p", "r010");
         let before = table.tree.get(&existing).unwrap();
-        let refused = table.commit("p", vec![insert("r010", -1)]).unwrap();
+        let refused = table
+            .commit("p", vec![insert("r010", -1)], Waiting::Allowed)
+            .unwrap()
+            .ran();
         match refused {
             Err(Rejection {
                 index: 0,
@@ -494,14 +572,21 @@ mod tests {
         );
 
         let stored = table
-            .commit("p", vec![insert("r011", 11)])
+            .commit("p", vec![insert("r011", 11)], Waiting::Allowed)
             .unwrap()
+            .ran()
             .unwrap();
         let entity = stored.stored[0].as_ref().expect("the stored entity");
         assert_eq!(entity.key.row_key, "r011");
-        let read = read_entity(table.as_ref(), &entity.key, |view| Ok(view.timestamp))
-            .unwrap()
-            .expect("the row is stored");
+        let read = read_entity(
+            table.as_ref(),
+            &entity.key,
+            |view| Ok(view.timestamp),
+            Waiting::Allowed,
+        )
+        .unwrap()
+        .ran()
+        .expect("the row is stored");
         assert_eq!(read, entity.timestamp);
     }
 
@@ -565,13 +650,21 @@ mod tests {
         assert!(rows.len() * 15 * MAX_VALUE_BYTES > MAX_UNDO_RECORD_BYTES);
         for row_key in rows {
             let replace = Operation::Upsert(large(row_key), UpsertMode::Replace);
-            table.commit("p", vec![replace]).unwrap().unwrap();
+            table
+                .commit("p", vec![replace], Waiting::Allowed)
+                .unwrap()
+                .ran()
+                .unwrap();
         }
         let shrink = rows
             .iter()
             .map(|row_key| Operation::Update(row(row_key, -1), IfMatch::Any))
             .collect();
-        table.commit("p", shrink).unwrap().unwrap();
+        table
+            .commit("p", shrink, Waiting::Allowed)
+            .unwrap()
+            .ran()
+            .unwrap();
         for row_key in rows {
             let stored = table.tree.get(key::encode("p", row_key)).unwrap().unwrap();
             assert!(stored.len() < 64, "{row_key} was not replaced");
