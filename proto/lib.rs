@@ -7,8 +7,11 @@
 pub mod access;
 pub mod codec;
 pub mod datetime;
+mod error_code;
 pub mod pages;
 pub mod reply;
+
+pub use error_code::ErrorCode;
 
 /// Generated `trestle.v1` messages, client and server stubs.
 pub mod pb {

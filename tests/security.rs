@@ -504,7 +504,10 @@ async fn the_sdk_sends_its_token() {
         .await
         .unwrap_err();
     assert_eq!(error.kind(), trestle_client::ErrorKind::PermissionDenied);
-    assert_eq!(error.code(), Some("AuthorizationPermissionMismatch"));
+    assert_eq!(
+        error.code(),
+        Some(trestle_client::ErrorCode::AuthorizationPermissionMismatch)
+    );
     let anonymous = secured.server.sdk().await;
     let error = anonymous.list_tables("").await.unwrap_err();
     assert_eq!(error.kind(), trestle_client::ErrorKind::Unauthenticated);

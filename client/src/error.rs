@@ -1,6 +1,7 @@
 //! The SDK's error: a coarse kind to branch on, and Azure's precise error code to report.
 
 use tonic_types::StatusExt;
+pub use trestle_proto::ErrorCode;
 
 use crate::mapping::MappingError;
 
@@ -39,10 +40,11 @@ pub enum ErrorKind {
 
 /// An SDK error.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}{}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
+#[error("{message}{}", reason.as_deref().map(|c| format!(" ({c})")).unwrap_or_default())]
 pub struct Error {
     kind: ErrorKind,
-    code: Option<String>,
+    /// The `ErrorInfo.reason` the server sent, as sent.
+    reason: Option<String>,
     message: String,
     operation_index: Option<usize>,
 }
@@ -55,20 +57,18 @@ impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,
-            code: None,
+            reason: None,
             message: message.into(),
             operation_index: None,
         }
     }
 
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
-        let mut error = Error::new(ErrorKind::InvalidInput, message);
-        error.code = Some("InvalidInput".into());
-        error
+        Error::new(ErrorKind::InvalidInput, message).with_code(ErrorCode::InvalidInput)
     }
 
-    pub(crate) fn with_code(mut self, code: &str) -> Error {
-        self.code = Some(code.to_owned());
+    pub(crate) fn with_code(mut self, code: ErrorCode) -> Error {
+        self.reason = Some(code.as_str().to_owned());
         self
     }
 
@@ -82,10 +82,25 @@ impl Error {
         self.kind
     }
 
-    /// Azure's error code (`EntityAlreadyExists`, `UpdateConditionNotSatisfied`, …), when the
-    /// server gave one.
-    pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
+    /// Azure's error code ([`ErrorCode::EntityAlreadyExists`],
+    /// [`ErrorCode::UpdateConditionNotSatisfied`], …), when the server gave one this SDK knows.
+    ///
+    /// ```
+    /// # fn check(error: trestle_client::Error) {
+    /// use trestle_client::ErrorCode;
+    /// if error.code() == Some(ErrorCode::TableNotFound) {
+    ///     // create the table
+    /// }
+    /// # }
+    /// ```
+    pub fn code(&self) -> Option<ErrorCode> {
+        self.reason.as_deref().and_then(ErrorCode::parse)
+    }
+
+    /// The error's reason exactly as the server sent it, also when this SDK does not know it
+    /// (a newer server's).
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
     }
 
     /// The message, in plain words.
@@ -116,7 +131,7 @@ impl Error {
     /// Whether the request certainly never reached the server (so even a write may be retried).
     pub(crate) fn never_sent(&self) -> bool {
         self.kind == ErrorKind::Unavailable
-            && self.code.is_none()
+            && self.reason.is_none()
             && self.message.contains("connect")
     }
 }
@@ -145,7 +160,7 @@ impl Error {
         };
         Error {
             kind,
-            code: info.map(|i| i.reason.clone()),
+            reason: info.map(|i| i.reason.clone()),
             operation_index: info
                 .and_then(|i| i.metadata.get("operationIndex"))
                 .and_then(|i| i.parse().ok()),

@@ -56,7 +56,7 @@ mod value;
 
 pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use mapping::{from_properties, to_properties, MappingError};
 pub use query::{EntityStream, Filter, Page, Query};
 pub use table::TableClient;

@@ -7,7 +7,7 @@ use trestle_proto::pb;
 use crate::client::Client;
 use crate::convert;
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
-use crate::error::Result;
+use crate::error::{ErrorCode, Result};
 use crate::mapping::{from_properties, to_properties};
 use crate::query::Query;
 use crate::transaction::Transaction;
@@ -53,7 +53,7 @@ impl TableClient {
     /// Creates the table unless it exists.
     pub async fn create_if_not_exists(&self) -> Result<()> {
         match self.create().await {
-            Err(error) if error.code() == Some("TableAlreadyExists") => Ok(()),
+            Err(error) if error.code() == Some(ErrorCode::TableAlreadyExists) => Ok(()),
             other => other,
         }
     }
@@ -95,7 +95,7 @@ impl TableClient {
     ) -> Result<Option<Entity<T>>> {
         match self.get(key).await {
             Ok(entity) => Ok(Some(entity)),
-            Err(error) if error.code() == Some("ResourceNotFound") => Ok(None),
+            Err(error) if error.code() == Some(ErrorCode::ResourceNotFound) => Ok(None),
             Err(error) => Err(error),
         }
     }

@@ -7,7 +7,7 @@ use trestle_proto::pb;
 use trestle_proto::pb::transaction_operation::Operation;
 
 use crate::entity::{ETag, EntityKey, IfMatch, UpsertMode};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorCode, ErrorKind, Result};
 use crate::table::{upsert_mode, wire, TableClient};
 
 /// Most operations in one transaction.
@@ -26,7 +26,7 @@ pub struct Transaction {
     rows: HashSet<String>,
 }
 
-fn refused(code: &str, message: String, index: usize) -> Error {
+fn refused(code: ErrorCode, message: String, index: usize) -> Error {
     Error::invalid(message).with_code(code).at_operation(index)
 }
 
@@ -60,7 +60,7 @@ impl Transaction {
         let index = self.operations.len();
         if index >= MAX_OPERATIONS {
             return Err(refused(
-                "InvalidInput",
+                ErrorCode::InvalidInput,
                 format!("a transaction holds at most {MAX_OPERATIONS} operations"),
                 index,
             ));
@@ -71,14 +71,14 @@ impl Transaction {
                 key.partition_key, self.partition_key
             );
             return Err(refused(
-                "CommandsInBatchActOnDifferentPartitions",
+                ErrorCode::CommandsInBatchActOnDifferentPartitions,
                 message,
                 index,
             ));
         }
         if !self.rows.insert(key.row_key.clone()) {
             return Err(refused(
-                "InvalidDuplicateRow",
+                ErrorCode::InvalidDuplicateRow,
                 format!("RowKey '{}' is already in the transaction", key.row_key),
                 index,
             ));

@@ -1,4 +1,5 @@
-//! The service's error type, [`TableError`], and the Azure error codes it maps to.
+//! The service's error type, [`TableError`], and the Azure error codes it maps to (one enum,
+//! [`ErrorCode`], shared with the SDK through `trestle-proto`).
 //!
 //! Nothing here knows gRPC: `grpc::status` turns a `TableError` into a status for the wire.
 
@@ -6,105 +7,7 @@ use thiserror::Error;
 
 use crate::model::{quoted, ValidationError};
 use crate::storage::StorageError;
-
-/// Azure Table's error codes: the `reason` of every error Trestle returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    /// A request input is not valid.
-    InvalidInput,
-    /// A request input is out of range (an invalid table name, a page size, a DateTime).
-    OutOfRangeInput,
-    /// No such table.
-    TableNotFound,
-    /// A table of that name exists.
-    TableAlreadyExists,
-    /// A table of that name is still being deleted.
-    TableBeingDeleted,
-    /// No such entity.
-    ResourceNotFound,
-    /// An entity with those keys exists.
-    EntityAlreadyExists,
-    /// The entity's ETag does not match `if_match`.
-    UpdateConditionNotSatisfied,
-    /// A property has no value.
-    PropertiesNeedValue,
-    /// A string or binary value is over 64 KiB.
-    PropertyValueTooLarge,
-    /// The entity is over 1 MiB.
-    EntityTooLarge,
-    /// More than 252 custom properties.
-    TooManyProperties,
-    /// A property name is not allowed.
-    PropertyNameInvalid,
-    /// A property name is over 255 characters.
-    PropertyNameTooLong,
-    /// A key is over 1 KiB.
-    KeyValueTooLarge,
-    /// Two operations of a transaction act on the same row.
-    InvalidDuplicateRow,
-    /// An operation of a transaction acts on another partition.
-    CommandsInBatchActOnDifferentPartitions,
-    /// The request is over its size limit (4 MiB for a transaction).
-    RequestBodyTooLarge,
-    /// The server failed; the details are in its log.
-    InternalError,
-    /// No valid credential: missing, malformed, tampered, expired or signed by an unknown key.
-    AuthenticationFailed,
-    /// The credential does not grant this operation (a permission letter is missing).
-    AuthorizationPermissionMismatch,
-    /// The credential is for another table, or a table-scoped token was used on the service.
-    AuthorizationResourceTypeMismatch,
-    /// The request touches keys outside the credential's granted range.
-    AuthorizationFailure,
-    /// Too many requests are in flight; retry with backoff.
-    ServerBusy,
-    /// The request's deadline passed before it finished.
-    OperationTimedOut,
-    /// The data directory's disk is (nearly) full: writes are refused, reads go on.
-    InsufficientStorage,
-}
-
-impl ErrorCode {
-    /// The code as Azure spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidInput => "InvalidInput",
-            ErrorCode::OutOfRangeInput => "OutOfRangeInput",
-            ErrorCode::TableNotFound => "TableNotFound",
-            ErrorCode::TableAlreadyExists => "TableAlreadyExists",
-            ErrorCode::TableBeingDeleted => "TableBeingDeleted",
-            ErrorCode::ResourceNotFound => "ResourceNotFound",
-            ErrorCode::EntityAlreadyExists => "EntityAlreadyExists",
-            ErrorCode::UpdateConditionNotSatisfied => "UpdateConditionNotSatisfied",
-            ErrorCode::PropertiesNeedValue => "PropertiesNeedValue",
-            ErrorCode::PropertyValueTooLarge => "PropertyValueTooLarge",
-            ErrorCode::EntityTooLarge => "EntityTooLarge",
-            ErrorCode::TooManyProperties => "TooManyProperties",
-            ErrorCode::PropertyNameInvalid => "PropertyNameInvalid",
-            ErrorCode::PropertyNameTooLong => "PropertyNameTooLong",
-            ErrorCode::KeyValueTooLarge => "KeyValueTooLarge",
-            ErrorCode::InvalidDuplicateRow => "InvalidDuplicateRow",
-            ErrorCode::CommandsInBatchActOnDifferentPartitions => {
-                "CommandsInBatchActOnDifferentPartitions"
-            }
-            ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
-            ErrorCode::InternalError => "InternalError",
-            ErrorCode::AuthenticationFailed => "AuthenticationFailed",
-            ErrorCode::AuthorizationPermissionMismatch => "AuthorizationPermissionMismatch",
-            ErrorCode::AuthorizationResourceTypeMismatch => "AuthorizationResourceTypeMismatch",
-            ErrorCode::AuthorizationFailure => "AuthorizationFailure",
-            ErrorCode::ServerBusy => "ServerBusy",
-            ErrorCode::OperationTimedOut => "OperationTimedOut",
-            ErrorCode::InsufficientStorage => "InsufficientStorage",
-        }
-    }
-}
-
-impl std::fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use trestle_proto::ErrorCode;
 
 /// Everything a table operation can fail with.
 #[derive(Debug, Error)]

@@ -1,0 +1,154 @@
+//! Azure Table's error codes: the `reason` (in `google.rpc.ErrorInfo`, domain
+//! [`ERROR_DOMAIN`](crate::codec::ERROR_DOMAIN)) of every error the server sends, one enum that the
+//! server maps its errors to and the SDK reads them back as.
+
+/// Azure Table's error codes: the `reason` of every error Trestle returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A request input is not valid.
+    InvalidInput,
+    /// A request input is out of range (an invalid table name, a page size, a DateTime).
+    OutOfRangeInput,
+    /// No such table.
+    TableNotFound,
+    /// A table of that name exists.
+    TableAlreadyExists,
+    /// A table of that name is still being deleted.
+    TableBeingDeleted,
+    /// No such entity.
+    ResourceNotFound,
+    /// An entity with those keys exists.
+    EntityAlreadyExists,
+    /// The entity's ETag does not match `if_match`.
+    UpdateConditionNotSatisfied,
+    /// A property has no value.
+    PropertiesNeedValue,
+    /// A string or binary value is over 64 KiB.
+    PropertyValueTooLarge,
+    /// The entity is over 1 MiB.
+    EntityTooLarge,
+    /// More than 252 custom properties.
+    TooManyProperties,
+    /// A property name is not allowed.
+    PropertyNameInvalid,
+    /// A property name is over 255 characters.
+    PropertyNameTooLong,
+    /// A key is over 1 KiB.
+    KeyValueTooLarge,
+    /// Two operations of a transaction act on the same row.
+    InvalidDuplicateRow,
+    /// An operation of a transaction acts on another partition.
+    CommandsInBatchActOnDifferentPartitions,
+    /// The request is over its size limit (4 MiB for a transaction).
+    RequestBodyTooLarge,
+    /// The server failed; the details are in its log.
+    InternalError,
+    /// No valid credential: missing, malformed, tampered, expired or signed by an unknown key.
+    AuthenticationFailed,
+    /// The credential does not grant this operation (a permission letter is missing).
+    AuthorizationPermissionMismatch,
+    /// The credential is for another table, or a table-scoped token was used on the service.
+    AuthorizationResourceTypeMismatch,
+    /// The request touches keys outside the credential's granted range.
+    AuthorizationFailure,
+    /// Too many requests are in flight; retry with backoff.
+    ServerBusy,
+    /// The request's deadline passed before it finished.
+    OperationTimedOut,
+    /// The data directory's disk is (nearly) full: writes are refused, reads go on.
+    InsufficientStorage,
+}
+
+impl ErrorCode {
+    /// Every code.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::InvalidInput,
+        ErrorCode::OutOfRangeInput,
+        ErrorCode::TableNotFound,
+        ErrorCode::TableAlreadyExists,
+        ErrorCode::TableBeingDeleted,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::EntityAlreadyExists,
+        ErrorCode::UpdateConditionNotSatisfied,
+        ErrorCode::PropertiesNeedValue,
+        ErrorCode::PropertyValueTooLarge,
+        ErrorCode::EntityTooLarge,
+        ErrorCode::TooManyProperties,
+        ErrorCode::PropertyNameInvalid,
+        ErrorCode::PropertyNameTooLong,
+        ErrorCode::KeyValueTooLarge,
+        ErrorCode::InvalidDuplicateRow,
+        ErrorCode::CommandsInBatchActOnDifferentPartitions,
+        ErrorCode::RequestBodyTooLarge,
+        ErrorCode::InternalError,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::AuthorizationPermissionMismatch,
+        ErrorCode::AuthorizationResourceTypeMismatch,
+        ErrorCode::AuthorizationFailure,
+        ErrorCode::ServerBusy,
+        ErrorCode::OperationTimedOut,
+        ErrorCode::InsufficientStorage,
+    ];
+
+    /// The code as Azure spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidInput => "InvalidInput",
+            ErrorCode::OutOfRangeInput => "OutOfRangeInput",
+            ErrorCode::TableNotFound => "TableNotFound",
+            ErrorCode::TableAlreadyExists => "TableAlreadyExists",
+            ErrorCode::TableBeingDeleted => "TableBeingDeleted",
+            ErrorCode::ResourceNotFound => "ResourceNotFound",
+            ErrorCode::EntityAlreadyExists => "EntityAlreadyExists",
+            ErrorCode::UpdateConditionNotSatisfied => "UpdateConditionNotSatisfied",
+            ErrorCode::PropertiesNeedValue => "PropertiesNeedValue",
+            ErrorCode::PropertyValueTooLarge => "PropertyValueTooLarge",
+            ErrorCode::EntityTooLarge => "EntityTooLarge",
+            ErrorCode::TooManyProperties => "TooManyProperties",
+            ErrorCode::PropertyNameInvalid => "PropertyNameInvalid",
+            ErrorCode::PropertyNameTooLong => "PropertyNameTooLong",
+            ErrorCode::KeyValueTooLarge => "KeyValueTooLarge",
+            ErrorCode::InvalidDuplicateRow => "InvalidDuplicateRow",
+            ErrorCode::CommandsInBatchActOnDifferentPartitions => {
+                "CommandsInBatchActOnDifferentPartitions"
+            }
+            ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
+            ErrorCode::InternalError => "InternalError",
+            ErrorCode::AuthenticationFailed => "AuthenticationFailed",
+            ErrorCode::AuthorizationPermissionMismatch => "AuthorizationPermissionMismatch",
+            ErrorCode::AuthorizationResourceTypeMismatch => "AuthorizationResourceTypeMismatch",
+            ErrorCode::AuthorizationFailure => "AuthorizationFailure",
+            ErrorCode::ServerBusy => "ServerBusy",
+            ErrorCode::OperationTimedOut => "OperationTimedOut",
+            ErrorCode::InsufficientStorage => "InsufficientStorage",
+        }
+    }
+
+    /// The code Azure spells `text`, if it is one of these.
+    pub fn parse(text: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .iter()
+            .copied()
+            .find(|code| code.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_reads_back_from_its_text() {
+        for code in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+            assert_eq!(code.to_string(), code.as_str());
+        }
+        assert_eq!(ErrorCode::parse("NoSuchCode"), None);
+    }
+}
