@@ -9,7 +9,6 @@
 //! constant time, and no error message or `Debug` output ever holds a secret.
 
 use std::fmt;
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -34,14 +33,6 @@ pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 /// Why a key file or key could not be read or made.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    /// The file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
     /// A line of the file is not `<id> <secret>`.
     #[error("key file line {line}: {problem}")]
     Syntax {
@@ -171,15 +162,6 @@ impl KeyRing {
         Ok(KeyRing {
             keys: vec![AccountKey::generate(id)?],
         })
-    }
-
-    /// Reads a key file.
-    pub fn load(path: &Path) -> Result<KeyRing, KeyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        KeyRing::parse(&text)
     }
 
     /// Parses key-file text: `<id> <secret>` lines; blank lines and `#` comments are skipped.

@@ -12,7 +12,7 @@ pub fn format(ticks: i64) -> String {
     out
 }
 
-/// Appends ticks to `out` as [`format`] prints them, with `time_separator` between hours, minutes
+/// Appends ticks to `out` as [`format()`] prints them, with `time_separator` between hours, minutes
 /// and seconds (ETags percent-encode it as `%3A`). Written digit by digit: ETags are formatted
 /// for every entity a query returns, and `format!` would cost more than the rest of the entity.
 pub fn format_into(ticks: i64, time_separator: &str, out: &mut String) {

@@ -1,15 +1,17 @@
-//! The Trestle wire contract: the `trestle.v1` gRPC types and stubs generated from
-//! `proto/trestle/v1/trestle.proto`, and the encoded descriptor set that server reflection serves.
+//! The Trestle wire contract: what the server and its clients must agree on. The `trestle.v1`
+//! messages and client stubs generated from `proto/trestle/v1/trestle.proto`, the encoded
+//! descriptor set (which server reflection serves and the server's own stubs are generated
+//! from), the codec both sides use, the access-token format ([`access`]) and Azure's error codes
+//! ([`ErrorCode`]).
 //!
-//! Both the server and the SDK depend on this crate, so the contract (the access-token format in
-//! [`access`] included) is compiled once and can never drift between them.
+//! Both the server and the SDK depend on this crate, so the contract is compiled once and can
+//! never drift between them. The server's stubs, its hand-encoded responses and the benchmark's
+//! echo service live in the server crate.
 
 pub mod access;
 pub mod codec;
 pub mod datetime;
 mod error_code;
-pub mod pages;
-pub mod reply;
 
 pub use error_code::ErrorCode;
 
@@ -19,21 +21,10 @@ pub mod pb {
     #![allow(clippy::all, clippy::pedantic)]
 
     tonic::include_proto!("trestle.v1");
-    include!(concat!(env!("OUT_DIR"), "/server/trestle.v1.rs"));
-
-    pub use crate::pages::{QueryEntitiesResponse, ScanEntitiesResponse};
 
     /// The encoded `FileDescriptorSet` of `trestle.v1`, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/trestle_descriptor.bin"));
-}
-
-/// The bare echo service `trestle-bench` uses as its in-run gRPC baseline.
-pub mod bench_pb {
-    #![allow(missing_docs, unreachable_pub, missing_debug_implementations)]
-    #![allow(clippy::all, clippy::pedantic)]
-
-    tonic::include_proto!("trestle.bench.v1");
 }
 
 #[cfg(test)]

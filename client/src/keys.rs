@@ -9,7 +9,7 @@
 //! use trestle_client::keys::{self, Grant, KeyBounds, KeyRing, Permissions};
 //!
 //! # fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let ring = KeyRing::load("trestle.keys".as_ref())?;
+//! let ring = KeyRing::parse(&std::fs::read_to_string("trestle.keys")?)?;
 //! let mut grant = Grant::new(Permissions::parse("ra")?, 900);
 //! grant.table = Some("Orders".into());
 //! grant.partitions = KeyBounds { start: Some("customer-42".into()), end: Some("customer-43".into()) };

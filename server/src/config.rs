@@ -304,17 +304,28 @@ pub struct ServeArgs {
 /// Why the command line's files could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The key file.
+    /// The key file's contents.
     #[error("key file: {0}")]
     Keys(#[from] trestle_proto::access::KeyError),
-    /// A TLS file.
+    /// A file (the key file, a TLS file) could not be read.
     #[error("{path}: {source}")]
-    Tls {
+    File {
         /// The file.
         path: String,
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// Reads and parses a key file (see `trestle-server keygen`).
+pub fn load_key_file(
+    path: &std::path::Path,
+) -> Result<trestle_proto::access::KeyRing, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::File {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(trestle_proto::access::KeyRing::parse(&text)?)
 }
 
 impl ServeArgs {
@@ -325,11 +336,11 @@ impl ServeArgs {
             None => Durability::Sync,
         };
         let authenticator = match &self.key_file {
-            Some(path) => Authenticator::with_keys(trestle_proto::access::KeyRing::load(path)?),
+            Some(path) => Authenticator::with_keys(load_key_file(path)?),
             None => Authenticator::open(),
         };
         let read = |path: &PathBuf| {
-            std::fs::read(path).map_err(|source| ConfigError::Tls {
+            std::fs::read(path).map_err(|source| ConfigError::File {
                 path: path.display().to_string(),
                 source,
             })

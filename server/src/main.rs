@@ -55,7 +55,7 @@ fn keygen(out: &std::path::Path) -> Result<(), String> {
 
 /// Prints a token signed with the key file's first key.
 fn token(args: &TokenArgs) -> Result<(), String> {
-    let keys = KeyRing::load(&args.key_file).map_err(|e| e.to_string())?;
+    let keys = trestle_server::config::load_key_file(&args.key_file).map_err(|e| e.to_string())?;
     let permissions = Permissions::parse(&args.permissions).map_err(|e| e.to_string())?;
     let mut grant = Grant::new(permissions, args.ttl);
     grant.table = args.table.clone();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 use tonic::transport::Server;
-use trestle_proto::pb::table_service_server::TableServiceServer;
 
+use crate::grpc::service::table_service_server::TableServiceServer;
 use crate::{grpc, Config, Engine, ServeError};
 
 /// The services over `engine`: `trestle.v1.TableService`, gRPC health (reporting it serving) and

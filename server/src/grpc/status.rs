@@ -32,7 +32,7 @@ pub(crate) fn auth_status(error: &AuthError, operation: Option<usize>) -> Status
 }
 
 impl From<AuthError> for Status {
-    /// A refusal outside a transaction (one inside names its operation: [`auth_status`]).
+    /// A refusal outside a transaction (one inside names its operation: `auth_status`).
     fn from(error: AuthError) -> Status {
         auth_status(&error, None)
     }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
-use trestle_proto::pb;
 
+use super::pages::ScanEntitiesResponse;
 use super::wire::EntityEncoder;
 use crate::engine::ScanCursor;
 
@@ -85,7 +85,7 @@ impl Drop for ScanSlot {
 
 /// A batch ready for the reader, holding its share of the memory budget.
 struct Batch {
-    response: pb::ScanEntitiesResponse,
+    response: ScanEntitiesResponse,
     _memory: OwnedSemaphorePermit,
 }
 
@@ -191,7 +191,7 @@ impl std::fmt::Debug for ScanStream {
 }
 
 impl tokio_stream::Stream for ScanStream {
-    type Item = Result<pb::ScanEntitiesResponse, Status>;
+    type Item = Result<ScanEntitiesResponse, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.finished {
@@ -294,7 +294,7 @@ where
         encoder = used;
         if !encoder.encoded.is_empty() {
             handoff.put(Batch {
-                response: pb::ScanEntitiesResponse {
+                response: ScanEntitiesResponse {
                     entities: Vec::new(),
                     encoded_entities: encoder.take_encoded(),
                 },

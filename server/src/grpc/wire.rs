@@ -4,30 +4,30 @@
 //! Decoded, the bytes are exactly what [`super::convert::entity_to_pb`] would have sent.
 
 use prost::encoding::{encoded_len_varint, key_len, WireType};
-use trestle_proto::pages::EncodedEntities;
 
+use super::pages::EncodedEntities;
 use crate::engine::MatchSink;
 use crate::model::{ETag, Ticks, ValueRef};
 use crate::storage::{EntityView, StorageError};
 
 // Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` and of `Timestamp`.
-const ENTITY_PARTITION_KEY: u32 = 1;
-const ENTITY_ROW_KEY: u32 = 2;
-const ENTITY_PROPERTIES: u32 = 3;
-const ENTITY_TIMESTAMP: u32 = 4;
-const ENTITY_ETAG: u32 = 5;
-const ENTRY_KEY: u32 = 1;
-const ENTRY_VALUE: u32 = 2;
-const VALUE_STRING: u32 = 1;
-const VALUE_INT32: u32 = 2;
-const VALUE_INT64: u32 = 3;
-const VALUE_DOUBLE: u32 = 4;
-const VALUE_BOOL: u32 = 5;
-const VALUE_DATETIME: u32 = 6;
-const VALUE_GUID: u32 = 7;
-const VALUE_BINARY: u32 = 8;
-const TIMESTAMP_SECONDS: u32 = 1;
-const TIMESTAMP_NANOS: u32 = 2;
+pub(super) const ENTITY_PARTITION_KEY: u32 = 1;
+pub(super) const ENTITY_ROW_KEY: u32 = 2;
+pub(super) const ENTITY_PROPERTIES: u32 = 3;
+pub(super) const ENTITY_TIMESTAMP: u32 = 4;
+pub(super) const ENTITY_ETAG: u32 = 5;
+pub(super) const ENTRY_KEY: u32 = 1;
+pub(super) const ENTRY_VALUE: u32 = 2;
+pub(super) const VALUE_STRING: u32 = 1;
+pub(super) const VALUE_INT32: u32 = 2;
+pub(super) const VALUE_INT64: u32 = 3;
+pub(super) const VALUE_DOUBLE: u32 = 4;
+pub(super) const VALUE_BOOL: u32 = 5;
+pub(super) const VALUE_DATETIME: u32 = 6;
+pub(super) const VALUE_GUID: u32 = 7;
+pub(super) const VALUE_BINARY: u32 = 8;
+pub(super) const TIMESTAMP_SECONDS: u32 = 1;
+pub(super) const TIMESTAMP_NANOS: u32 = 2;
 
 /// Collects matches as encoded entities, reusing one scratch buffer (and one for the ETag) for all
 /// of them.
@@ -237,7 +237,7 @@ mod tests {
         let mut encoder = EntityEncoder::default();
         let view = record.view().unwrap().selecting(select);
         encoder.take(&view).unwrap();
-        let page = pb::ScanEntitiesResponse {
+        let page = super::super::pages::ScanEntitiesResponse {
             entities: Vec::new(),
             encoded_entities: encoder.take_encoded(),
         };

@@ -9,7 +9,7 @@
 //!
 //! Two traits: [`Store`], the catalog and durability, and [`Table`], one table's reads and its
 //! single commit path. Entities are read in place as [`EntityView`]s (the stored record format of
-//! [`codec`], which every store may keep as it is).
+//! `storage/codec.rs`, which every store may keep as it is).
 //!
 //! **How the engine calls a store: synchronously, on the blocking pool.** A read hands each entity
 //! to a callback that borrows the store's own buffers (no copy of what a filter rejects), which an

@@ -4,10 +4,10 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 
+use crate::bench_pb::echo_server::{Echo, EchoServer};
+use crate::bench_pb::{EchoMessage, EchoStreamRequest};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use trestle_proto::bench_pb::echo_server::{Echo, EchoServer};
-use trestle_proto::bench_pb::{EchoMessage, EchoStreamRequest};
 
 #[derive(Debug, Default)]
 struct EchoService;

@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::bench_pb::echo_client::EchoClient;
+use crate::bench_pb::{EchoMessage, EchoStreamRequest};
 use tonic::transport::Channel;
-use trestle_proto::bench_pb::echo_client::EchoClient;
-use trestle_proto::bench_pb::{EchoMessage, EchoStreamRequest};
 use trestle_proto::pb;
 use trestle_proto::pb::table_service_client::TableServiceClient;
 

@@ -385,12 +385,12 @@ impl Table for SledTable {
     /// The only path that writes entities: applies `operations` on one partition atomically.
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
-    /// rows, then all effects are written, atomically across a crash ([`Table::apply`]), before the
+    /// rows, then all effects are written, atomically across a crash (`SledTable::apply`), before the
     /// lock is released; scans hold the lock's shared side and point reads wait while rows are
     /// written, so readers see all of them or none. A lone insert checks and writes in one step
-    /// ([`Table::insert_alone`]).
+    /// (`SledTable::insert_alone`).
     /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
-    /// that becomes durable with the next group commit ([`super::Store::wait_durable`]); no
+    /// that becomes durable with the next group commit (`GroupCommit::record_write`); no
     /// ticket when nothing was written. Each row appears at most once in
     /// `operations` (the caller validates that), so no operation needs to see another's effect.
     fn commit(

@@ -1,32 +1,32 @@
 //! The two responses that carry query results, `QueryEntitiesResponse` and
-//! `ScanEntitiesResponse`, implemented by hand rather than generated: besides decoded entities
+//! `ScanEntitiesResponse`, implemented by hand for the server's stubs: besides decoded entities
 //! they can carry entities already in wire form ([`EncodedEntities`]), which the server writes
 //! straight from its stored bytes instead of building an `Entity` per match only to encode it. On
-//! the wire they are exactly the messages `trestle.proto` declares (`pb` re-exports them, and
-//! reflection serves the declared ones).
+//! the wire they are exactly the messages `trestle.proto` declares (clients decode them with the
+//! generated types; `super::wire_contract_tests` checks every field against the descriptor set).
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::DecodeError;
 
-use crate::pb::{Entity, QueryStats};
+use trestle_proto::pb::{Entity, QueryStats};
 
 /// The field number of `entities` in both responses.
-const ENTITIES: u32 = 1;
+pub(super) const ENTITIES: u32 = 1;
 /// Field numbers of `QueryEntitiesResponse`'s other fields.
-const CONTINUATION_TOKEN: u32 = 2;
-const STATS: u32 = 3;
+pub(super) const CONTINUATION_TOKEN: u32 = 2;
+pub(super) const STATS: u32 = 3;
 
 /// Entities in wire form: each a complete `entities` field (key, length, `Entity` message).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EncodedEntities {
+pub(crate) struct EncodedEntities {
     fields: Vec<u8>,
     count: usize,
 }
 
 impl EncodedEntities {
     /// None yet, with room for `bytes` of them.
-    pub fn with_capacity(bytes: usize) -> EncodedEntities {
+    pub(crate) fn with_capacity(bytes: usize) -> EncodedEntities {
         EncodedEntities {
             fields: Vec::with_capacity(bytes),
             count: 0,
@@ -37,7 +37,7 @@ impl EncodedEntities {
     ///
     /// # Panics
     /// If `write` writes other than `len` bytes: the message would be corrupt.
-    pub fn push(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn push(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) {
         encoding::encode_key(ENTITIES, WireType::LengthDelimited, &mut self.fields);
         encoding::encode_varint(len as u64, &mut self.fields);
         let start = self.fields.len();
@@ -51,17 +51,17 @@ impl EncodedEntities {
     }
 
     /// How many entities.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
     /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// Bytes held.
-    pub fn encoded_len(&self) -> usize {
+    pub(crate) fn encoded_len(&self) -> usize {
         self.fields.len()
     }
 
@@ -78,7 +78,7 @@ pub struct QueryEntitiesResponse {
     /// has them all here.
     pub entities: Vec<Entity>,
     /// More entities of the page, already encoded, sent after `entities` (server side).
-    pub encoded_entities: EncodedEntities,
+    pub(crate) encoded_entities: EncodedEntities,
     /// Pass back with the same query to get the next page; empty when the query is complete.
     pub continuation_token: String,
     /// How the page was read.
@@ -91,7 +91,7 @@ pub struct ScanEntitiesResponse {
     /// Matches in query order. A decoded response has them all here.
     pub entities: Vec<Entity>,
     /// More matches, already encoded, sent after `entities` (server side).
-    pub encoded_entities: EncodedEntities,
+    pub(crate) encoded_entities: EncodedEntities,
 }
 
 fn encode_entities(entities: &[Entity], encoded: &EncodedEntities, buf: &mut impl BufMut) {

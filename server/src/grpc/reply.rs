@@ -1,5 +1,5 @@
 //! `EntityReply`: the `Entity` that answers `GetEntity` and the single-entity writes, as the
-//! server stubs send it. Besides a generated [`Entity`] it can carry the message already encoded,
+//! server's stubs send it. Besides a generated [`Entity`] it can carry the message already encoded,
 //! which the server writes straight from an entity's stored bytes instead of building an `Entity`
 //! (a map of strings) only to encode it. On the wire it is exactly `trestle.v1.Entity`; clients
 //! decode it as that.
@@ -8,7 +8,7 @@ use prost::bytes::{Buf, BufMut};
 use prost::encoding::{DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
-use crate::pb::Entity;
+use trestle_proto::pb::Entity;
 
 /// An `Entity` answering a call.
 #[derive(Clone, Debug, PartialEq)]

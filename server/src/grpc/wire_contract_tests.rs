@@ -1,0 +1,175 @@
+//! The hand-encoded messages checked against the wire contract's descriptor set: every field
+//! that `trestle.proto` declares for `Entity`, `Value`, the map entries, the two query responses
+//! and `google.protobuf.Timestamp` is one the hand encoders know, under the same number, so a
+//! field added to the .proto cannot be silently missed; and what they write decodes with the
+//! generated types.
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+use prost_types::{DescriptorProto, FileDescriptorSet};
+use trestle_proto::pb;
+
+use super::pages::{self, EncodedEntities, QueryEntitiesResponse, ScanEntitiesResponse};
+use super::reply::EntityReply;
+use super::wire;
+
+/// The fields of message `path` (nested with `.`) of `package`, by number.
+fn fields_of(set: &FileDescriptorSet, package: &str, path: &str) -> BTreeMap<i32, String> {
+    let message = set
+        .file
+        .iter()
+        .filter(|file| file.package() == package)
+        .find_map(|file| find(&file.message_type, path))
+        .unwrap_or_else(|| panic!("{package}.{path} is not in the descriptor set"));
+    message
+        .field
+        .iter()
+        .map(|field| (field.number(), field.name().to_owned()))
+        .collect()
+}
+
+fn find<'a>(messages: &'a [DescriptorProto], path: &str) -> Option<&'a DescriptorProto> {
+    let (first, rest) = path
+        .split_once('.')
+        .map_or((path, None), |(a, b)| (a, Some(b)));
+    let message = messages.iter().find(|m| m.name() == first)?;
+    match rest {
+        Some(rest) => find(&message.nested_type, rest),
+        None => Some(message),
+    }
+}
+
+/// Asserts that `package.path` declares exactly the fields `known`.
+fn expect(set: &FileDescriptorSet, package: &str, path: &str, known: &[(u32, &str)]) {
+    let known: BTreeMap<i32, String> = known
+        .iter()
+        .map(|(number, field)| (*number as i32, (*field).to_owned()))
+        .collect();
+    assert_eq!(
+        fields_of(set, package, path),
+        known,
+        "{package}.{path}: the descriptor set and the hand encoder disagree"
+    );
+}
+
+fn descriptor_set() -> FileDescriptorSet {
+    FileDescriptorSet::decode(pb::FILE_DESCRIPTOR_SET).expect("the descriptor set decodes")
+}
+
+#[test]
+fn the_hand_encoders_know_every_declared_field_by_its_number() {
+    let set = descriptor_set();
+    expect(
+        &set,
+        "trestle.v1",
+        "Entity",
+        &[
+            (wire::ENTITY_PARTITION_KEY, "partition_key"),
+            (wire::ENTITY_ROW_KEY, "row_key"),
+            (wire::ENTITY_PROPERTIES, "properties"),
+            (wire::ENTITY_TIMESTAMP, "timestamp"),
+            (wire::ENTITY_ETAG, "etag"),
+        ],
+    );
+    expect(
+        &set,
+        "trestle.v1",
+        "Entity.PropertiesEntry",
+        &[(wire::ENTRY_KEY, "key"), (wire::ENTRY_VALUE, "value")],
+    );
+    expect(
+        &set,
+        "trestle.v1",
+        "Value",
+        &[
+            (wire::VALUE_STRING, "string_value"),
+            (wire::VALUE_INT32, "int32_value"),
+            (wire::VALUE_INT64, "int64_value"),
+            (wire::VALUE_DOUBLE, "double_value"),
+            (wire::VALUE_BOOL, "bool_value"),
+            (wire::VALUE_DATETIME, "datetime_value"),
+            (wire::VALUE_GUID, "guid_value"),
+            (wire::VALUE_BINARY, "binary_value"),
+        ],
+    );
+    expect(
+        &set,
+        "trestle.v1",
+        "QueryEntitiesResponse",
+        &[
+            (pages::ENTITIES, "entities"),
+            (pages::CONTINUATION_TOKEN, "continuation_token"),
+            (pages::STATS, "stats"),
+        ],
+    );
+    expect(
+        &set,
+        "trestle.v1",
+        "ScanEntitiesResponse",
+        &[(pages::ENTITIES, "entities")],
+    );
+    expect(
+        &set,
+        "google.protobuf",
+        "Timestamp",
+        &[
+            (wire::TIMESTAMP_SECONDS, "seconds"),
+            (wire::TIMESTAMP_NANOS, "nanos"),
+        ],
+    );
+}
+
+fn entity(row_key: &str) -> pb::Entity {
+    pb::Entity {
+        partition_key: "p".into(),
+        row_key: row_key.into(),
+        properties: BTreeMap::from([(
+            "N".to_owned(),
+            pb::Value {
+                kind: Some(pb::value::Kind::Int64Value(7)),
+            },
+        )]),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: 1,
+            nanos: 100,
+        }),
+        etag: "W/\"x\"".into(),
+    }
+}
+
+#[test]
+fn the_hand_encoded_responses_decode_with_the_generated_types() {
+    let mut encoded = EncodedEntities::default();
+    let body = entity("b").encode_to_vec();
+    encoded.push(body.len(), |out| out.extend_from_slice(&body));
+    let page = QueryEntitiesResponse {
+        entities: vec![entity("a")],
+        encoded_entities: encoded.clone(),
+        continuation_token: "next".into(),
+        stats: Some(pb::QueryStats {
+            plan: "partition".into(),
+            entities_examined: 2,
+        }),
+    };
+    let decoded = pb::QueryEntitiesResponse::decode(&page.encode_to_vec()[..]).unwrap();
+    assert_eq!(
+        decoded,
+        pb::QueryEntitiesResponse {
+            entities: vec![entity("a"), entity("b")],
+            continuation_token: "next".into(),
+            stats: page.stats.clone(),
+        }
+    );
+    let batch = ScanEntitiesResponse {
+        entities: Vec::new(),
+        encoded_entities: encoded,
+    };
+    let decoded = pb::ScanEntitiesResponse::decode(&batch.encode_to_vec()[..]).unwrap();
+    assert_eq!(decoded.entities, vec![entity("b")]);
+    let reply = EntityReply::Encoded(entity("c").encode_to_vec());
+    assert_eq!(
+        pb::Entity::decode(&reply.encode_to_vec()[..]).unwrap(),
+        entity("c")
+    );
+}
