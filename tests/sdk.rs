@@ -438,7 +438,7 @@ async fn a_stream_follows_continuations_across_3000_entities() {
         .partition("part0")
         .select(["n"])
         .page_size(1)
-        .first_page()
+        .page()
         .await
         .unwrap();
     assert_eq!(projected.items[0].value.0.keys().collect::<Vec<_>>(), ["n"]);

@@ -100,3 +100,22 @@ pub struct Entity<T> {
     /// Its properties, as `T`.
     pub value: T,
 }
+
+impl<T> Entity<T> {
+    /// The same entity with its value mapped by `f` (key, ETag and timestamp kept): for reading
+    /// several row types of one partition through one enum and keeping only some of them.
+    ///
+    /// ```
+    /// # fn example(entity: trestle_client::Entity<(String, i32)>) {
+    /// let name_only = entity.map(|(name, _age)| name);
+    /// # }
+    /// ```
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Entity<U> {
+        Entity {
+            key: self.key,
+            etag: self.etag,
+            timestamp: self.timestamp,
+            value: f(self.value),
+        }
+    }
+}

@@ -45,6 +45,8 @@ pub struct Error {
     kind: ErrorKind,
     /// The `ErrorInfo.reason` the server sent, as sent.
     reason: Option<String>,
+    /// The connection could not be made: the request never left the client.
+    connect_failed: bool,
     message: String,
     operation_index: Option<usize>,
 }
@@ -58,6 +60,7 @@ impl Error {
         Error {
             kind,
             reason: None,
+            connect_failed: false,
             message: message.into(),
             operation_index: None,
         }
@@ -118,6 +121,22 @@ impl Error {
         self.kind == ErrorKind::NotFound
     }
 
+    /// The table does not exist (`TableNotFound`), as against a missing entity.
+    pub fn is_table_not_found(&self) -> bool {
+        self.code() == Some(ErrorCode::TableNotFound)
+    }
+
+    /// The entity does not exist (`ResourceNotFound`), in a table that does.
+    pub fn is_entity_not_found(&self) -> bool {
+        self.code() == Some(ErrorCode::ResourceNotFound)
+    }
+
+    /// The connection to the server could not be made, so the request certainly never reached
+    /// it (even a write may be retried).
+    pub fn is_connect_error(&self) -> bool {
+        self.connect_failed
+    }
+
     /// The table or entity already exists.
     pub fn is_conflict(&self) -> bool {
         self.kind == ErrorKind::Conflict
@@ -130,9 +149,7 @@ impl Error {
 
     /// Whether the request certainly never reached the server (so even a write may be retried).
     pub(crate) fn never_sent(&self) -> bool {
-        self.kind == ErrorKind::Unavailable
-            && self.reason.is_none()
-            && self.message.contains("connect")
+        self.connect_failed
     }
 }
 
@@ -160,6 +177,7 @@ impl Error {
         };
         Error {
             kind,
+            connect_failed: status.code() == Code::Unavailable && caused_by_connecting(&status),
             reason: info.map(|i| i.reason.clone()),
             operation_index: info
                 .and_then(|i| i.metadata.get("operationIndex"))
@@ -172,8 +190,23 @@ impl Error {
 impl Error {
     /// The SDK error for a failed connection.
     pub(crate) fn from_transport(error: tonic::transport::Error) -> Error {
-        Error::new(ErrorKind::Unavailable, format!("cannot connect: {error}"))
+        let mut error = Error::new(ErrorKind::Unavailable, format!("cannot connect: {error}"));
+        error.connect_failed = true;
+        error
     }
+}
+
+/// Whether `status` comes from a connection that could not be made (tonic's `ConnectError` in its
+/// chain of causes), rather than from the server or a connection lost midway.
+fn caused_by_connecting(status: &tonic::Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = cause {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 impl From<MappingError> for Error {

@@ -72,6 +72,54 @@ pub fn from_inverted_timestamp(key: &str) -> Option<DateTime> {
     ))
 }
 
+/// A unique log-tail key for now: [`inverted_timestamp`], a `-`, and 16 random hex digits (36
+/// characters, fixed width). Newer keys sort first; keys made in the same 100 ns tick, by any
+/// number of writers, do not collide (a random 64-bit suffix), and sort among themselves at
+/// random.
+///
+/// ```
+/// use trestle_client::keys::{log_tail_id, from_inverted_timestamp};
+/// let id = log_tail_id();
+/// assert_eq!(id.len(), 36);
+/// assert!(from_inverted_timestamp(&id).is_some());
+/// ```
+pub fn log_tail_id() -> String {
+    log_tail_id_at(DateTime::now())
+}
+
+/// [`log_tail_id`] for `time`.
+pub fn log_tail_id_at(time: DateTime) -> String {
+    format!("{}-{:016x}", inverted_timestamp(time), random_suffix())
+}
+
+/// A unique key in time order for now, older first: the time's 100 ns ticks since 1601 as 19
+/// digits, a `-`, and 16 random hex digits (36 characters, fixed width). The forward twin of
+/// [`log_tail_id`], for keys read oldest first.
+///
+/// ```
+/// use trestle_client::keys::time_ordered_id_at;
+/// use trestle_client::DateTime;
+/// let (early, late) = (DateTime::from_unix(1, 0), DateTime::from_unix(2, 0));
+/// assert!(time_ordered_id_at(early) < time_ordered_id_at(late));
+/// ```
+pub fn time_ordered_id() -> String {
+    time_ordered_id_at(DateTime::now())
+}
+
+/// [`time_ordered_id`] for `time`.
+pub fn time_ordered_id_at(time: DateTime) -> String {
+    // Ticks since 1601 are never negative for an Azure DateTime, so the digits sort as times do.
+    let since_1601 = time.ticks().saturating_add(TICKS_1601_TO_1970).max(0) as u64;
+    format!("{}-{:016x}", fixed_width(since_1601, 19), random_suffix())
+}
+
+/// 100 ns ticks from 1601-01-01 to 1970-01-01.
+const TICKS_1601_TO_1970: i64 = 116_444_736_000_000_000;
+
+fn random_suffix() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0
+}
+
 /// A compound key: `parts` joined by [`SEPARATOR`], with the separator (and the escape `~`)
 /// escaped inside each part, so that `("a_b", "c")` and `("a", "b_c")` never collide.
 ///
@@ -147,6 +195,22 @@ mod tests {
             from_inverted_timestamp(&inverted_timestamp(older)),
             Some(older)
         );
+    }
+
+    #[test]
+    fn log_tail_ids_are_unique_fixed_width_and_newest_first() {
+        let now = DateTime::from_unix(1_700_000_000, 0);
+        let later = DateTime::from_unix(1_700_000_001, 0);
+        let same_tick: std::collections::HashSet<String> =
+            (0..10_000).map(|_| log_tail_id_at(now)).collect();
+        assert_eq!(same_tick.len(), 10_000, "ids of one tick collided");
+        assert!(same_tick.iter().all(|id| id.len() == 36));
+        assert!(log_tail_id_at(later) < log_tail_id_at(now));
+        assert_eq!(from_inverted_timestamp(&log_tail_id_at(now)), Some(now));
+        assert!(time_ordered_id_at(now) < time_ordered_id_at(later));
+        assert_eq!(time_ordered_id_at(now).len(), 36);
+        let ancient = DateTime::from_unix(-11_644_473_600, 0);
+        assert!(time_ordered_id_at(ancient).starts_with("0000000000000000000-"));
     }
 
     #[test]

@@ -39,6 +39,43 @@
 //! # }
 //! # mod serde_json_free { #[derive(serde::Serialize)] pub struct Age { pub age: i32 } }
 //! ```
+//!
+//! # Several row types in one partition
+//!
+//! The table-design guides keep a post with its comments, or a department with its employees, in
+//! one partition, so that one transaction changes both and one scan reads both. Give each row a
+//! property naming its type and read the partition as an internally tagged enum; a query read as
+//! one struct alone fails on the first row of another type (the error names that row's keys),
+//! unless it is told to leave such rows out ([`Query::skip_undecodable`]).
+//!
+//! ```no_run
+//! use futures_util::TryStreamExt;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! #[serde(tag = "Kind")]
+//! enum Row {
+//!     Post { title: String, likes: i64 },
+//!     Comment { author: String, text: String },
+//! }
+//!
+//! # async fn example(blog: trestle_client::TableClient) -> trestle_client::Result<()> {
+//! let mut rows = blog.query::<Row>().partition("post-1").stream();
+//! while let Some(row) = rows.try_next().await? {
+//!     match row.value {
+//!         Row::Post { title, .. } => println!("{title}"),
+//!         Row::Comment { author, text } => println!("  {author}: {text}"),
+//!     }
+//! }
+//! // Only the comments, as the enum's variant they are:
+//! let comments: Vec<_> = blog
+//!     .query::<Row>()
+//!     .partition("post-1")
+//!     .filter(trestle_client::Filter::eq("Kind", "Comment"))
+//!     .all()
+//!     .await?;
+//! # Ok(()) }
+//! ```
 
 #![warn(missing_docs)]
 
@@ -48,6 +85,7 @@ mod entity;
 mod error;
 pub mod keys;
 mod mapping;
+mod modify;
 mod query;
 pub mod scenarios;
 mod table;
@@ -58,7 +96,8 @@ pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_T
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use mapping::{from_properties, to_properties, MappingError};
-pub use query::{EntityStream, Filter, Page, Query};
+pub use modify::{is_conflict, retry_on_conflict, ConflictRetry};
+pub use query::{EntityStream, FieldFilter, Filter, Page, Query, QueryStats};
 pub use table::TableClient;
-pub use transaction::{Transaction, MAX_OPERATIONS};
+pub use transaction::{Transaction, TransactionRow, MAX_OPERATIONS};
 pub use value::{DateTime, Properties, Value};

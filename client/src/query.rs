@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 use trestle_proto::pb;
 
 use crate::entity::Entity;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
+use crate::mapping::probe::{numeric_fields, NumericType};
 use crate::table::{typed, TableClient};
 use crate::value::Value;
 
@@ -59,6 +60,30 @@ impl Filter {
         Filter(format!("not ({})", self.0))
     }
 
+    /// A comparison on field `name` of the struct `T` whose literal takes the EDM type the serde
+    /// mapping stores that field as: an `i64` field compares with `10L`, an `i32` one with `10`,
+    /// an `f64` one with `10.0`, whatever integer type the value is written with. (On Azure, and
+    /// here, a literal of another type than the stored property's matches nothing for `eq`:
+    /// `Filter::ge("likes", 10i64)` against an Int32 property is `likes ge 10L`, which no entity
+    /// matches.) `name` is the serialized name (after `#[serde(rename)]`).
+    ///
+    /// ```
+    /// use trestle_client::Filter;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Post { title: String, likes: i64, rank: i32 }
+    ///
+    /// assert_eq!(Filter::field::<Post>("likes").ge(10).as_str(), "likes ge 10L");
+    /// assert_eq!(Filter::field::<Post>("rank").lt(3u8).as_str(), "rank lt 3");
+    /// assert_eq!(Filter::field::<Post>("title").eq("Hi").as_str(), "title eq 'Hi'");
+    /// ```
+    pub fn field<T: DeserializeOwned>(name: &str) -> FieldFilter {
+        FieldFilter {
+            numeric: numeric_fields::<T>().get(name).copied(),
+            name: name.to_owned(),
+        }
+    }
+
     /// A filter written by hand, passed as is (the escape hatch: quote values yourself).
     pub fn raw(text: impl Into<String>) -> Filter {
         Filter(text.into())
@@ -67,6 +92,49 @@ impl Filter {
     /// The filter's text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// Comparisons on one field of a struct, with literals of the field's EDM type
+/// ([`Filter::field`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct FieldFilter {
+    name: String,
+    numeric: Option<NumericType>,
+}
+
+macro_rules! field_comparisons {
+    ($($name:ident => $op:literal, $doc:literal;)*) => {
+        $(#[doc = $doc]
+        pub fn $name(&self, value: impl Into<Value>) -> Filter {
+            let value = as_field_type(value.into(), self.numeric);
+            Filter(format!(concat!("{} ", $op, " {}"), self.name, literal(&value)))
+        })*
+    };
+}
+
+impl FieldFilter {
+    field_comparisons! {
+        eq => "eq", "`field eq value`, the value of the field's type.";
+        ne => "ne", "`field ne value`, the value of the field's type.";
+        gt => "gt", "`field gt value`, the value of the field's type.";
+        ge => "ge", "`field ge value`, the value of the field's type.";
+        lt => "lt", "`field lt value`, the value of the field's type.";
+        le => "le", "`field le value`, the value of the field's type.";
+    }
+}
+
+/// `value` as a literal of a field of type `numeric`, where the number fits.
+fn as_field_type(value: Value, numeric: Option<NumericType>) -> Value {
+    match (numeric, value) {
+        (Some(NumericType::Int64), Value::Int32(v)) => Value::Int64(v.into()),
+        (Some(NumericType::Int32), Value::Int64(v)) if i32::try_from(v).is_ok() => {
+            Value::Int32(v as i32)
+        }
+        (Some(NumericType::Double), Value::Int32(v)) => Value::Double(v.into()),
+        (Some(NumericType::Double), Value::Int64(v)) => Value::Double(v as f64),
+        (_, value) => value,
     }
 }
 
@@ -99,15 +167,31 @@ pub struct Page<T> {
     /// The token that resumes the query after this page ([`Query::continue_from`]); `None` when
     /// the query is complete.
     pub continuation: Option<String>,
+    /// How the server read the page.
+    pub stats: QueryStats,
+    /// With [`Query::skip_undecodable`], the entities of the page that did not decode as `T`
+    /// (each error names the entity's keys); otherwise always empty.
+    pub undecodable: Vec<crate::Error>,
+}
+
+/// How the server read a page: its plan and the work it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryStats {
+    /// The kind of plan: `point`, `partition`, `partition_union`, `partition_range`,
+    /// `table_scan` or `empty`.
+    pub plan: String,
+    /// Entities the server read to fill the page, matching or not.
+    pub entities_examined: u64,
 }
 
 /// A query over one table, reading entities as `T`. Build it, then call [`Query::stream`],
-/// [`Query::pages`], [`Query::first_page`], [`Query::all`] or [`Query::count`].
+/// [`Query::pages`], [`Query::page`], [`Query::all`] or [`Query::count`].
 #[derive(Debug)]
 #[must_use]
 pub struct Query<T> {
     table: TableClient,
     request: pb::QueryEntitiesRequest,
+    skip_undecodable: bool,
     _entity: PhantomData<fn() -> T>,
 }
 
@@ -116,6 +200,7 @@ impl<T> Clone for Query<T> {
         Query {
             table: self.table.clone(),
             request: self.request.clone(),
+            skip_undecodable: self.skip_undecodable,
             _entity: PhantomData,
         }
     }
@@ -130,6 +215,7 @@ impl<T: DeserializeOwned> Query<T> {
         Query {
             table,
             request,
+            skip_undecodable: false,
             _entity: PhantomData,
         }
     }
@@ -183,22 +269,51 @@ impl<T: DeserializeOwned> Query<T> {
         self
     }
 
-    /// Reads one page.
-    pub async fn first_page(&self) -> Result<Page<T>> {
+    /// Entities that do not decode as `T` are left out of the results rather than failing the
+    /// query: each page lists them in [`Page::undecodable`]. For a partition holding several row
+    /// types read as one of them; to read them all, decode into an enum of the types (see the
+    /// crate documentation).
+    pub fn skip_undecodable(mut self) -> Self {
+        self.skip_undecodable = true;
+        self
+    }
+
+    /// Reads the page the query is at: the first, or the one its continuation
+    /// ([`Query::continue_from`]) points to.
+    pub async fn page(&self) -> Result<Page<T>> {
         let request = self.request.clone();
         let page = self
             .table
             .client()
             .read(request, |mut c, r| async move { c.query_entities(r).await })
             .await?;
+        let mut items = Vec::with_capacity(page.entities.len());
+        let mut undecodable = Vec::new();
+        for entity in page.entities {
+            match typed(entity) {
+                Ok(entity) => items.push(entity),
+                Err(error) if self.skip_undecodable && error.kind() == ErrorKind::Mapping => {
+                    undecodable.push(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let stats = page.stats.unwrap_or_default();
         Ok(Page {
-            items: page
-                .entities
-                .into_iter()
-                .map(typed)
-                .collect::<Result<_>>()?,
+            items,
             continuation: Some(page.continuation_token).filter(|t| !t.is_empty()),
+            stats: QueryStats {
+                plan: stats.plan,
+                entities_examined: stats.entities_examined,
+            },
+            undecodable,
         })
+    }
+
+    /// Reads the page the query is at (renamed [`Query::page`]).
+    #[deprecated(note = "renamed `page`: it reads the page the query is at, not always the first")]
+    pub async fn first_page(&self) -> Result<Page<T>> {
+        self.page().await
     }
 
     /// Every page, following continuation tokens.
@@ -208,7 +323,7 @@ impl<T: DeserializeOwned> Query<T> {
     {
         Box::pin(stream::try_unfold(Some(self), |query| async move {
             let Some(query) = query else { return Ok(None) };
-            let page = query.first_page().await?;
+            let page = query.page().await?;
             let next = page
                 .continuation
                 .clone()
@@ -253,7 +368,7 @@ impl<T: DeserializeOwned> Query<T> {
     pub async fn exists(&self) -> Result<bool> {
         let mut query = self.clone().page_size(1);
         loop {
-            let page = query.first_page().await?;
+            let page = query.page().await?;
             if !page.items.is_empty() {
                 return Ok(true);
             }

@@ -7,7 +7,7 @@ use trestle_proto::pb;
 use crate::client::Client;
 use crate::convert;
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
-use crate::error::{ErrorCode, Result};
+use crate::error::{Error, ErrorCode, ErrorKind, Result};
 use crate::mapping::{from_properties, to_properties};
 use crate::query::Query;
 use crate::transaction::Transaction;
@@ -217,6 +217,14 @@ impl TableClient {
         Query::new(self.clone())
     }
 
+    /// A query over this table whose entities are read as dynamic [`Properties`]: for counting
+    /// and for existence checks, which need no type (`table.entities().partition("p").count()`).
+    ///
+    /// [`Properties`]: crate::Properties
+    pub fn entities(&self) -> Query<crate::Properties> {
+        Query::new(self.clone())
+    }
+
     /// A transaction on one partition of this table.
     pub fn transaction(&self, partition_key: impl Into<String>) -> Transaction {
         Transaction::new(self.clone(), partition_key.into())
@@ -235,13 +243,25 @@ pub(crate) fn upsert_mode(mode: UpsertMode) -> pb::UpsertMode {
     }
 }
 
-/// A wire entity as an `Entity<T>`.
+/// A wire entity as an `Entity<T>`; a mapping error names the entity's keys.
 pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>> {
     let (key, etag, timestamp, properties) = convert::entity_from_pb(entity)?;
+    let value = from_properties(properties).map_err(|error| {
+        Error::new(
+            ErrorKind::Mapping,
+            format!(
+                "entity (PartitionKey '{}', RowKey '{}') does not decode as {}: {}",
+                key.partition_key,
+                key.row_key,
+                std::any::type_name::<T>(),
+                error.0
+            ),
+        )
+    })?;
     Ok(Entity {
         key,
         etag,
         timestamp,
-        value: from_properties(properties)?,
+        value,
     })
 }

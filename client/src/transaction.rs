@@ -26,6 +26,44 @@ pub struct Transaction {
     rows: HashSet<String>,
 }
 
+/// The row an operation of a transaction acts on: its RowKey alone (in the transaction's
+/// partition: `tx.insert("comment-1", &c)`), or a full key, which must name the transaction's
+/// partition.
+pub trait TransactionRow {
+    /// The row's full key in `partition_key`'s transaction.
+    fn into_key(self, partition_key: &str) -> EntityKey;
+}
+
+impl TransactionRow for &str {
+    fn into_key(self, partition_key: &str) -> EntityKey {
+        EntityKey::new(partition_key, self)
+    }
+}
+
+impl TransactionRow for String {
+    fn into_key(self, partition_key: &str) -> EntityKey {
+        EntityKey::new(partition_key, self)
+    }
+}
+
+impl TransactionRow for &String {
+    fn into_key(self, partition_key: &str) -> EntityKey {
+        EntityKey::new(partition_key, self.as_str())
+    }
+}
+
+impl TransactionRow for EntityKey {
+    fn into_key(self, _: &str) -> EntityKey {
+        self
+    }
+}
+
+impl<P: Into<String>, R: Into<String>> TransactionRow for (P, R) {
+    fn into_key(self, _: &str) -> EntityKey {
+        EntityKey::from(self)
+    }
+}
+
 fn refused(code: ErrorCode, message: String, index: usize) -> Error {
     Error::invalid(message).with_code(code).at_operation(index)
 }
@@ -106,21 +144,21 @@ impl Transaction {
     /// Inserts an entity that must not exist.
     pub fn insert<T: Serialize + ?Sized>(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         value: &T,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(key.into(), value)?;
+        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
         Ok(self.push(Operation::Insert(pb::InsertOperation { entity })))
     }
 
     /// Replaces an existing entity.
     pub fn update<T: Serialize + ?Sized>(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(key.into(), value)?;
+        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
         Ok(self.push(Operation::Update(pb::UpdateOperation {
             entity,
             if_match: if_match.into().to_wire(),
@@ -130,11 +168,11 @@ impl Transaction {
     /// Merges properties into an existing entity.
     pub fn merge<T: Serialize + ?Sized>(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(key.into(), value)?;
+        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
         Ok(self.push(Operation::Merge(pb::MergeOperation {
             entity,
             if_match: if_match.into().to_wire(),
@@ -144,11 +182,11 @@ impl Transaction {
     /// Inserts, or replaces / merges an existing entity.
     pub fn upsert<T: Serialize + ?Sized>(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         value: &T,
         mode: UpsertMode,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(key.into(), value)?;
+        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
         Ok(self.push(Operation::Upsert(pb::UpsertOperation {
             entity,
             mode: upsert_mode(mode) as i32,
@@ -158,10 +196,10 @@ impl Transaction {
     /// Deletes an existing entity.
     pub fn delete(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
+        let key = self.admit(row.into_key(&self.partition_key))?;
         Ok(self.push(Operation::Delete(pb::DeleteOperation {
             row_key: key.row_key,
             if_match: if_match.into().to_wire(),
@@ -171,10 +209,10 @@ impl Transaction {
     /// Requires the row to exist (with this ETag, unless `IfMatch::Any`), without writing it.
     pub fn check_exists(
         &mut self,
-        key: impl Into<EntityKey>,
+        row: impl TransactionRow,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
+        let key = self.admit(row.into_key(&self.partition_key))?;
         let check = pb::CheckOperation {
             row_key: key.row_key,
             if_match: if_match.into().to_wire(),
@@ -184,8 +222,8 @@ impl Transaction {
     }
 
     /// Requires the row not to exist, without writing it.
-    pub fn check_absent(&mut self, key: impl Into<EntityKey>) -> Result<&mut Self> {
-        let key = self.admit(key.into())?;
+    pub fn check_absent(&mut self, row: impl TransactionRow) -> Result<&mut Self> {
+        let key = self.admit(row.into_key(&self.partition_key))?;
         let check = pb::CheckOperation {
             row_key: key.row_key,
             if_match: String::new(),

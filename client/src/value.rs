@@ -47,6 +47,48 @@ impl DateTime {
             (self.ticks.rem_euclid(TICKS_PER_SECOND) * 100) as u32,
         )
     }
+
+    /// RFC 3339 text in UTC with all seven digits of 100 ns, as Azure writes it (also what
+    /// `Display` shows).
+    ///
+    /// ```
+    /// use trestle_client::DateTime;
+    /// let t = DateTime::from_unix(1_700_000_000, 123_456_700);
+    /// assert_eq!(t.to_rfc3339(), "2023-11-14T22:13:20.1234567Z");
+    /// assert_eq!(t.to_string(), t.to_rfc3339());
+    /// assert_eq!(DateTime::parse_rfc3339("2023-11-14T22:13:20.1234567Z"), Some(t));
+    /// ```
+    pub fn to_rfc3339(self) -> String {
+        trestle_proto::datetime::format(self.ticks)
+    }
+
+    /// Parses RFC 3339 text in UTC (`Z`), with up to seven fractional digits; `None` if it is not
+    /// that.
+    pub fn parse_rfc3339(text: &str) -> Option<DateTime> {
+        trestle_proto::datetime::parse(text).map(DateTime::from_ticks)
+    }
+}
+
+impl std::fmt::Display for DateTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl std::str::FromStr for DateTime {
+    type Err = crate::Error;
+
+    /// Parses RFC 3339 text ([`DateTime::parse_rfc3339`]).
+    fn from_str(text: &str) -> Result<DateTime, crate::Error> {
+        DateTime::parse_rfc3339(text).ok_or_else(|| {
+            crate::Error::new(
+                crate::ErrorKind::InvalidInput,
+                format!(
+                    "{text:?} is not an RFC 3339 UTC time such as 2024-01-02T03:04:05.1234567Z"
+                ),
+            )
+        })
+    }
 }
 
 impl From<SystemTime> for DateTime {
@@ -107,7 +149,10 @@ macro_rules! value_from {
     };
 }
 
-value_from!(String => String, &str => String, i32 => Int32, i64 => Int64, f64 => Double, bool => Bool,
+// Every Rust integer that fits, with the EDM type the serde mapping gives it (`u32` is Int64, as a
+// struct field of that type is stored).
+value_from!(String => String, &str => String, i8 => Int32, i16 => Int32, i32 => Int32, u8 => Int32,
+    u16 => Int32, u32 => Int64, i64 => Int64, f32 => Double, f64 => Double, bool => Bool,
     DateTime => DateTime, Uuid => Guid, Vec<u8> => Binary, &[u8] => Binary);
 
 /// An entity's properties without a struct: a map from name to typed value, with typed accessors.

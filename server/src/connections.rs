@@ -15,8 +15,8 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -46,8 +46,9 @@ pub(crate) struct ConnectionTimeouts {
 pub(crate) struct ConnectionState {
     /// Calls open on the connection.
     calls: AtomicUsize,
-    /// When the last call ended (or the connection started, if none has).
-    quiet_since: Mutex<Instant>,
+    /// When the last call ended (or the connection started, if none has), in milliseconds since
+    /// [`epoch`]: an atomic, so that ending a call costs no lock.
+    quiet_since_ms: AtomicU64,
     /// Streamed scans open on the connection.
     pub(crate) open_scans: Arc<AtomicUsize>,
 }
@@ -56,7 +57,7 @@ impl ConnectionState {
     fn new() -> ConnectionState {
         ConnectionState {
             calls: AtomicUsize::new(0),
-            quiet_since: Mutex::new(Instant::now()),
+            quiet_since_ms: AtomicU64::new(millis_since_epoch(Instant::now())),
             open_scans: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -71,19 +72,25 @@ impl ConnectionState {
 
     /// Since when the connection has had no call open, if it has none.
     fn quiet_since(&self) -> Option<Instant> {
-        let quiet_since = *self
-            .quiet_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let quiet_since =
+            epoch() + Duration::from_millis(self.quiet_since_ms.load(Ordering::Acquire));
         (self.calls.load(Ordering::Acquire) == 0).then_some(quiet_since)
     }
 
     fn mark_quiet_now(&self) {
-        *self
-            .quiet_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.quiet_since_ms
+            .store(millis_since_epoch(Instant::now()), Ordering::Release);
     }
+}
+
+/// The instant connection times are counted from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn millis_since_epoch(instant: Instant) -> u64 {
+    instant.saturating_duration_since(epoch()).as_millis() as u64
 }
 
 /// A call open on a connection; its end starts the connection's idle time.

@@ -10,6 +10,7 @@
 //! [`DateTime`]: crate::DateTime
 
 mod de;
+pub(crate) mod probe;
 mod ser;
 
 use std::collections::BTreeMap;

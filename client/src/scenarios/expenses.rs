@@ -10,8 +10,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::keys::{compound, fixed_width, inverted_timestamp};
-use crate::{DateTime, ETag, Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
+use super::scenario_retry;
+use crate::keys::{compound, fixed_width, log_tail_id_at};
+use crate::{
+    retry_on_conflict, DateTime, ETag, Entity, Error, ErrorKind, Filter, IfMatch, Result,
+    TableClient,
+};
 
 /// Most items of one expense: the header and all items must fit one 100-operation transaction.
 pub const MAX_ITEMS: usize = 99;
@@ -134,8 +138,7 @@ impl Expenses {
             return Err(too_many_items(items.len()));
         }
         let now = DateTime::now();
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
-        let id = format!("{}-{}", inverted_timestamp(now), &suffix[..8]);
+        let id = log_tail_id_at(now);
         let header = Row::Expense(Expense {
             description: description.into(),
             total_cents: items.iter().map(|i| i.amount_cents).sum(),
@@ -205,7 +208,7 @@ impl Expenses {
             .page_size(n.clamp(1, 1000) as u32);
         let mut found = Vec::new();
         while found.len() < n {
-            let page = query.first_page().await?;
+            let page = query.page().await?;
             found.extend(page.items.into_iter().map(|e| (e.key.row_key, e.value)));
             match page.continuation {
                 Some(token) => query = query.continue_from(token),
@@ -228,7 +231,8 @@ impl Expenses {
         expense_id: &str,
         item: ExpenseItem,
     ) -> Result<String> {
-        loop {
+        let item = &item;
+        retry_on_conflict(scenario_retry(), move || async move {
             let header = self.header(owner, expense_id).await?;
             let expense = &header.value;
             if expense.item_count as usize >= MAX_ITEMS {
@@ -243,18 +247,16 @@ impl Expenses {
             let mut tx = self.table.transaction(owner);
             tx.merge((owner, expense_id), &totals, &header.etag)?;
             tx.insert((owner, item_row(expense_id, &id)), &Row::Item(item.clone()))?;
-            match tx.commit().await {
-                Ok(_) => return Ok(id),
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
+            tx.commit().await?;
+            Ok(id)
+        })
+        .await
     }
 
     /// Removes an item: the item and the header's total in one transaction, conditional on the
     /// header's ETag (retried on conflict).
     pub async fn remove_item(&self, owner: &str, expense_id: &str, item_id: &str) -> Result<()> {
-        loop {
+        retry_on_conflict(scenario_retry(), move || async move {
             let header = self.header(owner, expense_id).await?;
             let item = self
                 .table
@@ -269,12 +271,10 @@ impl Expenses {
             let mut tx = self.table.transaction(owner);
             tx.merge((owner, expense_id), &totals, &header.etag)?;
             tx.delete((owner, item_row(expense_id, item_id)), &item.etag)?;
-            match tx.commit().await {
-                Ok(_) => return Ok(()),
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Approves a submitted expense read with `etag`: of two concurrent approvers exactly one wins.

@@ -3,8 +3,18 @@
 //! - [`hr`]: departments and their employees in one partition, a count kept exact by transactions,
 //!   intra-partition secondary indexes, denormalization, join in the client, inheritance, and
 //!   cross-partition transfers made eventually consistent and crash-safe.
+//! - [`blog`]: posts and their comments in the author's partition read as one typed stream,
+//!   exact counts kept by transactions retried on conflict, likes by read-modify-write, a typed
+//!   filter, and a post deleted with its comments atomically.
 //! - [`expenses`]: an expense and its items in one partition with compound row keys, prefix scans
 //!   and log-tail (newest-first) keys; what the Azure post could not make atomic is atomic here.
 
+pub mod blog;
 pub mod expenses;
 pub mod hr;
+
+/// How the scenarios retry an update that lost to another writer: patiently, since a department
+/// or an expense is a hot row when many writers change it at once.
+fn scenario_retry() -> crate::ConflictRetry {
+    crate::ConflictRetry::default().with_max_attempts(200)
+}

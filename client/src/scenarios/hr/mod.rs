@@ -25,8 +25,9 @@ use serde::{Deserialize, Serialize};
 pub use join::DepartmentCache;
 pub use transfer::TransferStep;
 
+use super::scenario_retry;
 use crate::keys::compound;
-use crate::{Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
+use crate::{retry_on_conflict, Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
 
 /// The row key of a department's own row.
 pub const DEPARTMENT_ROW: &str = "department";
@@ -189,7 +190,8 @@ impl Hr {
     /// # Errors
     /// `is_conflict()` if the id or the email is taken in the department.
     pub async fn hire(&self, department_id: &str, new: NewEmployee) -> Result<Employee> {
-        loop {
+        let new = &new;
+        retry_on_conflict(scenario_retry(), move || async move {
             let department = self.department(department_id).await?;
             let employee = Employee {
                 id: new.id.clone(),
@@ -205,12 +207,10 @@ impl Hr {
             };
             tx.merge((department_id, DEPARTMENT_ROW), &count, &department.etag)?;
             self.add_employee_rows(&mut tx, department_id, &employee)?;
-            match tx.commit().await {
-                Ok(_) => return Ok(employee),
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
+            tx.commit().await?;
+            Ok(employee)
+        })
+        .await
     }
 
     fn add_employee_rows(
@@ -244,7 +244,7 @@ impl Hr {
 
     /// Terminates an employee: the rows go and the count drops, in one transaction.
     pub async fn terminate(&self, department_id: &str, employee_id: &str) -> Result<()> {
-        loop {
+        retry_on_conflict(scenario_retry(), move || async move {
             let department = self.department(department_id).await?;
             let employee = self.employee(department_id, employee_id).await?;
             let mut tx = self.table.transaction(department_id);
@@ -264,12 +264,10 @@ impl Hr {
                 ),
                 IfMatch::Any,
             )?;
-            match tx.commit().await {
-                Ok(_) => return Ok(()),
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
     }
 
     /// Changes an employee's name or email; index rows move in the same transaction.
@@ -281,7 +279,7 @@ impl Hr {
         last_name: &str,
         email: &str,
     ) -> Result<Employee> {
-        loop {
+        retry_on_conflict(scenario_retry(), move || async move {
             let current = self.employee(department_id, employee_id).await?;
             let old = &current.value;
             let new = Employee {
@@ -323,12 +321,10 @@ impl Hr {
                     &person,
                 )?;
             }
-            match tx.commit().await {
-                Ok(_) => return Ok(new),
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
-        }
+            tx.commit().await?;
+            Ok(new)
+        })
+        .await
     }
 
     /// The employee with this email: one point read on the email index.
