@@ -12,7 +12,6 @@ use trestle_proto::pb;
 use trestle_proto::pb::table_service_client::TableServiceClient;
 
 use crate::error::{Error, Result};
-use crate::table::TableClient;
 
 /// The generated gRPC stub the client drives, every request carrying the credential.
 pub(crate) type Stub = TableServiceClient<InterceptedService<Channel, Credential>>;
@@ -231,11 +230,6 @@ impl Client {
             ca: None,
             tls_domain: None,
         }
-    }
-
-    /// A handle on one table (no request is made).
-    pub fn table(&self, name: impl Into<String>) -> TableClient {
-        TableClient::new(self.clone(), name.into())
     }
 
     /// Names of the tables whose name starts with `prefix` (ignoring case), in name order.

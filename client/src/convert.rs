@@ -6,8 +6,12 @@ use std::collections::BTreeMap;
 use trestle_proto::pb;
 use uuid::Uuid;
 
-use crate::entity::{ETag, EntityKey};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::entity::{ETag, Entity, EntityKey, UpsertMode};
 use crate::error::{Error, ErrorKind, Result};
+use crate::mapping::{from_properties, to_properties};
 use crate::value::{DateTime, Value};
 
 pub(crate) fn value_to_pb(value: Value) -> pb::Value {
@@ -90,4 +94,39 @@ pub(crate) fn entity_from_pb(
             .unwrap_or(DateTime::from_ticks(0)),
         properties,
     ))
+}
+
+/// The wire entity for a key and a serializable value.
+pub(crate) fn wire<T: Serialize + ?Sized>(key: &EntityKey, value: &T) -> Result<pb::Entity> {
+    Ok(entity_to_pb(key, to_properties(value)?))
+}
+
+pub(crate) fn upsert_mode(mode: UpsertMode) -> pb::UpsertMode {
+    match mode {
+        UpsertMode::Replace => pb::UpsertMode::Replace,
+        UpsertMode::Merge => pb::UpsertMode::Merge,
+    }
+}
+
+/// A wire entity as an `Entity<T>`; a mapping error names the entity's keys.
+pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>> {
+    let (key, etag, timestamp, properties) = entity_from_pb(entity)?;
+    let value = from_properties(properties).map_err(|error| {
+        Error::new(
+            ErrorKind::Mapping,
+            format!(
+                "entity (PartitionKey '{}', RowKey '{}') does not decode as {}: {}",
+                key.partition_key,
+                key.row_key,
+                std::any::type_name::<T>(),
+                error.0
+            ),
+        )
+    })?;
+    Ok(Entity {
+        key,
+        etag,
+        timestamp,
+        value,
+    })
 }

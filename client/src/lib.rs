@@ -100,4 +100,4 @@ pub use modify::{is_conflict, retry_on_conflict, ConflictRetry};
 pub use query::{EntityStream, FieldFilter, Filter, Page, Query, QueryStats};
 pub use table::TableClient;
 pub use transaction::{Transaction, TransactionRow, MAX_OPERATIONS};
-pub use value::{DateTime, Properties, Value};
+pub use value::{DateTime, DateTimeParseError, Properties, Value};

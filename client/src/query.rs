@@ -8,10 +8,11 @@ use futures_util::{stream, TryStreamExt};
 use serde::de::DeserializeOwned;
 use trestle_proto::pb;
 
+use crate::client::Client;
+use crate::convert::typed;
 use crate::entity::Entity;
 use crate::error::{ErrorKind, Result};
 use crate::mapping::probe::{numeric_fields, NumericType};
-use crate::table::{typed, TableClient};
 use crate::value::Value;
 
 /// A filter in Azure's `$filter` language, built from typed comparisons whose values are escaped
@@ -189,7 +190,7 @@ pub struct QueryStats {
 #[derive(Debug)]
 #[must_use]
 pub struct Query<T> {
-    table: TableClient,
+    client: Client,
     request: pb::QueryEntitiesRequest,
     skip_undecodable: bool,
     _entity: PhantomData<fn() -> T>,
@@ -198,7 +199,7 @@ pub struct Query<T> {
 impl<T> Clone for Query<T> {
     fn clone(&self) -> Self {
         Query {
-            table: self.table.clone(),
+            client: self.client.clone(),
             request: self.request.clone(),
             skip_undecodable: self.skip_undecodable,
             _entity: PhantomData,
@@ -207,13 +208,13 @@ impl<T> Clone for Query<T> {
 }
 
 impl<T: DeserializeOwned> Query<T> {
-    pub(crate) fn new(table: TableClient) -> Query<T> {
+    pub(crate) fn new(client: Client, table: String) -> Query<T> {
         let request = pb::QueryEntitiesRequest {
-            table: table.name().to_owned(),
+            table,
             ..Default::default()
         };
         Query {
-            table,
+            client,
             request,
             skip_undecodable: false,
             _entity: PhantomData,
@@ -283,8 +284,7 @@ impl<T: DeserializeOwned> Query<T> {
     pub async fn page(&self) -> Result<Page<T>> {
         let request = self.request.clone();
         let page = self
-            .table
-            .client()
+            .client
             .read(request, |mut c, r| async move { c.query_entities(r).await })
             .await?;
         let mut items = Vec::with_capacity(page.entities.len());
@@ -357,8 +357,7 @@ impl<T: DeserializeOwned> Query<T> {
     pub async fn count(&self) -> Result<u64> {
         let request = self.request.clone();
         let counted = self
-            .table
-            .client()
+            .client
             .read(request, |mut c, r| async move { c.count_entities(r).await })
             .await?;
         Ok(counted.count)

@@ -5,12 +5,18 @@ use serde::Serialize;
 use trestle_proto::pb;
 
 use crate::client::Client;
-use crate::convert;
+use crate::convert::{typed, upsert_mode, wire};
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
-use crate::error::{Error, ErrorCode, ErrorKind, Result};
-use crate::mapping::{from_properties, to_properties};
+use crate::error::{ErrorCode, Result};
 use crate::query::Query;
 use crate::transaction::Transaction;
+
+impl Client {
+    /// A handle on one table (no request is made).
+    pub fn table(&self, name: impl Into<String>) -> TableClient {
+        TableClient::new(self.clone(), name.into())
+    }
+}
 
 /// A handle on one table. Cheap to clone.
 ///
@@ -30,10 +36,6 @@ impl TableClient {
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
     }
 
     /// Creates the table.
@@ -214,7 +216,7 @@ impl TableClient {
 
     /// A query over this table, read as `T`.
     pub fn query<T: DeserializeOwned>(&self) -> Query<T> {
-        Query::new(self.clone())
+        Query::new(self.client.clone(), self.name.clone())
     }
 
     /// A query over this table whose entities are read as dynamic [`Properties`]: for counting
@@ -222,46 +224,11 @@ impl TableClient {
     ///
     /// [`Properties`]: crate::Properties
     pub fn entities(&self) -> Query<crate::Properties> {
-        Query::new(self.clone())
+        Query::new(self.client.clone(), self.name.clone())
     }
 
     /// A transaction on one partition of this table.
     pub fn transaction(&self, partition_key: impl Into<String>) -> Transaction {
-        Transaction::new(self.clone(), partition_key.into())
+        Transaction::new(self.client.clone(), self.name.clone(), partition_key.into())
     }
-}
-
-/// The wire entity for a key and a serializable value.
-pub(crate) fn wire<T: Serialize + ?Sized>(key: &EntityKey, value: &T) -> Result<pb::Entity> {
-    Ok(convert::entity_to_pb(key, to_properties(value)?))
-}
-
-pub(crate) fn upsert_mode(mode: UpsertMode) -> pb::UpsertMode {
-    match mode {
-        UpsertMode::Replace => pb::UpsertMode::Replace,
-        UpsertMode::Merge => pb::UpsertMode::Merge,
-    }
-}
-
-/// A wire entity as an `Entity<T>`; a mapping error names the entity's keys.
-pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>> {
-    let (key, etag, timestamp, properties) = convert::entity_from_pb(entity)?;
-    let value = from_properties(properties).map_err(|error| {
-        Error::new(
-            ErrorKind::Mapping,
-            format!(
-                "entity (PartitionKey '{}', RowKey '{}') does not decode as {}: {}",
-                key.partition_key,
-                key.row_key,
-                std::any::type_name::<T>(),
-                error.0
-            ),
-        )
-    })?;
-    Ok(Entity {
-        key,
-        etag,
-        timestamp,
-        value,
-    })
 }

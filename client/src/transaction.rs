@@ -6,9 +6,10 @@ use serde::Serialize;
 use trestle_proto::pb;
 use trestle_proto::pb::transaction_operation::Operation;
 
+use crate::client::Client;
+use crate::convert::{upsert_mode, wire};
 use crate::entity::{ETag, EntityKey, IfMatch, UpsertMode};
 use crate::error::{Error, ErrorCode, ErrorKind, Result};
-use crate::table::{upsert_mode, wire, TableClient};
 
 /// Most operations in one transaction.
 pub const MAX_OPERATIONS: usize = 100;
@@ -20,7 +21,8 @@ pub const MAX_OPERATIONS: usize = 100;
 #[derive(Debug)]
 #[must_use]
 pub struct Transaction {
-    table: TableClient,
+    client: Client,
+    table: String,
     partition_key: String,
     operations: Vec<pb::TransactionOperation>,
     rows: HashSet<String>,
@@ -69,8 +71,9 @@ fn refused(code: ErrorCode, message: String, index: usize) -> Error {
 }
 
 impl Transaction {
-    pub(crate) fn new(table: TableClient, partition_key: String) -> Transaction {
+    pub(crate) fn new(client: Client, table: String, partition_key: String) -> Transaction {
         Transaction {
+            client,
             table,
             partition_key,
             operations: Vec::new(),
@@ -246,13 +249,12 @@ impl Transaction {
             ));
         }
         let request = pb::SubmitTransactionRequest {
-            table: self.table.name().to_owned(),
+            table: self.table,
             partition_key: self.partition_key,
             operations: self.operations,
         };
         let response = self
-            .table
-            .client()
+            .client
             .write(
                 request,
                 |mut c, r| async move { c.submit_transaction(r).await },

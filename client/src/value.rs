@@ -75,19 +75,17 @@ impl std::fmt::Display for DateTime {
     }
 }
 
+/// Text that is not an RFC 3339 UTC time ([`DateTime`]'s `FromStr`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an RFC 3339 UTC time such as 2024-01-02T03:04:05.1234567Z")]
+pub struct DateTimeParseError(String);
+
 impl std::str::FromStr for DateTime {
-    type Err = crate::Error;
+    type Err = DateTimeParseError;
 
     /// Parses RFC 3339 text ([`DateTime::parse_rfc3339`]).
-    fn from_str(text: &str) -> Result<DateTime, crate::Error> {
-        DateTime::parse_rfc3339(text).ok_or_else(|| {
-            crate::Error::new(
-                crate::ErrorKind::InvalidInput,
-                format!(
-                    "{text:?} is not an RFC 3339 UTC time such as 2024-01-02T03:04:05.1234567Z"
-                ),
-            )
-        })
+    fn from_str(text: &str) -> Result<DateTime, DateTimeParseError> {
+        DateTime::parse_rfc3339(text).ok_or_else(|| DateTimeParseError(text.to_owned()))
     }
 }
 
