@@ -12,6 +12,7 @@ pub mod access;
 pub mod codec;
 pub mod datetime;
 mod error_code;
+pub mod key_order;
 
 pub use error_code::ErrorCode;
 

@@ -19,6 +19,32 @@ use trestle_proto::pb;
 
 const TABLE: &str = "Targets";
 
+/// A scan of the whole table, `page_size` entities a batch.
+fn batches_of(page_size: u32) -> pb::QueryEntitiesRequest {
+    pb::QueryEntitiesRequest {
+        table: TABLE.into(),
+        page_size,
+        ..Default::default()
+    }
+}
+
+/// Inserts the entity (`partition_key`, `row_key`) with a string property `Name`.
+async fn insert_named(client: &mut RawClient, partition_key: &str, row_key: &str) {
+    let named = entity(partition_key, row_key, &[("Name", string("n"))]);
+    client
+        .insert_entity(insert_request(TABLE, named))
+        .await
+        .expect("insert");
+}
+
+/// A server whose table holds the entity (`p`, `r`) with a `Name`, and a client of it.
+async fn server_with_named_entity() -> (TestServer, RawClient) {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    insert_named(&mut client, "p", "r").await;
+    (server, client)
+}
+
 fn query(filter: &str) -> pb::QueryEntitiesRequest {
     pb::QueryEntitiesRequest {
         table: TABLE.into(),
@@ -36,12 +62,7 @@ async fn promptly<T>(what: &str, future: impl std::future::Future<Output = T>) -
 
 #[tokio::test]
 async fn filters_nested_past_the_stack_are_refused_and_the_server_stays_up() {
-    let server = TestServer::start().await;
-    let mut client = server.client_with_table(TABLE).await;
-    client
-        .insert_entity(insert_request(TABLE, entity("p", "r", &[])))
-        .await
-        .unwrap();
+    let (_server, mut client) = server_with_named_entity().await;
     for nesting in ["(".repeat(100_000), "not ".repeat(100_000)] {
         let filter = format!("{nesting}A eq 1");
         let status = assert_error(
@@ -80,11 +101,7 @@ async fn unread_streams(
     for i in 0..count {
         let client = &mut clients[i % clients.len()];
         let stream = client
-            .scan_entities(pb::QueryEntitiesRequest {
-                table: TABLE.into(),
-                page_size: 10,
-                ..Default::default()
-            })
+            .scan_entities(batches_of(10))
             .await
             .unwrap()
             .into_inner();
@@ -203,6 +220,27 @@ async fn a_connection_may_hold_only_its_cap_of_open_scans() {
     }
 }
 
+/// The tables a new client lists: the server serves new connections.
+async fn tables_a_new_client_lists(server: &TestServer) -> Vec<pb::Table> {
+    server
+        .client()
+        .await
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .expect("a new client is served")
+        .into_inner()
+        .tables
+}
+
+/// `count` TCP connections to `server` that send nothing.
+async fn silent_connections(server: &TestServer, count: usize) -> Vec<tokio::net::TcpStream> {
+    let mut sockets = Vec::new();
+    for _ in 0..count {
+        sockets.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+    }
+    sockets
+}
+
 /// The HTTP/2 client preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// An empty SETTINGS frame.
@@ -231,10 +269,7 @@ async fn silent_and_half_open_connections_are_closed_and_new_clients_served_thro
     })
     .await;
     let connect = || tokio::net::TcpStream::connect(server.addr);
-    let mut silent = Vec::new();
-    for _ in 0..50 {
-        silent.push(connect().await.unwrap());
-    }
+    let mut silent = silent_connections(&server, 50).await;
     let mut half_preface = connect().await.unwrap();
     half_preface.write_all(&PREFACE[..10]).await.unwrap();
     let mut quiet_after_handshake = connect().await.unwrap();
@@ -250,11 +285,7 @@ async fn silent_and_half_open_connections_are_closed_and_new_clients_served_thro
         .unwrap();
 
     // A well-behaved client is served meanwhile.
-    let mut client = server.client().await;
-    client
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap();
+    tables_a_new_client_lists(&server).await;
 
     for socket in &mut silent {
         assert!(
@@ -267,12 +298,7 @@ async fn silent_and_half_open_connections_are_closed_and_new_clients_served_thro
     assert!(closed_within(&mut half_headers, Duration::from_secs(4)).await);
 
     // A fresh client is served after they are gone.
-    server
-        .client()
-        .await
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap();
+    tables_a_new_client_lists(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,11 +310,7 @@ async fn a_connection_in_use_is_not_idle_and_an_idle_one_reconnects_transparentl
     fill_partition(&mut client, TABLE, "p", 200).await;
     // A scan read slowly for longer than the idle timeout keeps its connection.
     let mut scan = client
-        .scan_entities(pb::QueryEntitiesRequest {
-            table: TABLE.into(),
-            page_size: 50,
-            ..Default::default()
-        })
+        .scan_entities(batches_of(50))
         .await
         .unwrap()
         .into_inner();
@@ -321,23 +343,14 @@ async fn connections_over_the_cap_are_closed_at_once() {
         config.limits.handshake_timeout = Duration::from_millis(700);
     })
     .await;
-    let connect = || tokio::net::TcpStream::connect(server.addr);
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        held.push(connect().await.unwrap());
-    }
-    let mut over = connect().await.unwrap();
+    let mut held = silent_connections(&server, 3).await;
+    let mut over = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     assert!(closed_within(&mut over, Duration::from_millis(300)).await);
     // Once the silent ones are closed for their handshake, clients are served again.
     for socket in &mut held {
         assert!(closed_within(socket, Duration::from_secs(3)).await);
     }
-    server
-        .client()
-        .await
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap();
+    tables_a_new_client_lists(&server).await;
 }
 
 #[tokio::test]
@@ -484,13 +497,7 @@ async fn malformed_request_bytes_are_invalid_input() {
         "RequestBodyTooLarge",
     );
     // Nothing was created, and the server answers well-formed requests.
-    let mut client = server.client().await;
-    let tables = client
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .tables;
+    let tables = tables_a_new_client_lists(&server).await;
     assert!(tables.is_empty(), "{tables:?}");
 }
 
@@ -582,30 +589,23 @@ async fn a_token_bounded_to_a_key_range_cannot_manage_or_list_tables() {
 
 #[tokio::test]
 async fn select_refuses_invalid_property_names_and_allows_absent_ones() {
-    let server = TestServer::start().await;
-    let mut client = server.client_with_table(TABLE).await;
-    client
-        .insert_entity(insert_request(
-            TABLE,
-            entity("p", "r", &[("Name", string("n"))]),
-        ))
-        .await
-        .unwrap();
+    let (_server, mut client) = server_with_named_entity().await;
     for bad in ["", "1st", "has space", "dash-ed", "ü-x"] {
-        let mut request = query("");
-        request.select = vec!["Name".into(), bad.into()];
-        assert_error(
-            client.query_entities(request).await,
-            Code::InvalidArgument,
-            "InvalidInput",
-        );
-        let mut get = get_request(TABLE, "p", "r");
-        get.select = vec![bad.into()];
-        assert_error(
-            client.get_entity(get).await,
-            Code::InvalidArgument,
-            "InvalidInput",
-        );
+        let listed = pb::QueryEntitiesRequest {
+            select: vec!["Name".into(), bad.into()],
+            ..query("")
+        };
+        let read = pb::GetEntityRequest {
+            select: vec![bad.into()],
+            ..get_request(TABLE, "p", "r")
+        };
+        let refused = [
+            client.query_entities(listed).await.map(drop),
+            client.get_entity(read).await.map(drop),
+        ];
+        for result in refused {
+            assert_error(result, Code::InvalidArgument, "InvalidInput");
+        }
     }
     let mut request = query("");
     request.select = vec![

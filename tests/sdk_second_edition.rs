@@ -11,8 +11,16 @@ use serde::{Deserialize, Serialize};
 use trestle_client::scenarios::blog::{self, Blog};
 use trestle_client::{
     retry_on_conflict, Client, ConflictRetry, DateTime, ErrorCode, ErrorKind, Filter, IfMatch,
-    Properties, RetryPolicy,
+    Properties, RetryPolicy, TableClient,
 };
+
+/// A server, and an SDK handle on a new table `name` there.
+async fn new_table(name: &str) -> (TestServer, TableClient) {
+    let server = TestServer::start().await;
+    let table = server.sdk().await.table(name);
+    table.create().await.unwrap();
+    (server, table)
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Counter {
@@ -21,10 +29,7 @@ struct Counter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modify_and_retry_on_conflict_count_exactly_from_spawned_tasks() {
-    let server = TestServer::start().await;
-    let client = server.sdk().await;
-    let table = client.table("Counters");
-    table.create().await.unwrap();
+    let (_server, table) = new_table("Counters").await;
     table
         .insert(("c", "modify"), &Counter { n: 0 })
         .await
@@ -114,10 +119,7 @@ enum Row {
 
 #[tokio::test]
 async fn several_row_types_in_one_partition() {
-    let server = TestServer::start().await;
-    let client = server.sdk().await;
-    let table = client.table("Mixed");
-    table.create().await.unwrap();
+    let (_server, table) = new_table("Mixed").await;
     table
         .insert(
             ("p", "a-post"),
@@ -197,10 +199,7 @@ struct Scored {
 
 #[tokio::test]
 async fn typed_filters_match_whatever_integer_the_value_is_written_with() {
-    let server = TestServer::start().await;
-    let client = server.sdk().await;
-    let table = client.table("Scores");
-    table.create().await.unwrap();
+    let (_server, table) = new_table("Scores").await;
     for n in 0..5 {
         let scored = Scored {
             small: n,
@@ -236,10 +235,7 @@ async fn typed_filters_match_whatever_integer_the_value_is_written_with() {
 
 #[tokio::test]
 async fn transactions_take_row_keys_and_queries_count_untyped_with_stats() {
-    let server = TestServer::start().await;
-    let client = server.sdk().await;
-    let table = client.table("Rows");
-    table.create().await.unwrap();
+    let (server, table) = new_table("Rows").await;
     let mut tx = table.transaction("p");
     tx.insert("comment-1", &Counter { n: 1 }).unwrap();
     tx.insert(String::from("comment-2"), &Counter { n: 2 })
@@ -266,7 +262,9 @@ async fn transactions_take_row_keys_and_queries_count_untyped_with_stats() {
     assert_eq!(page.stats.plan, "partition");
     assert_eq!(page.stats.entities_examined, 3);
 
-    let no_table = client
+    let no_table = server
+        .sdk()
+        .await
         .table("Missing")
         .get::<Properties>(("p", "r"))
         .await

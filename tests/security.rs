@@ -68,21 +68,25 @@ impl Secured {
 
     /// A client with a token for `letters` on `table`, without key bounds.
     async fn unbounded(&self, letters: &str, table: Option<&str>) -> common::RawClient {
-        let mut grant = Grant::new(Permissions::parse(letters).unwrap(), 600);
-        grant.table = table.map(str::to_owned);
-        let token = mint(self.keys.signing_key(), &grant);
+        let token = mint(self.keys.signing_key(), &grant(letters, table));
         self.server.client_as(&token).await
     }
 
     fn token(&self, letters: &str, table: Option<&str>) -> String {
-        let mut grant = Grant::new(Permissions::parse(letters).unwrap(), 600);
-        grant.table = table.map(str::to_owned);
+        let mut grant = grant(letters, table);
         grant.partitions = KeyBounds {
             start: Some("b".into()),
             end: Some("d".into()),
         };
         mint(self.keys.signing_key(), &grant)
     }
+}
+
+/// A grant of `letters` on `table` (every table if `None`) for ten minutes.
+fn grant(letters: &str, table: Option<&str>) -> Grant {
+    let mut grant = Grant::new(Permissions::parse(letters).unwrap(), 600);
+    grant.table = table.map(str::to_owned);
+    grant
 }
 
 fn all_of(table: &str) -> pb::QueryEntitiesRequest {

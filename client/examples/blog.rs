@@ -8,19 +8,15 @@
 
 #![allow(clippy::print_stdout)]
 
-use trestle_client::scenarios::blog::{self, Blog};
-use trestle_client::{Client, DEFAULT_ENDPOINT};
+use trestle_client::scenarios::blog::{tour, Blog};
+use trestle_client::scenarios::example_table;
 
 #[tokio::main]
 async fn main() -> trestle_client::Result<()> {
-    let endpoint =
-        std::env::var("TRESTLE_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned());
-    let client = Client::connect(endpoint.clone()).await?;
-    let table = format!("BlogExample{}", std::process::id());
-    println!("Using table {table} on {endpoint}");
-    let report = blog::tour(&Blog::new(client.table(table.as_str()))).await?;
-    for line in report {
+    let (table, using) = example_table("BlogExample").await?;
+    println!("{using}");
+    for line in tour(&Blog::new(table.clone())).await? {
         println!("{line}");
     }
-    client.table(table.as_str()).delete_table().await
+    table.delete_table().await
 }

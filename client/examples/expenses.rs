@@ -6,8 +6,8 @@
 
 #![allow(clippy::print_stdout)]
 
+use trestle_client::scenarios::example_table;
 use trestle_client::scenarios::expenses::{ExpenseItem, Expenses};
-use trestle_client::{Client, DEFAULT_ENDPOINT};
 
 fn item(description: &str, cents: i64) -> ExpenseItem {
     ExpenseItem {
@@ -18,13 +18,10 @@ fn item(description: &str, cents: i64) -> ExpenseItem {
 
 #[tokio::main]
 async fn main() -> trestle_client::Result<()> {
-    let endpoint =
-        std::env::var("TRESTLE_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned());
-    let client = Client::connect(endpoint.clone()).await?;
-    let table = format!("ExpensesExample{}", std::process::id());
-    let expenses = Expenses::new(client.table(table.as_str()));
+    let (table, using) = example_table("ExpensesExample").await?;
+    let expenses = Expenses::new(table.clone());
     expenses.setup().await?;
-    println!("Using table {table} on {endpoint}");
+    println!("{using}");
 
     let trip = expenses
         .submit(
@@ -71,7 +68,7 @@ async fn main() -> trestle_client::Result<()> {
         "Deleted {lunch} and its items atomically; still there: {}",
         expenses.get("alice", &lunch).await?.is_some()
     );
-    client.table(table.as_str()).delete_table().await?;
-    println!("Deleted table {table}");
+    table.delete_table().await?;
+    println!("Deleted table {}", table.name());
     Ok(())
 }

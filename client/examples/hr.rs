@@ -6,18 +6,15 @@
 
 #![allow(clippy::print_stdout)]
 
+use trestle_client::scenarios::example_table;
 use trestle_client::scenarios::hr::{DepartmentCache, Hr, NewEmployee};
-use trestle_client::{Client, DEFAULT_ENDPOINT};
 
 #[tokio::main]
 async fn main() -> trestle_client::Result<()> {
-    let endpoint =
-        std::env::var("TRESTLE_ENDPOINT").unwrap_or_else(|_| DEFAULT_ENDPOINT.to_owned());
-    let client = Client::connect(endpoint.clone()).await?;
-    let table = format!("HrExample{}", std::process::id());
-    let hr = Hr::new(client.table(table.as_str()));
+    let (table, using) = example_table("HrExample").await?;
+    println!("{using}");
+    let hr = Hr::new(table.clone());
     hr.setup().await?;
-    println!("Using table {table} on {endpoint}");
 
     hr.create_department("eng", "Engineering", "Ada Lovelace")
         .await?;
@@ -95,7 +92,7 @@ async fn main() -> trestle_client::Result<()> {
             department.map_or("?", |d| d.manager.as_str())
         );
     }
-    client.table(table.as_str()).delete_table().await?;
-    println!("Deleted table {table}");
+    table.delete_table().await?;
+    println!("Deleted table {}", table.name());
     Ok(())
 }

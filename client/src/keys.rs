@@ -34,17 +34,7 @@ const ESCAPE: char = '~';
 /// ```
 /// assert_eq!(trestle_client::keys::prefix_end("exp"), Some("exq".to_owned()));
 /// ```
-pub fn prefix_end(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
+pub use trestle_proto::key_order::prefix_end;
 
 /// A fixed-width, zero-padded number, so that key order is numeric order
 /// (the guide's "convert `1` to `0000001`").

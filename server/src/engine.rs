@@ -322,6 +322,21 @@ impl Engine {
         }
     }
 
+    /// `spec` validated, planned on `table` and positioned at `continuation`.
+    fn prepare(
+        &self,
+        table: &str,
+        spec: QuerySpec,
+        continuation: &str,
+    ) -> Result<Scan, TableError> {
+        Scan::prepare(
+            self.table(table)?,
+            spec.validate()?,
+            continuation,
+            &self.seal,
+        )
+    }
+
     /// Reads one page of a query, passing each match to `sink`.
     pub fn query(
         &self,
@@ -330,12 +345,7 @@ impl Engine {
         continuation: &str,
         sink: &mut dyn MatchSink,
     ) -> Result<PageInfo, TableError> {
-        let scan = Scan::prepare(
-            self.table(table)?,
-            spec.validate()?,
-            continuation,
-            &self.seal,
-        )?;
+        let scan = self.prepare(table, spec, continuation)?;
         let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| sink.take(entity))?;
         Ok(PageInfo {
             continuation_token: chunk.resume_at.map(|key| scan.token(key)),
@@ -353,12 +363,7 @@ impl Engine {
         spec: QuerySpec,
         continuation: &str,
     ) -> Result<ScanCursor, TableError> {
-        let scan = Scan::prepare(
-            self.table(table)?,
-            spec.validate()?,
-            continuation,
-            &self.seal,
-        )?;
+        let scan = self.prepare(table, spec, continuation)?;
         Ok(ScanCursor { scan })
     }
 
@@ -400,12 +405,7 @@ impl Engine {
         continuation: &str,
     ) -> Result<u64, TableError> {
         spec.select.clear();
-        let mut scan = Scan::prepare(
-            self.table(table)?,
-            spec.validate()?,
-            continuation,
-            &self.seal,
-        )?;
+        let mut scan = self.prepare(table, spec, continuation)?;
         scan.spec.page_size = u32::MAX;
         let mut count = 0u64;
         loop {

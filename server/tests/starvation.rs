@@ -85,23 +85,25 @@ async fn two_hundred_unread_streams_of_a_large_table_starve_nothing_and_stay_in_
     let mut filtered = whole_table();
     filtered.filter = "V eq 7".into();
     filtered.page_size = 10;
-    promptly("a query", client.query_entities(filtered.clone()))
-        .await
-        .unwrap();
-    promptly("a count", client.count_entities(filtered.clone()))
-        .await
-        .unwrap();
+    let fresh = pb::CreateTableRequest {
+        table: "Fresh".into(),
+    };
+    let (mut querier, mut counter, mut lister, mut creator) = (
+        client.clone(),
+        client.clone(),
+        client.clone(),
+        client.clone(),
+    );
     promptly(
-        "a table listing",
-        client.list_tables(pb::ListTablesRequest::default()),
-    )
-    .await
-    .unwrap();
-    promptly(
-        "a table creation",
-        client.create_table(pb::CreateTableRequest {
-            table: "Fresh".into(),
-        }),
+        "a query, a count, a table listing and a table creation",
+        async {
+            tokio::try_join!(
+                querier.query_entities(filtered.clone()),
+                counter.count_entities(filtered.clone()),
+                lister.list_tables(pb::ListTablesRequest::default()),
+                creator.create_table(fresh),
+            )
+        },
     )
     .await
     .unwrap();

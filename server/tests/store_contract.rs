@@ -15,21 +15,22 @@ use trestle_server::storage::{
     read_entity, RejectReason, SledStore, Store, StoreOptions, Table, Visit, Waiting,
 };
 
-/// A small deterministic generator (xorshift64*), so a failing seed can be replayed.
-struct Rng(u64);
+/// splitmix64: a small deterministic generator, so a failing seed can be replayed.
+struct Rng {
+    state: u64,
+}
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
+    /// A number in `0..n`.
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) % n as u64) as usize
     }
 
+    /// One of `items`.
     fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len())]
     }
@@ -255,7 +256,7 @@ fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
 
 /// Runs `steps` random steps against `store`, checking each against the model.
 pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng { state: seed };
     let name = TableName::parse("Contract").unwrap();
     let mut table: Arc<dyn Table> = store.create_table(&name).unwrap().unwrap();
     let mut model = Model::new();

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use serde::de::value::{MapDeserializer, SeqDeserializer};
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::forward_to_deserialize_any;
 
@@ -39,54 +40,22 @@ impl<'de> de::Deserializer<'de> for StructProbe<'_> {
         Err(MappingError("not a struct".into()))
     }
 
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, MappingError> {
-        visitor.visit_map(Fields {
-            found: self.found,
-            fields: fields.iter(),
-            current: "",
-        })
+    #[rustfmt::skip]
+    fn deserialize_struct<V: Visitor<'de>>(self, _: &'static str, fields: &'static [&'static str], visitor: V) -> Result<V::Value, MappingError> {
+        let found = self.found;
+        visitor.visit_map(MapDeserializer::new(fields.iter().map(|field| {
+            let probe = FieldProbe {
+                found,
+                field,
+                inside: None,
+            };
+            (*field, probe)
+        })))
     }
 
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
         unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
-    }
-}
-
-struct Fields<'a> {
-    found: &'a RefCell<HashMap<&'static str, NumericType>>,
-    fields: std::slice::Iter<'static, &'static str>,
-    current: &'static str,
-}
-
-impl<'de> de::MapAccess<'de> for Fields<'_> {
-    type Error = MappingError;
-
-    fn next_key_seed<K: de::DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, MappingError> {
-        let Some(field) = self.fields.next() else {
-            return Ok(None);
-        };
-        self.current = field;
-        seed.deserialize(field.into_deserializer()).map(Some)
-    }
-
-    fn next_value_seed<V: de::DeserializeSeed<'de>>(
-        &mut self,
-        seed: V,
-    ) -> Result<V::Value, MappingError> {
-        seed.deserialize(FieldProbe {
-            found: self.found,
-            field: self.current,
-            inside: None,
-        })
     }
 }
 
@@ -100,43 +69,19 @@ struct FieldProbe<'a> {
     inside: Option<&'static str>,
 }
 
+impl<'de, 'a> IntoDeserializer<'de, MappingError> for FieldProbe<'a> {
+    type Deserializer = FieldProbe<'a>;
+
+    fn into_deserializer(self) -> FieldProbe<'a> {
+        self
+    }
+}
+
 impl FieldProbe<'_> {
     fn record(&self, numeric: NumericType) {
         if self.inside.is_none() {
             self.found.borrow_mut().insert(self.field, numeric);
         }
-    }
-}
-
-/// An empty sequence or map, for fields of those kinds.
-struct Empty;
-
-impl<'de> de::SeqAccess<'de> for Empty {
-    type Error = MappingError;
-
-    fn next_element_seed<T: de::DeserializeSeed<'de>>(
-        &mut self,
-        _: T,
-    ) -> Result<Option<T::Value>, MappingError> {
-        Ok(None)
-    }
-}
-
-impl<'de> de::MapAccess<'de> for Empty {
-    type Error = MappingError;
-
-    fn next_key_seed<K: de::DeserializeSeed<'de>>(
-        &mut self,
-        _: K,
-    ) -> Result<Option<K::Value>, MappingError> {
-        Ok(None)
-    }
-
-    fn next_value_seed<V: de::DeserializeSeed<'de>>(
-        &mut self,
-        _: V,
-    ) -> Result<V::Value, MappingError> {
-        Err(MappingError("no value".into()))
     }
 }
 
@@ -163,10 +108,6 @@ impl<'de> de::Deserializer<'de> for FieldProbe<'_> {
         deserialize_u64 => Int64, visit_u64(0);
         deserialize_f32 => Double, visit_f32(0.0);
         deserialize_f64 => Double, visit_f64(0.0);
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
-        visitor.visit_some(self)
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -207,11 +148,11 @@ impl<'de> de::Deserializer<'de> for FieldProbe<'_> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
-        visitor.visit_seq(Empty)
+        visitor.visit_seq(SeqDeserializer::new(std::iter::empty::<u8>()))
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
-        visitor.visit_map(Empty)
+        visitor.visit_map(MapDeserializer::new(std::iter::empty::<(u8, u8)>()))
     }
 
     fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
@@ -223,6 +164,11 @@ impl<'de> de::Deserializer<'de> for FieldProbe<'_> {
         visitor: V,
     ) -> Result<V::Value, MappingError> {
         visitor.visit_unit()
+    }
+
+    /// `Option<T>` fields are probed as `T`.
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
+        visitor.visit_some(self)
     }
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {

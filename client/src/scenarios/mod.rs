@@ -13,6 +13,17 @@ pub mod blog;
 pub mod expenses;
 pub mod hr;
 
+/// For the examples: the table `<prefix><process id>` on the server at `TRESTLE_ENDPOINT`
+/// (default [`crate::DEFAULT_ENDPOINT`]), and a line saying so.
+pub async fn example_table(prefix: &str) -> crate::Result<(crate::TableClient, String)> {
+    let endpoint =
+        std::env::var("TRESTLE_ENDPOINT").unwrap_or_else(|_| crate::DEFAULT_ENDPOINT.to_owned());
+    let client = crate::Client::connect(endpoint.clone()).await?;
+    let name = format!("{prefix}{}", std::process::id());
+    let line = format!("Using table {name} on {endpoint}");
+    Ok((client.table(name), line))
+}
+
 /// How the scenarios retry an update that lost to another writer: patiently, since a department
 /// or an expense is a hot row when many writers change it at once.
 fn scenario_retry() -> crate::ConflictRetry {

@@ -99,6 +99,20 @@ fn encode_entities(entities: &[Entity], encoded: &EncodedEntities, buf: &mut imp
     buf.put_slice(&encoded.fields);
 }
 
+/// Decodes field `tag` of either response: `entities`, or a field to skip.
+fn merge_entities(
+    entities: &mut Vec<Entity>,
+    tag: u32,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), DecodeError> {
+    match tag {
+        ENTITIES => encoding::message::merge_repeated(wire_type, entities, buf, ctx),
+        _ => encoding::skip_field(wire_type, tag, buf, ctx),
+    }
+}
+
 fn entities_len(entities: &[Entity], encoded: &EncodedEntities) -> usize {
     encoding::message::encoded_len_repeated(ENTITIES, entities) + encoded.encoded_len()
 }
@@ -122,7 +136,6 @@ impl prost::Message for QueryEntitiesResponse {
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         match tag {
-            ENTITIES => encoding::message::merge_repeated(wire_type, &mut self.entities, buf, ctx),
             CONTINUATION_TOKEN => {
                 encoding::string::merge(wire_type, &mut self.continuation_token, buf, ctx)
             }
@@ -132,7 +145,7 @@ impl prost::Message for QueryEntitiesResponse {
                 buf,
                 ctx,
             ),
-            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+            _ => merge_entities(&mut self.entities, tag, wire_type, buf, ctx),
         }
     }
 
@@ -169,10 +182,7 @@ impl prost::Message for ScanEntitiesResponse {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        match tag {
-            ENTITIES => encoding::message::merge_repeated(wire_type, &mut self.entities, buf, ctx),
-            _ => encoding::skip_field(wire_type, tag, buf, ctx),
-        }
+        merge_entities(&mut self.entities, tag, wire_type, buf, ctx)
     }
 
     fn encoded_len(&self) -> usize {

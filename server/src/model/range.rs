@@ -5,6 +5,8 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 
+use trestle_proto::key_order::prefix_end;
+
 /// Where a position lies within its partition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RowPosition {
@@ -101,7 +103,7 @@ impl KeyRange {
 
     /// Row keys starting with `prefix` in one partition.
     pub fn row_prefix(partition_key: &str, prefix: &str) -> KeyRange {
-        let end = match prefix_successor(prefix) {
+        let end = match prefix_end(prefix) {
             Some(end) => Bound::Excluded(KeyPosition::row(partition_key, end)),
             None => partition_end(partition_key),
         };
@@ -213,20 +215,6 @@ impl KeyRange {
     }
 }
 
-/// The smallest string greater than every string starting with `prefix`, if any: the prefix with
-/// its last character incremented (dropping trailing characters that cannot be).
-fn prefix_successor(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 /// The tighter of two bounds: the greater lower bound (`prefer` Greater) or the lesser upper bound
 /// (`prefer` Less); at equal values an exclusive bound is tighter.
 pub fn tighter<T: Ord + Clone>(a: &Bound<T>, b: &Bound<T>, prefer: Ordering) -> Bound<T> {
@@ -291,6 +279,6 @@ mod tests {
         let top = KeyRange::row_prefix("p", "a\u{10FFFF}");
         assert!(top.contains(&at("p", "a\u{10FFFF}\u{10FFFF}")));
         assert!(!top.contains(&at("p", "b")));
-        assert_eq!(prefix_successor("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(prefix_end("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
     }
 }

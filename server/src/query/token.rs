@@ -185,14 +185,19 @@ fn invalid(text: &str, why: &str) -> ValidationError {
 mod tests {
     use super::*;
 
-    #[test]
-    fn tokens_round_trip_and_are_bound_to_table_and_shape() {
+    /// A token of table 3 and query shape 9, and the seal it is sealed with.
+    fn sample() -> (ContinuationToken, TokenSeal) {
         let token = ContinuationToken {
             table_id: 3,
             shape: 9,
             resume_at: KeyPosition::row("p", "r"),
         };
-        let seal = TokenSeal::new(b"secret");
+        (token, TokenSeal::new(b"secret"))
+    }
+
+    #[test]
+    fn tokens_round_trip_and_are_bound_to_table_and_shape() {
+        let (token, seal) = sample();
         let text = token.encode(&seal);
         assert_eq!(
             ContinuationToken::decode(&text, &seal, 3, 9).unwrap(),
@@ -206,12 +211,7 @@ mod tests {
 
     #[test]
     fn a_token_with_any_byte_changed_or_from_another_store_is_refused() {
-        let token = ContinuationToken {
-            table_id: 3,
-            shape: 9,
-            resume_at: KeyPosition::row("p", "r"),
-        };
-        let seal = TokenSeal::new(b"secret");
+        let (token, seal) = sample();
         let bytes = URL_SAFE_NO_PAD.decode(token.encode(&seal)).unwrap();
         for at in 0..bytes.len() {
             for bit in 0..8 {

@@ -59,19 +59,24 @@ impl Parser {
     }
 
     fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.and()?;
-        while self.at_word("or") {
-            self.pos += 1;
-            left = Expr::Or(Box::new(left), Box::new(self.and()?));
-        }
-        Ok(left)
+        self.chain("or", Parser::and, Expr::Or)
     }
 
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.unary()?;
-        while self.at_word("and") {
+        self.chain("and", Parser::unary, Expr::And)
+    }
+
+    /// `operand (word operand)*`, combined left to right.
+    fn chain(
+        &mut self,
+        word: &str,
+        operand: fn(&mut Parser) -> Result<Expr, FilterError>,
+        combine: fn(Box<Expr>, Box<Expr>) -> Expr,
+    ) -> Result<Expr, FilterError> {
+        let mut left = operand(self)?;
+        while self.at_word(word) {
             self.pos += 1;
-            left = Expr::And(Box::new(left), Box::new(self.unary()?));
+            left = combine(Box::new(left), Box::new(operand(self)?));
         }
         Ok(left)
     }
