@@ -289,6 +289,21 @@ fn time_has_rfc3339_text_both_ways() {
     );
     let bad = "yesterday".parse::<DateTime>().unwrap_err();
     assert!(bad.to_string().contains("RFC 3339"), "{bad}");
+
+    // The optional chrono and time conversions (features of trestle-client), both ways.
+    let before_1970 = DateTime::from_unix(-1_000_000_000, 500_000_000);
+    for t in [t, before_1970] {
+        let via_chrono: chrono::DateTime<chrono::Utc> = t.into();
+        assert_eq!(DateTime::from(via_chrono), t);
+        assert_eq!(
+            via_chrono
+                .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+                .len(),
+            30
+        );
+        let via_time: time::OffsetDateTime = t.into();
+        assert_eq!(DateTime::from(via_time), t);
+    }
 }
 
 #[tokio::test]

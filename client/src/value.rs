@@ -244,3 +244,55 @@ impl Properties {
         }
     }
 }
+
+/// With the `chrono` feature: `chrono::DateTime<Utc>` to and from [`DateTime`] (truncated to
+/// 100 ns).
+///
+/// ```
+/// # #[cfg(feature = "chrono")] {
+/// use trestle_client::DateTime;
+/// let instant = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_700).unwrap();
+/// let stored = DateTime::from(instant);
+/// assert_eq!(chrono::DateTime::<chrono::Utc>::from(stored), instant);
+/// # }
+/// ```
+#[cfg(feature = "chrono")]
+mod chrono_conversions {
+    use super::DateTime;
+
+    impl From<chrono::DateTime<chrono::Utc>> for DateTime {
+        fn from(time: chrono::DateTime<chrono::Utc>) -> DateTime {
+            DateTime::from_unix(time.timestamp(), time.timestamp_subsec_nanos())
+        }
+    }
+
+    impl From<DateTime> for chrono::DateTime<chrono::Utc> {
+        fn from(time: DateTime) -> chrono::DateTime<chrono::Utc> {
+            let (seconds, nanos) = time.to_unix();
+            chrono::DateTime::from_timestamp(seconds, nanos)
+                .expect("an Azure DateTime is within chrono's range")
+        }
+    }
+}
+
+/// With the `time` feature: `time::OffsetDateTime` to and from [`DateTime`] (in UTC, truncated
+/// to 100 ns).
+#[cfg(feature = "time")]
+mod time_conversions {
+    use super::DateTime;
+
+    impl From<time::OffsetDateTime> for DateTime {
+        fn from(instant: time::OffsetDateTime) -> DateTime {
+            DateTime::from_unix(instant.unix_timestamp(), instant.nanosecond())
+        }
+    }
+
+    impl From<DateTime> for time::OffsetDateTime {
+        fn from(instant: DateTime) -> time::OffsetDateTime {
+            let (seconds, nanos) = instant.to_unix();
+            time::OffsetDateTime::from_unix_timestamp(seconds)
+                .expect("an Azure DateTime is within time's range")
+                + time::Duration::nanoseconds(i64::from(nanos))
+        }
+    }
+}
