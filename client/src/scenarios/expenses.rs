@@ -315,7 +315,7 @@ impl Expenses {
         loop {
             let rows = self
                 .table
-                .query::<crate::Properties>()
+                .entities()
                 .partition(owner)
                 .row_key_prefix(expense_id)
                 .select(["Kind"])

@@ -366,12 +366,7 @@ impl Hr {
         &self,
         department_id: &str,
     ) -> Result<(Department, Vec<Employee>)> {
-        let rows = self
-            .table
-            .query::<crate::Properties>()
-            .partition(department_id)
-            .all()
-            .await?;
+        let rows = self.table.entities().partition(department_id).all().await?;
         let mut department = None;
         let mut employees = Vec::new();
         for row in rows {
@@ -472,14 +467,8 @@ impl Hr {
         name: &str,
     ) -> Result<Vec<(String, crate::ETag)>> {
         let filter = Filter::ne("DepartmentName", name).and(Filter::eq("Kind", "Employee"));
-        let rows = self
-            .table
-            .query::<crate::Properties>()
-            .partition(department_id)
-            .filter(filter)
-            .select(["Kind"])
-            .all()
-            .await?;
+        let copies = self.table.entities().partition(department_id);
+        let rows = copies.filter(filter).select(["Kind"]).all().await?;
         Ok(rows
             .into_iter()
             .map(|row| (row.key.row_key, row.etag))
