@@ -51,18 +51,29 @@ where
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let call = ConnectionInfo::of(request.extensions()).map(|info| info.state.begin_call());
+        let streams = answers_with_a_stream(request.uri().path());
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = map_refusal(response.await?);
+            // A unary answer's body is whole once its head is: its call ends here. A stream's
+            // call lasts as long as its body.
             Ok(response.map(|body| match call {
-                Some(call) => Body::new(CountedBody {
+                Some(call) if streams => Body::new(CountedBody {
                     inner: body,
                     _call: call,
                 }),
-                None => body,
+                _ => body,
             }))
         })
     }
+}
+
+/// Whether the method at `path` answers with a stream: `ScanEntities`, health's `Watch`, and
+/// reflection's (bidirectional) calls.
+fn answers_with_a_stream(path: &str) -> bool {
+    path.ends_with("/ScanEntities")
+        || path == "/grpc.health.v1.Health/Watch"
+        || path.starts_with("/grpc.reflection.")
 }
 
 /// A response body that keeps its call counted open until it is dropped.
