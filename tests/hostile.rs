@@ -302,6 +302,22 @@ async fn silent_and_half_open_connections_are_closed_and_new_clients_served_thro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_does_not_answer_pings_is_closed() {
+    let server = TestServer::start_with(|config| {
+        config.limits.keepalive_interval = Duration::from_millis(300);
+        config.limits.keepalive_timeout = Duration::from_millis(300);
+    })
+    .await;
+    // A complete handshake, then silence: no answer to the server's pings. The idle timeout
+    // (300 s) is far off; the keepalive closes it.
+    let mut deaf = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    deaf.write_all(PREFACE).await.unwrap();
+    deaf.write_all(SETTINGS).await.unwrap();
+    assert!(closed_within(&mut deaf, Duration::from_secs(5)).await);
+    tables_a_new_client_lists(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_in_use_is_not_idle_and_an_idle_one_reconnects_transparently() {
     let server =
         TestServer::start_with(|config| config.limits.idle_timeout = Duration::from_millis(500))
