@@ -71,36 +71,23 @@ async fn the_sdk_talks_tls_with_the_servers_ca() {
 async fn unverifiable_or_plaintext_connections_fail() {
     let certificates = certificates();
     let server = tls_server(&certificates).await;
+    /// Lists tables through `builder`, connecting first.
+    async fn list_through(
+        builder: trestle_client::ClientBuilder,
+    ) -> trestle_client::Result<Vec<String>> {
+        builder.connect().await?.list_tables("").await
+    }
+    let https = || Client::builder().endpoint(format!("https://{}", server.addr));
     // The system roots do not know the throwaway CA.
-    let untrusted = async {
-        Client::builder()
-            .endpoint(format!("https://{}", server.addr))
-            .tls_domain("localhost")
-            .connect()
-            .await?
-            .list_tables("")
-            .await
-    };
+    let untrusted = list_through(https().tls_domain("localhost"));
     assert_eq!(untrusted.await.unwrap_err().kind(), ErrorKind::Unavailable);
     // The certificate names localhost, not another host.
-    let wrong_name = async {
-        Client::builder()
-            .endpoint(format!("https://{}", server.addr))
+    let wrong_name = list_through(
+        https()
             .ca_certificate(certificates.ca_pem.clone())
-            .tls_domain("example.com")
-            .connect()
-            .await?
-            .list_tables("")
-            .await
-    };
+            .tls_domain("example.com"),
+    );
     assert_eq!(wrong_name.await.unwrap_err().kind(), ErrorKind::Unavailable);
-    let plaintext = async {
-        Client::builder()
-            .endpoint(server.endpoint())
-            .connect()
-            .await?
-            .list_tables("")
-            .await
-    };
+    let plaintext = list_through(Client::builder().endpoint(server.endpoint()));
     assert!(plaintext.await.is_err(), "plaintext reached a TLS server");
 }

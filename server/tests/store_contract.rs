@@ -5,6 +5,7 @@
 //! it unchanged: a new store adds one `#[test]` that opens it.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use trestle_server::model::{
@@ -193,7 +194,7 @@ fn point_reads(table: &dyn Table, model: &Model) {
 /// prefix, a partition range, and two partitions at once.
 fn random_ranges(rng: &mut Rng) -> Vec<KeyRange> {
     let pk = rng.pick(PARTITIONS);
-    match rng.below(6) {
+    match rng.below(8) {
         0 => vec![KeyRange::all()],
         1 => vec![KeyRange::partition(pk)],
         2 => vec![KeyRange::rows(pk, rng.pick(ROWS), rng.pick(ROWS))],
@@ -205,7 +206,16 @@ fn random_ranges(rng: &mut Rng) -> Vec<KeyRange> {
             start: trestle_server::model::partition_start(rng.pick(PARTITIONS)),
             end: trestle_server::model::partition_end(rng.pick(PARTITIONS)),
         }],
-        _ => vec![KeyRange::partition("a"), KeyRange::partition("b")],
+        5 => vec![KeyRange::partition("a"), KeyRange::partition("b")],
+        // `PartitionKey gt pk` and `PartitionKey lt pk`, as the planner makes them.
+        6 => vec![KeyRange {
+            start: Bound::Included(KeyPosition::after_rows(pk)),
+            end: Bound::Unbounded,
+        }],
+        _ => vec![KeyRange {
+            start: Bound::Unbounded,
+            end: Bound::Excluded(KeyPosition::row(pk, "")),
+        }],
     }
     .into_iter()
     .filter(|range| !range.is_empty())
@@ -302,6 +312,142 @@ fn the_sled_store_keeps_the_contract() {
     for seed in [1, 2, 3, 0x5eed] {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
+        check_contract(&store, seed, 400);
+    }
+}
+
+/// A throwaway PostgreSQL cluster in a temporary directory, on a free loopback port, stopped
+/// (immediately) when dropped. As root, its programs run as the `postgres` user.
+struct Postgres {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Postgres {
+    /// Starts a cluster, or `None` (said on stderr) where PostgreSQL is not installed, unless
+    /// `TRESTLE_REQUIRE_POSTGRES` is set (as CI sets it): then its absence fails the test.
+    fn start() -> Option<Postgres> {
+        if std::process::Command::new("initdb")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var_os("TRESTLE_REQUIRE_POSTGRES").is_none(),
+                "PostgreSQL's initdb is not on PATH"
+            );
+            eprintln!("skipping: PostgreSQL's initdb is not on PATH");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let as_root = rustix_is_root();
+        if as_root {
+            std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap();
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let data = dir.path().join("data");
+        run(
+            as_root,
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "trestle",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ],
+        );
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on",
+            dir.path().display()
+        );
+        run(
+            as_root,
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &options,
+                "-w",
+                "-l",
+                dir.path().join("log").to_str().unwrap(),
+                "start",
+            ],
+        );
+        Some(Postgres { dir, port })
+    }
+
+    /// The connection string of a new database of its own.
+    fn database(&self, name: &str) -> String {
+        let admin = format!(
+            "host=127.0.0.1 port={} user=trestle dbname=postgres",
+            self.port
+        );
+        let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        format!(
+            "host=127.0.0.1 port={} user=trestle dbname={name}",
+            self.port
+        )
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data");
+        run(
+            rustix_is_root(),
+            "pg_ctl",
+            &["-D", data.to_str().unwrap(), "-m", "immediate", "stop"],
+        );
+    }
+}
+
+fn rustix_is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+/// Runs a PostgreSQL program (as `postgres` when root), asserting it succeeds.
+fn run(as_root: bool, program: &str, args: &[&str]) {
+    let mut command = if as_root {
+        let mut command = std::process::Command::new("runuser");
+        command.args(["-u", "postgres", "--", program]);
+        command
+    } else {
+        std::process::Command::new(program)
+    };
+    let output = command.args(args).output().expect(program);
+    assert!(
+        output.status.success(),
+        "{program} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_postgres_store_keeps_the_contract() {
+    let Some(postgres) = Postgres::start() else {
+        return;
+    };
+    for seed in [1, 2, 3, 0x5eed] {
+        let url = postgres.database(&format!("contract_{seed}"));
+        let store = trestle_server::storage::PostgresStore::open(&url, 2).unwrap();
         check_contract(&store, seed, 400);
     }
 }

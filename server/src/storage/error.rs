@@ -10,6 +10,9 @@ pub enum StorageError {
     /// sled failed (I/O, or a corruption it detected).
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
+    /// The PostgreSQL store's database failed (unreachable, refused, or a statement failed).
+    #[error("postgres: {0}")]
+    Postgres(#[from] postgres::Error),
     /// The file system failed outside sled.
     #[error("file system: {0}")]
     Io(#[from] std::io::Error),

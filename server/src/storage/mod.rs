@@ -21,6 +21,7 @@
 
 mod codec;
 mod error;
+mod postgres_store;
 mod sled_store;
 
 use std::fmt::Debug;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
 pub use error::{RejectReason, Rejection, StorageError};
+pub use postgres_store::{PostgresStore, PostgresTable};
 pub use sled_store::{
     Durability, SledStore, SledTable, StoreOptions, StoreSecret, CURRENT_FORMAT, DEFAULT_CACHE_MIB,
     FORMAT_KEY, SECRET_BYTES,
@@ -143,18 +145,27 @@ pub trait Store: Send + Sync + Debug {
         limit: usize,
     ) -> Result<(Vec<TableName>, bool), StorageError>;
 
+    // Durability. The defaults suit a store whose commits are durable when they return (and so
+    // hand out no tickets).
+
     /// Blocks until the write with `ticket` is durable.
-    fn wait_for(&self, ticket: Ticket) -> Result<(), StorageError>;
+    fn wait_for(&self, _ticket: Ticket) -> Result<(), StorageError> {
+        Ok(())
+    }
 
     /// The highest durable ticket.
-    fn durable(&self) -> Ticket;
+    fn durable(&self) -> Ticket {
+        0
+    }
 
     /// Registers the listener called with each new durable ticket, so that async callers can
     /// wait for durability without holding a thread.
-    fn on_durable(&self, listener: DurableListener);
+    fn on_durable(&self, _listener: DurableListener) {}
 
     /// Makes everything written so far durable (at shutdown).
-    fn flush(&self) -> Result<(), StorageError>;
+    fn flush(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 
     /// The store's own secret, the same at every open (and on every server sharing the store).
     fn secret(&self) -> &StoreSecret;
@@ -231,6 +242,18 @@ impl StoredRecord {
     /// The record read in place.
     pub(crate) fn view(&self) -> Result<EntityView<'_>, StorageError> {
         EntityView::parse(&self.key.partition_key, &self.key.row_key, &self.value)
+    }
+}
+
+/// `ranges` (ascending) in the order a scan reads them: descending if `reverse`.
+pub(crate) fn in_scan_order(
+    ranges: &[KeyRange],
+    reverse: bool,
+) -> Box<dyn Iterator<Item = &KeyRange> + '_> {
+    if reverse {
+        Box::new(ranges.iter().rev())
+    } else {
+        Box::new(ranges.iter())
     }
 }
 

@@ -14,6 +14,18 @@ pub const SECRET_BYTES: usize = 32;
 pub struct StoreSecret([u8; SECRET_BYTES]);
 
 impl StoreSecret {
+    /// A secret read back from a store: exactly [`SECRET_BYTES`] bytes.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<StoreSecret, StorageError> {
+        <[u8; SECRET_BYTES]>::try_from(bytes)
+            .map(StoreSecret)
+            .map_err(|_| {
+                StorageError::Corrupt(format!(
+                    "the token secret is {} bytes, expected {SECRET_BYTES}",
+                    bytes.len()
+                ))
+            })
+    }
+
     /// The secret's bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.0

@@ -438,12 +438,7 @@ impl Table for SledTable {
         let Some(_gate) = self.gate() else {
             return Ok(None);
         };
-        let ordered: Box<dyn Iterator<Item = &KeyRange>> = if reverse {
-            Box::new(ranges.iter().rev())
-        } else {
-            Box::new(ranges.iter())
-        };
-        for range in ordered {
+        for range in crate::storage::in_scan_order(ranges, reverse) {
             if let Some(resume_at) = self.visit_range(range, reverse, visitor)? {
                 return Ok(Some(resume_at));
             }
