@@ -43,10 +43,13 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// What the library needs to serve.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The data directory (created if missing).
+    /// The data directory of the sled store (created if missing); unused with `database`.
     pub data_dir: PathBuf,
     /// Store settings.
     pub store: StoreOptions,
+    /// A PostgreSQL database to keep the store in instead of `data_dir`, and how many
+    /// connections to hold to it.
+    pub database: Option<DatabaseStore>,
     /// Who may do what; open (no keys) by default, which only a loopback listener allows.
     pub authenticator: Authenticator,
     /// Serve open mode on a non-loopback address anyway.
@@ -66,6 +69,7 @@ impl Config {
     pub fn new(data_dir: impl Into<PathBuf>) -> Config {
         Config {
             data_dir: data_dir.into(),
+            database: None,
             store: StoreOptions::default(),
             authenticator: Authenticator::open(),
             insecure_open: false,
@@ -76,6 +80,18 @@ impl Config {
         }
     }
 }
+
+/// The PostgreSQL database a server keeps its store in.
+#[derive(Debug, Clone)]
+pub struct DatabaseStore {
+    /// A libpq connection string or `postgres://` URL.
+    pub url: String,
+    /// Connections the server holds to it: at most this many storage calls at once.
+    pub pool_size: usize,
+}
+
+/// Connections to the database, by default.
+pub const DEFAULT_STORE_POOL_SIZE: usize = 8;
 
 /// A PEM certificate chain and its private key.
 #[derive(Clone)]
@@ -212,9 +228,17 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
-    /// Directory holding the data (created if missing).
+    /// Directory holding the data (created if missing): the embedded sled store.
     #[arg(long, env = "TRESTLE_DATA_DIR", default_value = "./trestle-data")]
     pub data_dir: PathBuf,
+    /// Keep the store in this PostgreSQL database instead (`postgres://user@host:5432/db`), so
+    /// that several servers serve one store. `--data-dir` is then unused.
+    #[arg(long, env = "TRESTLE_STORE")]
+    pub store: Option<String>,
+    /// Connections to the `--store` database: at most this many storage calls at once.
+    #[arg(long, default_value_t = DEFAULT_STORE_POOL_SIZE,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub store_pool_size: usize,
     /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `trestle_server=debug`).
     #[arg(long, env = "TRESTLE_LOG", default_value = "info")]
     pub log_level: String,
@@ -354,6 +378,10 @@ impl ServeArgs {
         };
         Ok(Config {
             data_dir: self.data_dir.clone(),
+            database: self.store.clone().map(|url| DatabaseStore {
+                url,
+                pool_size: self.store_pool_size,
+            }),
             store: StoreOptions {
                 cache_bytes: self.cache_mib * 1024 * 1024,
                 durability,

@@ -77,7 +77,15 @@ pub async fn serve(
     }
     let engine = {
         let config = config.clone();
-        tokio::task::spawn_blocking(move || Engine::open(&config.data_dir, config.store)).await??
+        tokio::task::spawn_blocking(move || match &config.database {
+            Some(database) => {
+                let store = storage::PostgresStore::open(&database.url, database.pool_size)
+                    .map_err(error::TableError::from)?;
+                Ok(Engine::over(Arc::new(store)))
+            }
+            None => Engine::open(&config.data_dir, config.store),
+        })
+        .await??
     };
     let engine = Arc::new(engine);
     let routes = routes::routes(engine.clone(), &config).await?;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod postgres;
+
 use std::collections::BTreeMap;
 
 use tokio::sync::oneshot;

@@ -30,7 +30,11 @@ use crate::model::{
 /// Rows a scan reads with one statement.
 pub(crate) const SCAN_BATCH: i64 = 256;
 
+/// The schema, created under an advisory lock: servers starting together over a new database
+/// would otherwise race in `CREATE ... IF NOT EXISTS`.
 const SCHEMA: &str = "
+BEGIN;
+SELECT pg_advisory_xact_lock(7461626);
 CREATE TABLE IF NOT EXISTS trestle_meta (key text PRIMARY KEY, value bytea NOT NULL);
 CREATE TABLE IF NOT EXISTS trestle_tables (
     id bigserial PRIMARY KEY, folded text NOT NULL, name text NOT NULL, live boolean NOT NULL);
@@ -38,6 +42,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS trestle_tables_live ON trestle_tables (folded)
 CREATE TABLE IF NOT EXISTS trestle_entities (
     table_id bigint NOT NULL, pk bytea NOT NULL, rk bytea NOT NULL, record bytea NOT NULL,
     PRIMARY KEY (table_id, pk, rk));
+COMMIT;
 ";
 
 /// A fixed set of connections, each lent to one call at a time.
@@ -72,6 +77,15 @@ impl Pool {
             .push(client);
         self.returned.notify_one();
         outcome
+    }
+}
+
+impl Drop for Pool {
+    /// Closes the connections on a thread of its own: closing blocks, which a runtime worker
+    /// (where the last handle on the store may go) must not.
+    fn drop(&mut self) {
+        let clients = std::mem::take(self.idle.get_mut().unwrap_or_else(PoisonError::into_inner));
+        std::thread::spawn(move || drop(clients));
     }
 }
 

@@ -698,7 +698,18 @@ mod tests {
             store.flush().unwrap();
             before
         };
-        let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
+        // The dropped store's background threads release the directory's lock as they exit.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let store = loop {
+            match SledStore::open(dir.path(), StoreOptions::default()) {
+                Ok(store) => break store,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    assert!(error.to_string().contains("lock"), "{error}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        };
         let table = store
             .sled_table(&TableName::parse("Rows").unwrap())
             .unwrap();
