@@ -71,6 +71,29 @@ async fn two_servers_over_one_database_are_one_service() {
         "in key order, once each"
     );
 
+    // A partition of more rows than the store reads with one statement, forward and reverse.
+    fill_partition(&mut one, "Shared", "big", 600).await;
+    for reverse in [false, true] {
+        let whole = pb::QueryEntitiesRequest {
+            table: "Shared".into(),
+            partition_key: Some("big".into()),
+            reverse,
+            ..Default::default()
+        };
+        let rows: Vec<String> = other
+            .query_entities(whole)
+            .await
+            .unwrap()
+            .into_inner()
+            .entities
+            .into_iter()
+            .map(|e| e.row_key)
+            .collect();
+        assert_eq!(rows.len(), 600, "reverse: {reverse}");
+        let ordered = rows.windows(2).all(|w| (w[0] < w[1]) != reverse);
+        assert!(ordered, "reverse: {reverse}");
+    }
+
     // An ETag read on one server conditions a write on the other.
     let mut changed = read.clone();
     changed.etag.clear();

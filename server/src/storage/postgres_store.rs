@@ -9,15 +9,16 @@
 //! lock on its partition (the sled store's partition lock), with the table's row locked shared
 //! against a concurrent deletion. Every commit is durable when it returns: no tickets.
 //!
+//! A scan reads its ranges in batches of [`SCAN_BATCH`] rows, all in one read-only
+//! `REPEATABLE READ` transaction, so that it sees every partition at one instant.
+//!
 //! Limitations of this first cut: a table's rows are purged inside `delete_table` (not in the
-//! background); a scan reads a partition in batches of [`SCAN_BATCH`] rows, each one statement,
-//! so a partition of more rows than a batch can be seen across a concurrent commit; no schema
-//! version; no server flag yet.
+//! background); no schema version; no retries of serialization failures; no TLS.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls};
+use postgres::{Client, GenericClient, IsolationLevel, NoTls};
 
 use super::{
     codec, in_scan_order, Attempt, Committed, CreateRefusal, EntityView, RejectReason, Rejection,
@@ -319,7 +320,14 @@ impl Table for PostgresTable {
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
         self.pool.with(|client| {
-            let live = client.query_opt(
+            // One snapshot for the whole call: every partition is seen at one instant, never
+            // half a commit, however many statements its rows take.
+            let mut snapshot = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let live = snapshot.query_opt(
                 "SELECT 1 FROM trestle_tables WHERE id = $1 AND live",
                 &[&self.id],
             )?;
@@ -327,7 +335,7 @@ impl Table for PostgresTable {
                 return Ok(None);
             }
             for range in in_scan_order(ranges, reverse) {
-                if let Some(stop) = self.visit_range(client, range, reverse, visitor)? {
+                if let Some(stop) = self.visit_range(&mut snapshot, range, reverse, visitor)? {
                     return Ok(Some(stop));
                 }
             }
@@ -426,7 +434,7 @@ impl PostgresTable {
     /// Visits one range, a batch of rows at a time, each batch starting past the last row seen.
     fn visit_range(
         &self,
-        client: &mut Client,
+        client: &mut impl GenericClient,
         range: &KeyRange,
         reverse: bool,
         visitor: &mut Visitor<'_>,
