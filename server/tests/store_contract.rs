@@ -330,3 +330,29 @@ fn the_postgres_store_keeps_the_contract() {
         check_contract(&store, seed, 400);
     }
 }
+
+#[test]
+fn the_postgres_store_records_its_schema_version_and_refuses_a_newer_one() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("versions");
+    let store = trestle_server::storage::PostgresStore::open(&url, 1).unwrap();
+    drop(store);
+    // Reopening the same version is fine; a database of a newer version is refused, untouched.
+    trestle_server::storage::PostgresStore::open(&url, 1).unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let newer = (trestle_server::storage::SCHEMA_VERSION + 1).to_be_bytes();
+    admin
+        .execute(
+            "UPDATE trestle_meta SET value = $1 WHERE key = 'schema_version'",
+            &[&newer.as_slice()],
+        )
+        .unwrap();
+    let refused = trestle_server::storage::PostgresStore::open(&url, 1).unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("version 2") && message.contains("build's 1"),
+        "{message}"
+    );
+}

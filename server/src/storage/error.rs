@@ -22,6 +22,9 @@ pub enum StorageError {
     /// The data directory was written by a newer build, in a format this one cannot read.
     #[error("the data directory has format version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was read or changed)")]
     UnsupportedFormat { found: u32, supported: u32 },
+    /// The PostgreSQL store's database holds a newer schema than this build's.
+    #[error("the database has Trestle schema version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was changed)")]
+    UnsupportedSchema { found: u32, supported: u32 },
     /// Free space on the data directory's disk is below the reserve: writes are refused before
     /// they start, so sled never meets a full disk mid-write.
     #[error("the data directory's disk has {free_mib} MiB free, below the {reserve_mib} MiB reserve; writes resume once space is freed")]

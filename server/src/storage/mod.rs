@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
 pub use error::{RejectReason, Rejection, StorageError};
-pub use postgres_store::{PostgresStore, PostgresTable};
+pub use postgres_store::{PostgresStore, PostgresTable, SCHEMA_VERSION};
 pub use sled_store::{
     Durability, SledStore, SledTable, StoreOptions, StoreSecret, CURRENT_FORMAT, DEFAULT_CACHE_MIB,
     FORMAT_KEY, SECRET_BYTES,

@@ -28,6 +28,10 @@ use crate::model::{
     Effect, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
 };
 
+/// The schema this build creates and reads. A database records its version in `trestle_meta`;
+/// one of an older version is upgraded (none exists yet), one of a newer is refused.
+pub const SCHEMA_VERSION: u32 = 1;
+
 /// Rows a scan reads with one statement.
 pub(crate) const SCAN_BATCH: i64 = 256;
 
@@ -114,6 +118,7 @@ impl PostgresStore {
         }
         let first = &mut clients[0];
         first.batch_execute(SCHEMA)?;
+        check_schema_version(first)?;
         let mut secret = [0u8; super::SECRET_BYTES];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
             .map_err(|_| std::io::Error::other("the system's random source failed"))?;
@@ -152,6 +157,29 @@ impl PostgresStore {
             pool: self.pool.clone(),
         })))
     }
+}
+
+/// Records this build's schema version in a new database; refuses a database of a newer one.
+fn check_schema_version(client: &mut Client) -> Result<(), StorageError> {
+    client.execute(
+        "INSERT INTO trestle_meta VALUES ('schema_version', $1) ON CONFLICT DO NOTHING",
+        &[&SCHEMA_VERSION.to_be_bytes().as_slice()],
+    )?;
+    let row = client.query_one(
+        "SELECT value FROM trestle_meta WHERE key = 'schema_version'",
+        &[],
+    )?;
+    let stored: &[u8] = row.get(0);
+    let found = <[u8; 4]>::try_from(stored)
+        .map(u32::from_be_bytes)
+        .map_err(|_| StorageError::Corrupt("the schema version is not 4 bytes".into()))?;
+    if found > SCHEMA_VERSION {
+        return Err(StorageError::UnsupportedSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
 }
 
 impl Store for PostgresStore {
