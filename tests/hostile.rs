@@ -246,6 +246,14 @@ const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// An empty SETTINGS frame.
 const SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 
+/// A raw connection that has sent the preface and an empty SETTINGS frame, and nothing since.
+async fn handshaken(server: &TestServer) -> tokio::net::TcpStream {
+    let mut socket = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    socket.write_all(PREFACE).await.unwrap();
+    socket.write_all(SETTINGS).await.unwrap();
+    socket
+}
+
 /// Whether the server closes `socket` within `within`.
 async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 4096];
@@ -272,12 +280,8 @@ async fn silent_and_half_open_connections_are_closed_and_new_clients_served_thro
     let mut silent = silent_connections(&server, 50).await;
     let mut half_preface = connect().await.unwrap();
     half_preface.write_all(&PREFACE[..10]).await.unwrap();
-    let mut quiet_after_handshake = connect().await.unwrap();
-    quiet_after_handshake.write_all(PREFACE).await.unwrap();
-    quiet_after_handshake.write_all(SETTINGS).await.unwrap();
-    let mut half_headers = connect().await.unwrap();
-    half_headers.write_all(PREFACE).await.unwrap();
-    half_headers.write_all(SETTINGS).await.unwrap();
+    let mut quiet_after_handshake = handshaken(&server).await;
+    let mut half_headers = handshaken(&server).await;
     // A HEADERS frame header announcing 100 bytes, and 3 of them.
     half_headers
         .write_all(&[0, 0, 100, 1, 4, 0, 0, 0, 1, 0x82, 0x86, 0x84])
@@ -310,9 +314,7 @@ async fn a_peer_that_does_not_answer_pings_is_closed() {
     .await;
     // A complete handshake, then silence: no answer to the server's pings. The idle timeout
     // (300 s) is far off; the keepalive closes it.
-    let mut deaf = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    deaf.write_all(PREFACE).await.unwrap();
-    deaf.write_all(SETTINGS).await.unwrap();
+    let mut deaf = handshaken(&server).await;
     assert!(closed_within(&mut deaf, Duration::from_secs(5)).await);
     tables_a_new_client_lists(&server).await;
 }
