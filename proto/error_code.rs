@@ -57,6 +57,9 @@ pub enum ErrorCode {
     OperationTimedOut,
     /// The data directory's disk is (nearly) full: writes are refused, reads go on.
     InsufficientStorage,
+    /// The store's database cannot be reached (it is down or restarting): the request did
+    /// nothing; retry with backoff. (Trestle's own; Azure answers `ServerBusy`.)
+    ServiceUnavailable,
 }
 
 impl ErrorCode {
@@ -88,6 +91,7 @@ impl ErrorCode {
         ErrorCode::ServerBusy,
         ErrorCode::OperationTimedOut,
         ErrorCode::InsufficientStorage,
+        ErrorCode::ServiceUnavailable,
     ];
 
     /// The code as Azure spells it.
@@ -121,6 +125,7 @@ impl ErrorCode {
             ErrorCode::ServerBusy => "ServerBusy",
             ErrorCode::OperationTimedOut => "OperationTimedOut",
             ErrorCode::InsufficientStorage => "InsufficientStorage",
+            ErrorCode::ServiceUnavailable => "ServiceUnavailable",
         }
     }
 

@@ -100,8 +100,7 @@ async fn unread_streams(
     let mut streams = Vec::new();
     for i in 0..count {
         let client = &mut clients[i % clients.len()];
-        let stream = client
-            .scan_entities(batches_of(10))
+        let stream = promptly("opening a stream", client.scan_entities(batches_of(10)))
             .await
             .unwrap()
             .into_inner();
@@ -119,7 +118,7 @@ async fn two_hundred_unread_streams_starve_nothing() {
     for _ in 0..8 {
         clients.push(server.client().await);
     }
-    let _streams = promptly("opening 200 streams", unread_streams(&mut clients, 200)).await;
+    let _streams = unread_streams(&mut clients, 200).await;
 
     let mut fresh = server.client().await;
     promptly("a query", fresh.query_entities(query("V ge 0")))

@@ -446,7 +446,7 @@ impl Engine {
     fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
         let name = lookup_name(name)?;
         self.store
-            .table(&name)
+            .table(&name)?
             .ok_or_else(|| TableError::TableNotFound(name.to_string()))
     }
 }

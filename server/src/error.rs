@@ -104,6 +104,7 @@ impl TableError {
             TableError::Operation { source, .. } => source.code(),
             TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,
             TableError::Storage(fault) if fault.is_disk_full() => ErrorCode::InsufficientStorage,
+            TableError::Storage(fault) if fault.is_unavailable() => ErrorCode::ServiceUnavailable,
             TableError::Storage(_) => ErrorCode::InternalError,
         }
     }

@@ -79,7 +79,11 @@ pub async fn serve(
         let config = config.clone();
         tokio::task::spawn_blocking(move || match &config.database {
             Some(database) => {
-                let store = storage::PostgresStore::open(&database.url, database.pool_size)
+                let options = storage::PostgresOptions {
+                    pool_size: database.pool_size,
+                    purge_deleted_tables: config.store.reclaim_deleted_tables,
+                };
+                let store = storage::PostgresStore::open(&database.url, options)
                     .map_err(error::TableError::from)?;
                 Ok(Engine::over(Arc::new(store)))
             }

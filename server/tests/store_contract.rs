@@ -16,7 +16,8 @@ use trestle_server::model::{
     Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
-    read_entity, RejectReason, SledStore, Store, StoreOptions, Table, Visit, Waiting,
+    read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
+    StorageError, Store, StoreOptions, Table, Visit, Waiting,
 };
 
 /// splitmix64: a small deterministic generator, so a failing seed can be replayed.
@@ -282,7 +283,7 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
                 // Deleting the table: the old handle refuses commits and reads nothing; a table
                 // of the same name starts empty.
                 assert!(store.delete_table(&name).unwrap());
-                assert!(store.table(&name).is_none());
+                assert!(store.table(&name).unwrap().is_none());
                 let insert = vec![Operation::Insert(new_entity(&mut rng, "a", "r"))];
                 let gone = table.commit("a", insert, Waiting::Allowed);
                 assert!(matches!(
@@ -326,9 +327,113 @@ fn the_postgres_store_keeps_the_contract() {
     };
     for seed in [1, 2, 3, 0x5eed] {
         let url = postgres.database(&format!("contract_{seed}"));
-        let store = trestle_server::storage::PostgresStore::open(&url, 2).unwrap();
+        let store = open_postgres(&url, 2, true).unwrap();
         check_contract(&store, seed, 400);
     }
+}
+
+/// Opens a PostgreSQL store over `url` with `pool_size` connections.
+fn open_postgres(
+    url: &str,
+    pool_size: usize,
+    purge_deleted_tables: bool,
+) -> Result<PostgresStore, StorageError> {
+    let options = PostgresOptions {
+        pool_size,
+        purge_deleted_tables,
+    };
+    PostgresStore::open(url, options)
+}
+
+#[test]
+fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("purge");
+    let name = TableName::parse("Purged").unwrap();
+    let not_purging = open_postgres(&url, 1, false).unwrap();
+    let table = not_purging.create_table(&name).unwrap().unwrap();
+    // More rows than one purge statement deletes.
+    for chunk in 0..(trestle_server::storage::PURGE_BATCH as usize * 2 / 100 + 1) {
+        let inserts = (0..100)
+            .map(|n| {
+                let row_key = format!("{chunk:04}-{n:03}");
+                Operation::Insert(NewEntity::new(key("p", &row_key), Properties::new()).unwrap())
+            })
+            .collect();
+        table
+            .commit("p", inserts, Waiting::Allowed)
+            .unwrap()
+            .ran()
+            .unwrap();
+    }
+    assert!(not_purging.delete_table(&name).unwrap());
+    assert_eq!(
+        not_purging.create_table(&name).unwrap().unwrap_err(),
+        CreateRefusal::BeingDeleted
+    );
+    drop(not_purging);
+
+    let purging = open_postgres(&url, 1, true).unwrap();
+    let started = std::time::Instant::now();
+    let table = loop {
+        match purging.create_table(&name).unwrap() {
+            Ok(table) => break table,
+            Err(refusal) => assert_eq!(refusal, CreateRefusal::BeingDeleted),
+        }
+        assert!(started.elapsed().as_secs() < 60, "the purge did not finish");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut seen = 0;
+    table
+        .visit(&[KeyRange::all()], false, &mut |_| {
+            seen += 1;
+            Ok(Visit::Next)
+        })
+        .unwrap();
+    assert_eq!(seen, 0, "the new table starts empty");
+}
+
+#[test]
+fn a_postgres_store_that_cannot_reach_its_database_says_where() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://someone@127.0.0.1:{port}/somewhere");
+    let message = open_postgres(&url, 1, true).unwrap_err().to_string();
+    assert!(
+        message.contains("cannot connect to PostgreSQL database \"somewhere\" as user \"someone\"")
+            && message.contains(&format!("127.0.0.1:{port}")),
+        "{message}"
+    );
+    let message = open_postgres("not a url =", 1, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("not a PostgreSQL connection string"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_postgres_user_who_may_not_create_tables_is_told_so_at_start() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("locked");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute("CREATE ROLE reader LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC;")
+        .unwrap();
+    let as_reader = url.replace("user=trestle", "user=reader");
+    let message = open_postgres(&as_reader, 1, true).unwrap_err().to_string();
+    assert!(
+        message.contains("cannot create Trestle's tables") && message.contains("permission denied"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -337,10 +442,10 @@ fn the_postgres_store_records_its_schema_version_and_refuses_a_newer_one() {
         return;
     };
     let url = postgres.database("versions");
-    let store = trestle_server::storage::PostgresStore::open(&url, 1).unwrap();
+    let store = open_postgres(&url, 1, true).unwrap();
     drop(store);
     // Reopening the same version is fine; a database of a newer version is refused, untouched.
-    trestle_server::storage::PostgresStore::open(&url, 1).unwrap();
+    open_postgres(&url, 1, true).unwrap();
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let newer = (trestle_server::storage::SCHEMA_VERSION + 1).to_be_bytes();
     admin
@@ -349,7 +454,7 @@ fn the_postgres_store_records_its_schema_version_and_refuses_a_newer_one() {
             &[&newer.as_slice()],
         )
         .unwrap();
-    let refused = trestle_server::storage::PostgresStore::open(&url, 1).unwrap_err();
+    let refused = open_postgres(&url, 1, true).unwrap_err();
     let message = refused.to_string();
     assert!(
         message.contains("version 2") && message.contains("build's 1"),

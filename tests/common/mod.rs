@@ -1,5 +1,6 @@
 //! The end-to-end test harness: a real Trestle server in-process on an ephemeral loopback port over
-//! a temporary data directory, and helpers to build requests and read errors.
+//! a temporary data directory (or, with `TRESTLE_TEST_STORE=postgres`, a fresh PostgreSQL
+//! database), and helpers to build requests and read errors.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -44,15 +45,24 @@ impl TestServer {
         TestServer::start_with(|_| {}).await
     }
 
-    /// Starts a server whose configuration `configure` adjusts.
+    /// Starts a server whose configuration `configure` adjusts, over the store the run tests:
+    /// sled, or with `TRESTLE_TEST_STORE=postgres` a fresh PostgreSQL database
+    /// ([`postgres::conformance_database`]).
     pub async fn start_with(configure: impl FnOnce(&mut trestle_server::Config)) -> TestServer {
         let data_dir = tempfile::tempdir().expect("temp dir");
+        let database = tokio::task::spawn_blocking(postgres::conformance_database)
+            .await
+            .expect("the conformance database");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, stop) = oneshot::channel::<()>();
         let mut config = trestle_server::Config::new(data_dir.path());
+        config.database = database.map(|url| trestle_server::config::DatabaseStore {
+            url,
+            pool_size: trestle_server::config::DEFAULT_STORE_POOL_SIZE,
+        });
         configure(&mut config);
         tokio::spawn(async move {
             trestle_server::serve(listener, config, async {

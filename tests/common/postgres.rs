@@ -2,17 +2,46 @@
 //! tests and the end-to-end ones).
 #![allow(dead_code, unreachable_pub)]
 
+/// The database the end-to-end tests keep their servers' stores in: with
+/// `TRESTLE_TEST_STORE=postgres`, a fresh database of one cluster shared by the test process
+/// (started on first use, stopped by a watchdog when the process ends); `None` (sled) otherwise.
+/// The same tests, the same assertions, either store.
+pub fn conformance_database() -> Option<String> {
+    static CLUSTER: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
+    static DATABASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match std::env::var("TRESTLE_TEST_STORE").as_deref() {
+        Err(_) | Ok("" | "sled") => return None,
+        Ok("postgres") => {}
+        Ok(other) => panic!("TRESTLE_TEST_STORE={other:?}: the stores are sled and postgres"),
+    }
+    let cluster = CLUSTER.get_or_init(|| {
+        let cluster = Postgres::start_with(&["-c", "max_connections=400"])
+            .expect("TRESTLE_TEST_STORE=postgres needs PostgreSQL's programs on PATH");
+        cluster.stop_when_this_process_ends();
+        cluster
+    });
+    let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some(cluster.database(&format!("conformance_{n}")))
+}
+
 /// A throwaway PostgreSQL cluster in a temporary directory, on a free loopback port, stopped
 /// (immediately) when dropped. As root, its programs run as the `postgres` user.
 pub struct Postgres {
     dir: tempfile::TempDir,
     port: u16,
+    /// The server's options: its port, address and socket directory, and any settings.
+    options: String,
 }
 
 impl Postgres {
     /// Starts a cluster, or `None` (said on stderr) where PostgreSQL is not installed, unless
     /// `TRESTLE_REQUIRE_POSTGRES` is set (as CI sets it): then its absence fails the test.
     pub fn start() -> Option<Postgres> {
+        Postgres::start_with(&[])
+    }
+
+    /// Starts a cluster with extra `postgres` options (`-c name=value` pairs).
+    pub fn start_with(settings: &[&str]) -> Option<Postgres> {
         if std::process::Command::new("initdb")
             .arg("--version")
             .output()
@@ -54,24 +83,13 @@ impl Postgres {
             ],
         );
         let options = format!(
-            "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on",
-            dir.path().display()
+            "-p {port} -c listen_addresses=127.0.0.1 -k {} {}",
+            dir.path().display(),
+            settings.join(" ")
         );
-        run(
-            as_root,
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-o",
-                &options,
-                "-w",
-                "-l",
-                dir.path().join("log").to_str().unwrap(),
-                "start",
-            ],
-        );
-        Some(Postgres { dir, port })
+        let cluster = Postgres { dir, port, options };
+        cluster.restart();
+        Some(cluster)
     }
 
     /// The connection string of a new database of its own.
@@ -91,14 +109,69 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// The cluster's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the cluster at once, as a crash would (`pg_ctl stop -m immediate`).
+    pub fn kill(&self) {
+        pg_ctl(&self.data(), &["-m", "immediate", "stop"]);
+    }
+
+    /// Starts the (stopped) cluster, on its port.
+    pub fn restart(&self) {
+        let log = self.dir.path().join("log");
+        pg_ctl(
+            &self.data(),
+            &[
+                "-o",
+                &self.options,
+                "-w",
+                "-l",
+                log.to_str().unwrap(),
+                "start",
+            ],
+        );
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// For a cluster kept in a static (never dropped): a watchdog process stops it and removes
+    /// its directory once this process has ended, however it ends.
+    // The watchdog outlives this process by design: nobody waits for it.
+    #[allow(clippy::zombie_processes)]
+    fn stop_when_this_process_ends(&self) {
+        let stop = if rustix_is_root() {
+            "runuser -u postgres -- pg_ctl"
+        } else {
+            "pg_ctl"
+        };
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop} -D '{data}' -m immediate stop; rm -rf '{dir}'",
+            pid = std::process::id(),
+            data = self.data().display(),
+            dir = self.dir.path().display(),
+        );
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the cluster's watchdog");
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let data = self.dir.path().join("data");
-        run(
-            rustix_is_root(),
-            "pg_ctl",
-            &["-D", data.to_str().unwrap(), "-m", "immediate", "stop"],
-        );
+        let data = self.data();
+        if data.join("postmaster.pid").exists() {
+            pg_ctl(&data, &["-m", "immediate", "stop"]);
+        }
     }
 }
 
@@ -107,6 +180,13 @@ fn rustix_is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|out| out.stdout.starts_with(b"0\n"))
+}
+
+/// Runs `pg_ctl -D data ...`.
+fn pg_ctl(data: &std::path::Path, args: &[&str]) {
+    let mut all = vec!["-D", data.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run(rustix_is_root(), "pg_ctl", &all);
 }
 
 /// Runs a PostgreSQL program (as `postgres` when root), asserting it succeeds.

@@ -20,6 +20,10 @@ pub(crate) fn to_status(error: &TableError) -> Status {
     let message = match code {
         // Internal detail stays in the server log.
         ErrorCode::InternalError => "internal error; the server log has the details".to_owned(),
+        ErrorCode::ServiceUnavailable => {
+            "the store's database cannot be reached; retry with backoff (the server log has the details)"
+                .to_owned()
+        }
         _ => error.to_string(),
     };
     status(code, message, error.operation_index())
@@ -146,6 +150,7 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::AuthorizationResourceTypeMismatch
         | ErrorCode::AuthorizationFailure => Code::PermissionDenied,
         ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
+        ErrorCode::ServiceUnavailable => Code::Unavailable,
         ErrorCode::InvalidInput
         | ErrorCode::OutOfRangeInput
         | ErrorCode::PropertiesNeedValue

@@ -11,8 +11,15 @@ pub enum StorageError {
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
     /// The PostgreSQL store's database failed (unreachable, refused, or a statement failed).
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", super::postgres_store::explain(.0))]
     Postgres(#[from] postgres::Error),
+    /// The PostgreSQL store's database could not be opened: `what` says which and why.
+    #[error("{what}: {}", super::postgres_store::explain(.error))]
+    Database {
+        what: String,
+        #[source]
+        error: postgres::Error,
+    },
     /// The file system failed outside sled.
     #[error("file system: {0}")]
     Io(#[from] std::io::Error),
@@ -40,6 +47,19 @@ impl StorageError {
             StorageError::DiskFull { .. } => true,
             StorageError::Io(io) | StorageError::Sled(sled::Error::Io(io)) => {
                 io.raw_os_error() == Some(ENOSPC)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl StorageError {
+    /// Whether the fault is the database being out of reach (down, restarting, the connection
+    /// broken): the request did nothing, and may succeed once it is back.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StorageError::Postgres(error) | StorageError::Database { error, .. } => {
+                super::postgres_store::is_unreachable(error)
             }
             _ => false,
         }

@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
 pub use error::{RejectReason, Rejection, StorageError};
-pub use postgres_store::{PostgresStore, PostgresTable, SCHEMA_VERSION};
+pub use postgres_store::{
+    PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
+};
 pub use sled_store::{
     Durability, SledStore, SledTable, StoreOptions, StoreSecret, CURRENT_FORMAT, DEFAULT_CACHE_MIB,
     FORMAT_KEY, SECRET_BYTES,
@@ -124,7 +126,7 @@ pub enum CreateRefusal {
 /// The catalog of tables and the durability of writes.
 pub trait Store: Send + Sync + Debug {
     /// The live table called `name` (ignoring case), if any.
-    fn table(&self, name: &TableName) -> Option<Arc<dyn Table>>;
+    fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError>;
 
     /// Creates a table, durably.
     fn create_table(

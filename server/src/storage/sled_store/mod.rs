@@ -174,8 +174,8 @@ impl SledStore {
 }
 
 impl Store for SledStore {
-    fn table(&self, name: &TableName) -> Option<Arc<dyn Table>> {
-        self.sled_table(name).map(|table| table as Arc<dyn Table>)
+    fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
+        Ok(self.sled_table(name).map(|table| table as Arc<dyn Table>))
     }
 
     fn create_table(

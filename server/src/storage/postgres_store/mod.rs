@@ -1,0 +1,266 @@
+//! The PostgreSQL store: the storage contract kept in a PostgreSQL database, reached over its wire
+//! protocol, so that several Trestle servers can serve one store (`docs/scale-out.md`).
+//!
+//! Layout: `trestle_tables (id, folded, name, live)`, `trestle_entities (table_id, pk, rk,
+//! record)` with `pk`/`rk` as `bytea` (so that they sort by their UTF-8 bytes, as keys must) and
+//! `record` in the stored-entity format of `storage/codec.rs`, and `trestle_meta` holding the
+//! schema version and the store's secret. A commit runs in one database transaction under a
+//! transaction-scoped advisory lock on its partition (the sled store's partition lock), with the
+//! table's row locked shared against a concurrent deletion; it is durable when it returns (no
+//! tickets). A scan reads in one read-only `REPEATABLE READ` transaction, so that it sees every
+//! partition at one instant. A deleted table's rows are purged in the background (`purge.rs`).
+//!
+//! The SQL keeps to what PostgreSQL, YugabyteDB (YSQL) and Citus all run.
+
+mod pool;
+mod purge;
+mod table;
+
+use std::sync::Arc;
+
+use postgres::Client;
+
+use self::pool::Pool;
+pub use self::table::PostgresTable;
+use super::{CreateRefusal, StorageError, Store, StoreSecret, Table};
+use crate::model::TableName;
+
+pub(crate) use self::pool::{explain, is_unreachable};
+pub use self::purge::PURGE_BATCH;
+
+/// The schema this build creates and reads. A database records its version in `trestle_meta`;
+/// one of an older version is upgraded (none exists yet), one of a newer is refused.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The schema, created under an advisory lock: servers starting together over a new database
+/// would otherwise race in `CREATE ... IF NOT EXISTS`.
+const SCHEMA: &str = "
+BEGIN;
+SELECT pg_advisory_xact_lock(7461626);
+CREATE TABLE IF NOT EXISTS trestle_meta (key text PRIMARY KEY, value bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS trestle_tables (
+    id bigserial PRIMARY KEY, folded text NOT NULL, name text NOT NULL, live boolean NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS trestle_tables_live ON trestle_tables (folded) WHERE live;
+CREATE TABLE IF NOT EXISTS trestle_entities (
+    table_id bigint NOT NULL, pk bytea NOT NULL, rk bytea NOT NULL, record bytea NOT NULL,
+    PRIMARY KEY (table_id, pk, rk));
+COMMIT;
+";
+
+const FIND_TABLE: &str = "SELECT id, name FROM trestle_tables WHERE folded = $1 AND live";
+const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live)
+    SELECT $1, $2, true WHERE NOT EXISTS
+        (SELECT 1 FROM trestle_tables WHERE folded = $1 AND NOT live)
+    ON CONFLICT (folded) WHERE live DO NOTHING RETURNING id";
+const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
+const DELETE_TABLE: &str =
+    "UPDATE trestle_tables SET live = false WHERE folded = $1 AND live RETURNING id";
+const LIST_TABLES: &str = "SELECT name FROM trestle_tables
+    WHERE live AND folded >= $1 AND folded > $2 AND starts_with(folded, $1)
+    ORDER BY folded COLLATE \"C\" LIMIT $3";
+
+/// How the PostgreSQL store runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PostgresOptions {
+    /// Connections held to the database: at most this many storage calls at once.
+    pub pool_size: usize,
+    /// Purge deleted tables in the background (off only in tests that observe a table being
+    /// deleted).
+    pub purge_deleted_tables: bool,
+}
+
+/// The PostgreSQL store.
+#[derive(Debug)]
+pub struct PostgresStore {
+    pool: Arc<Pool>,
+    secret: StoreSecret,
+    wake_purger: Arc<purge::Wake>,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a libpq connection string or a `postgres://` URL),
+    /// creates the schema if it is missing, reads (or makes) the store's secret and starts the
+    /// purger. A database that cannot be reached, or refuses what Trestle needs, is a clear
+    /// error naming it.
+    pub fn open(url: &str, options: PostgresOptions) -> Result<PostgresStore, StorageError> {
+        let config: postgres::Config = url.parse().map_err(|error| StorageError::Database {
+            what: "the store's URL is not a PostgreSQL connection string".into(),
+            error,
+        })?;
+        let place = describe(&config);
+        let pool =
+            Pool::connect(config, options.pool_size).map_err(|error| StorageError::Database {
+                what: format!("cannot connect to {place}"),
+                error,
+            })?;
+        let secret = pool.with(|connection| {
+            let client = &mut connection.client;
+            client
+                .batch_execute(SCHEMA)
+                .map_err(|error| StorageError::Database {
+                    what: format!(
+                        "cannot create Trestle's tables in {place} (the user needs CREATE on the schema it uses)"
+                    ),
+                    error,
+                })?;
+            check_schema_version(client)?;
+            read_or_make_secret(client)
+        })?;
+        let pool = Arc::new(pool);
+        let wake_purger = Arc::new(purge::Wake::default());
+        if options.purge_deleted_tables {
+            purge::start(&pool, wake_purger.clone());
+        }
+        Ok(PostgresStore {
+            pool,
+            secret,
+            wake_purger,
+        })
+    }
+
+    fn table_of(&self, id: i64, name: TableName) -> Arc<PostgresTable> {
+        Arc::new(PostgresTable {
+            id,
+            name,
+            pool: self.pool.clone(),
+        })
+    }
+}
+
+/// "database D as user U at H:P", for errors at start.
+fn describe(config: &postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "PostgreSQL database {:?} as user {:?} at {host}:{port}",
+        config.get_dbname().unwrap_or("(the user's)"),
+        config.get_user().unwrap_or("(the login's)")
+    )
+}
+
+/// Records this build's schema version in a new database; refuses a database of a newer one.
+fn check_schema_version(client: &mut Client) -> Result<(), StorageError> {
+    client.execute(
+        "INSERT INTO trestle_meta VALUES ('schema_version', $1) ON CONFLICT DO NOTHING",
+        &[&SCHEMA_VERSION.to_be_bytes().as_slice()],
+    )?;
+    let row = client.query_one(
+        "SELECT value FROM trestle_meta WHERE key = 'schema_version'",
+        &[],
+    )?;
+    let stored: &[u8] = row.get(0);
+    let found = <[u8; 4]>::try_from(stored)
+        .map(u32::from_be_bytes)
+        .map_err(|_| StorageError::Corrupt("the schema version is not 4 bytes".into()))?;
+    if found > SCHEMA_VERSION {
+        return Err(StorageError::UnsupportedSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// The store's secret: the one a server made first, shared by every server over the database.
+fn read_or_make_secret(client: &mut Client) -> Result<StoreSecret, StorageError> {
+    let mut secret = [0u8; super::SECRET_BYTES];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+        .map_err(|_| std::io::Error::other("the system's random source failed"))?;
+    client.execute(
+        "INSERT INTO trestle_meta VALUES ('token_secret', $1) ON CONFLICT DO NOTHING",
+        &[&secret.as_slice()],
+    )?;
+    let row = client.query_one(
+        "SELECT value FROM trestle_meta WHERE key = 'token_secret'",
+        &[],
+    )?;
+    StoreSecret::from_bytes(row.get::<_, &[u8]>(0))
+}
+
+impl Store for PostgresStore {
+    fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
+        let found = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let find_table = prepared.get(client, FIND_TABLE)?;
+            Ok(client.query_opt(&find_table, &[&name.folded()])?)
+        })?;
+        let Some(row) = found else { return Ok(None) };
+        let name = TableName::parse(row.get::<_, &str>(1))
+            .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
+        Ok(Some(self.table_of(row.get(0), name)))
+    }
+
+    /// One query over the live tables, in byte order of their folded names.
+    fn list_tables(
+        &self,
+        folded_prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<TableName>, bool), StorageError> {
+        let rows = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let list_tables = prepared.get(client, LIST_TABLES)?;
+            Ok(client.query(
+                &list_tables,
+                &[&folded_prefix, &after.unwrap_or(""), &(limit as i64 + 1)],
+            )?)
+        })?;
+        let mut names: Vec<TableName> = rows
+            .iter()
+            .filter_map(|row| TableName::parse(row.get::<_, &str>(0)).ok())
+            .collect();
+        let more = names.len() > limit;
+        names.truncate(limit);
+        Ok((names, more))
+    }
+
+    /// Refused while a table of the name is still being purged (`BeingDeleted`).
+    fn create_table(
+        &self,
+        name: &TableName,
+    ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError> {
+        let created = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let create_table = prepared.get(client, CREATE_TABLE)?;
+            if let Some(row) = client.query_opt(&create_table, &[&name.folded(), &name.as_str()])? {
+                return Ok(Ok(row.get::<_, i64>(0)));
+            }
+            let name_taken = prepared.get(client, NAME_TAKEN_BY_LIVE)?;
+            let live: Option<bool> = client.query_one(&name_taken, &[&name.folded()])?.get(0);
+            // No live row: one of the name is being purged (or was, an instant ago).
+            Ok(Err(if live == Some(true) {
+                CreateRefusal::AlreadyExists
+            } else {
+                CreateRefusal::BeingDeleted
+            }))
+        })?;
+        Ok(created.map(|id| self.table_of(id, name.clone()) as Arc<dyn Table>))
+    }
+
+    /// Marks the table deleted (at once, for every server) and wakes the purger.
+    fn delete_table(&self, name: &TableName) -> Result<bool, StorageError> {
+        let deleted = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let delete_table = prepared.get(client, DELETE_TABLE)?;
+            Ok(client
+                .query_opt(&delete_table, &[&name.folded()])?
+                .is_some())
+        })?;
+        if deleted {
+            self.wake_purger.now();
+        }
+        Ok(deleted)
+    }
+
+    fn secret(&self) -> &StoreSecret {
+        &self.secret
+    }
+
+    fn calls_are_local(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,182 @@
+//! The PostgreSQL store's connections: a fixed number, each lent to one call at a time, each
+//! with its statements prepared once; a connection the database dropped (a restart, a failover)
+//! is replaced by a new one at its next use, so the store recovers by itself.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls, Statement};
+
+use crate::storage::StorageError;
+
+/// How long connecting may take, unless the URL says (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One connection and the statements prepared on it.
+pub(super) struct Connection {
+    pub(super) client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Connection {
+    fn open(config: &Config) -> Result<Connection, postgres::Error> {
+        Ok(Connection {
+            client: config.connect(NoTls)?,
+            statements: HashMap::new(),
+        })
+    }
+
+    /// Splits the connection into its client and its statement cache, so that statements can be
+    /// prepared inside a transaction the client is lent to.
+    pub(super) fn parts(&mut self) -> (&mut Client, Prepared<'_>) {
+        (&mut self.client, Prepared(&mut self.statements))
+    }
+}
+
+/// A connection's prepared statements, by their SQL.
+pub(super) struct Prepared<'a>(&'a mut HashMap<String, Statement>);
+
+impl Prepared<'_> {
+    /// The statement of `sql`, prepared through `client` the first time.
+    pub(super) fn get(
+        &mut self,
+        client: &mut impl postgres::GenericClient,
+        sql: &str,
+    ) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.0.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql)?;
+        self.0.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// A fixed set of connection slots; an empty slot (never connected, or dropped by the database)
+/// connects when it is next lent.
+pub(super) struct Pool {
+    config: Config,
+    slots: Mutex<Vec<Option<Connection>>>,
+    returned: Condvar,
+}
+
+impl Pool {
+    /// Connects `size` times to the database of `config` (so that a server that cannot reach it,
+    /// or is refused, says so at start).
+    pub(super) fn connect(mut config: Config, size: usize) -> Result<Pool, postgres::Error> {
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let slots = (0..size.max(1))
+            .map(|_| Connection::open(&config).map(Some))
+            .collect::<Result<_, _>>()?;
+        Ok(Pool {
+            config,
+            slots: Mutex::new(slots),
+            returned: Condvar::new(),
+        })
+    }
+
+    /// Runs `f` with a connection, waiting for a slot to be free.
+    pub(super) fn with<R>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<R, StorageError>,
+    ) -> Result<R, StorageError> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = loop {
+            match slots.pop() {
+                Some(slot) => break slot,
+                None => {
+                    slots = self
+                        .returned
+                        .wait(slots)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
+            }
+        };
+        drop(slots);
+        let mut connection = match slot.filter(|connection| !connection.client.is_closed()) {
+            Some(connection) => connection,
+            None => match Connection::open(&self.config) {
+                Ok(connection) => connection,
+                Err(error) => {
+                    self.give_back(None);
+                    return Err(error.into());
+                }
+            },
+        };
+        let outcome = f(&mut connection);
+        self.give_back(Some(connection).filter(|connection| !connection.client.is_closed()));
+        outcome
+    }
+
+    fn give_back(&self, slot: Option<Connection>) {
+        self.slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot);
+        self.returned.notify_one();
+    }
+}
+
+impl Drop for Pool {
+    /// Closes the connections on a thread of its own: closing blocks, which a runtime worker
+    /// (where the last handle on the store may go) must not.
+    fn drop(&mut self) {
+        let slots = std::mem::take(self.slots.get_mut().unwrap_or_else(PoisonError::into_inner));
+        std::thread::spawn(move || drop(slots));
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
+
+/// Whether `error` says the database is out of reach (down, restarting, refusing connections,
+/// or the connection broke) rather than that a statement failed: worth retrying later.
+pub(crate) fn is_unreachable(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if error.is_closed() {
+        return true;
+    }
+    if let Some(code) = error.code() {
+        return code.code().starts_with("08")
+            || [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::CANNOT_CONNECT_NOW,
+            ]
+            .contains(code);
+    }
+    // No SQL state: the connection itself failed (refused, reset, timed out).
+    std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
+        || error.to_string().contains("timed out")
+}
+
+/// Whether `error` is a serialization failure or a deadlock: the transaction did nothing and
+/// may be run again.
+pub(super) fn is_retryable(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    error.code().is_some_and(|code| {
+        [
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+        ]
+        .contains(code)
+    })
+}
+
+/// What `error` says in full: the database's own message and code for a statement it refused
+/// (the driver's display says only "db error"), else the driver's error and its cause.
+pub(crate) fn explain(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    }
+}

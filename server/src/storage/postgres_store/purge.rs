@@ -1,0 +1,94 @@
+//! Background purging of deleted tables: a deleted table's catalog row stays (not live) until its
+//! entities are gone, deleted in bounded batches by a thread of every server over the database,
+//! so that a purge a server did not finish (it stopped, it died) is finished by another, or by
+//! itself after a restart. While the row stays, the name answers `TableBeingDeleted`.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use super::pool::Pool;
+use crate::storage::StorageError;
+
+/// Entities one statement of a purge deletes.
+pub const PURGE_BATCH: i64 = 2_000;
+
+/// How often a purger looks for deleted tables when nobody wakes it (tables another server
+/// deleted, a purge left by a server that died).
+const LOOK_EVERY: Duration = Duration::from_secs(5);
+
+const DELETED_TABLE: &str = "SELECT id FROM trestle_tables WHERE NOT live ORDER BY id LIMIT 1";
+const PURGE_ROWS: &str = "DELETE FROM trestle_entities WHERE (table_id, pk, rk) IN
+    (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1 LIMIT $2)";
+const FORGET_TABLE: &str = "DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
+
+/// Wakes the purger (after a deletion); it stops once the store is gone.
+#[derive(Debug, Default)]
+pub(super) struct Wake {
+    pending: Mutex<bool>,
+    signal: Condvar,
+}
+
+impl Wake {
+    pub(super) fn now(&self) {
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.signal.notify_one();
+    }
+
+    /// Waits for a wake-up or `LOOK_EVERY`.
+    fn wait(&self) {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut pending, _) = self
+            .signal
+            .wait_timeout_while(pending, LOOK_EVERY, |pending| !*pending)
+            .unwrap_or_else(PoisonError::into_inner);
+        *pending = false;
+    }
+}
+
+/// Starts the purger of a store over `pool`; it ends when the pool is dropped.
+pub(super) fn start(pool: &Arc<Pool>, wake: Arc<Wake>) {
+    let pool = Arc::downgrade(pool);
+    std::thread::Builder::new()
+        .name("trestle-purge".into())
+        .spawn(move || run(&pool, &wake))
+        .expect("spawning the purge thread");
+}
+
+fn run(pool: &Weak<Pool>, wake: &Wake) {
+    loop {
+        let Some(pool) = pool.upgrade() else { return };
+        loop {
+            match purge_one_batch(&pool) {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "purging a deleted table failed; trying again later");
+                    break;
+                }
+            }
+        }
+        drop(pool);
+        wake.wait();
+    }
+}
+
+/// Deletes one batch of a deleted table's entities, or, when none is left, the table's catalog
+/// row. `false` when no deleted table is left.
+fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
+    pool.with(|connection| {
+        let (client, mut prepared) = connection.parts();
+        let deleted_table = prepared.get(client, DELETED_TABLE)?;
+        let Some(table) = client.query_opt(&deleted_table, &[])? else {
+            return Ok(false);
+        };
+        let id: i64 = table.get(0);
+        let purge_rows = prepared.get(client, PURGE_ROWS)?;
+        let purged = client.execute(&purge_rows, &[&id, &PURGE_BATCH])?;
+        if purged == 0 {
+            let forget_table = prepared.get(client, FORGET_TABLE)?;
+            client.execute(&forget_table, &[&id])?;
+            tracing::info!(table_id = id, "a deleted table is purged");
+        }
+        Ok(true)
+    })
+}

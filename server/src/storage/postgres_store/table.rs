@@ -1,0 +1,313 @@
+//! A table of the PostgreSQL store: point reads (one statement), commits (one database
+//! transaction of five statements whatever its size, under the partition's advisory lock) and
+//! scans (one statement per range, fetched through a portal a batch at a time).
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use postgres::types::ToSql;
+use postgres::{IsolationLevel, Transaction};
+
+use super::pool::{is_retryable, Pool, Prepared};
+use crate::model::{
+    Effect, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
+};
+use crate::storage::{
+    codec, in_scan_order, Attempt, Committed, EntityView, RejectReason, Rejection, StorageError,
+    Table, Visit, Visitor, Waiting,
+};
+
+/// Rows a scan fetches from its portal at a time.
+const SCAN_BATCH: i32 = 256;
+
+/// How often a commit is run again after a serialization failure or a deadlock before the
+/// failure is reported.
+const COMMIT_ATTEMPTS: u32 = 10;
+
+const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
+    LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
+    WHERE t.id = $1";
+/// Locks the partition (and the table against deletion): no row if the table is gone.
+const LOCK: &str = "SELECT pg_advisory_xact_lock($2) FROM trestle_tables
+    WHERE id = $1 AND live FOR SHARE";
+const READ_ROWS: &str = "SELECT rk, record FROM trestle_entities
+    WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
+const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
+    SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
+    ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
+const DELETE_ROWS: &str = "DELETE FROM trestle_entities
+    WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
+
+/// A live table of the PostgreSQL store.
+#[derive(Debug)]
+pub struct PostgresTable {
+    pub(super) id: i64,
+    pub(super) name: TableName,
+    pub(super) pool: Arc<Pool>,
+}
+
+/// The advisory-lock key of a partition: 64 bits of FNV-1a over the table id and the key.
+fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in table_id
+        .to_be_bytes()
+        .iter()
+        .chain(partition_key.as_bytes())
+    {
+        hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash as i64
+}
+
+impl Table for PostgresTable {
+    fn name(&self) -> &TableName {
+        &self.name
+    }
+
+    fn id(&self) -> u64 {
+        self.id as u64
+    }
+
+    /// One database transaction, run again (from a fresh read) after a serialization failure or
+    /// a deadlock, which engines without advisory locks may raise. A remote store's call never
+    /// runs inline, so `Waiting` does not apply.
+    fn commit(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+        _: Waiting,
+    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError> {
+        let mut attempt = 1;
+        loop {
+            let outcome = self.pool.with(|connection| {
+                let (client, mut prepared) = connection.parts();
+                let mut tx = client.transaction()?;
+                let outcome = self.commit_in(&mut tx, &mut prepared, partition_key, &operations)?;
+                tx.commit()?;
+                Ok(outcome)
+            });
+            match outcome {
+                Err(StorageError::Postgres(error))
+                    if is_retryable(&error) && attempt < COMMIT_ATTEMPTS =>
+                {
+                    tracing::debug!(%error, attempt, "commit conflicted in the database; again");
+                    std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+                    attempt += 1;
+                }
+                outcome => return outcome.map(Attempt::Done),
+            }
+        }
+    }
+
+    fn get(
+        &self,
+        key: &EntityKey,
+        read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+        _: Waiting,
+    ) -> Result<Attempt<bool, ()>, StorageError> {
+        let row = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let statement = prepared.get(client, GET)?;
+            Ok(client.query_one(
+                &statement,
+                &[
+                    &self.id,
+                    &key.partition_key.as_bytes(),
+                    &key.row_key.as_bytes(),
+                ],
+            )?)
+        })?;
+        let live: bool = row.get(0);
+        let record: Option<&[u8]> = row.get(1);
+        match record {
+            Some(record) if live => {
+                read(EntityView::parse(&key.partition_key, &key.row_key, record)?)?;
+                Ok(Attempt::Done(true))
+            }
+            _ => Ok(Attempt::Done(false)),
+        }
+    }
+
+    fn visit(
+        &self,
+        ranges: &[KeyRange],
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<KeyPosition>, StorageError> {
+        self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            // One snapshot for the whole call: every partition is seen at one instant, never
+            // half a commit, however many fetches its rows take.
+            let mut snapshot = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            for range in in_scan_order(ranges, reverse) {
+                let stop =
+                    self.visit_range(&mut snapshot, &mut prepared, range, reverse, visitor)?;
+                if stop.is_some() {
+                    return Ok(stop);
+                }
+            }
+            Ok(None)
+        })
+    }
+}
+
+impl PostgresTable {
+    /// Checks every operation against the partition's current rows (read in one statement) and
+    /// writes every effect (in at most two), or refuses the first that fails.
+    fn commit_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        prepared: &mut Prepared<'_>,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<Result<Committed, Rejection>, StorageError> {
+        let pk = partition_key.as_bytes();
+        let lock = prepared.get(tx, LOCK)?;
+        if tx
+            .query_opt(&lock, &[&self.id, &partition_lock(self.id, partition_key)])?
+            .is_none()
+        {
+            return Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::TableGone,
+            }));
+        }
+        let row_keys: Vec<&[u8]> = operations
+            .iter()
+            .map(|operation| operation.row_key().as_bytes())
+            .collect();
+        let read_rows = prepared.get(tx, READ_ROWS)?;
+        let mut current = std::collections::HashMap::new();
+        for row in tx.query(&read_rows, &[&self.id, &pk, &row_keys])? {
+            current.insert(row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1));
+        }
+        let now = Ticks::now();
+        let (mut stored, mut written, mut records, mut deleted) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (index, operation) in operations.iter().enumerate() {
+            let row_key = operation.row_key().to_owned();
+            let found = current
+                .get(row_key.as_bytes())
+                .map(|record| {
+                    let key = EntityKey {
+                        partition_key: partition_key.to_owned(),
+                        row_key: row_key.clone(),
+                    };
+                    codec::decode_selected(key, record, None)
+                })
+                .transpose()?;
+            match operation.clone().resolve(found, now) {
+                Err(refusal) => {
+                    return Ok(Err(Rejection {
+                        index,
+                        reason: RejectReason::Refused { row_key, refusal },
+                    }))
+                }
+                Ok(Effect::Put(entity)) => {
+                    records.push(codec::encode(entity.timestamp, &entity.properties));
+                    written.push(row_key.into_bytes());
+                    stored.push(Some(entity));
+                }
+                Ok(Effect::Remove) => {
+                    deleted.push(row_key.into_bytes());
+                    stored.push(None);
+                }
+                Ok(Effect::Nothing) => stored.push(None),
+            }
+        }
+        if !written.is_empty() {
+            let write_rows = prepared.get(tx, WRITE_ROWS)?;
+            tx.execute(&write_rows, &[&self.id, &pk, &written, &records])?;
+        }
+        if !deleted.is_empty() {
+            let delete_rows = prepared.get(tx, DELETE_ROWS)?;
+            tx.execute(&delete_rows, &[&self.id, &pk, &deleted])?;
+        }
+        Ok(Ok(Committed {
+            stored,
+            ticket: None,
+        }))
+    }
+
+    /// Visits one range through a portal, [`SCAN_BATCH`] rows per fetch.
+    fn visit_range(
+        &self,
+        snapshot: &mut Transaction<'_>,
+        prepared: &mut Prepared<'_>,
+        range: &KeyRange,
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<KeyPosition>, StorageError> {
+        if range.is_empty() {
+            return Ok(None);
+        }
+        let mut params: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(self.id)];
+        // A deleted table's rows, still being purged, are not there.
+        let mut conditions = vec![
+            "table_id = $1".to_owned(),
+            "EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)".to_owned(),
+        ];
+        bound_condition(&range.start, true, &mut conditions, &mut params);
+        bound_condition(&range.end, false, &mut conditions, &mut params);
+        let order = if reverse { "DESC" } else { "ASC" };
+        let sql = format!(
+            "SELECT pk, rk, record FROM trestle_entities WHERE {} ORDER BY pk {order}, rk {order}",
+            conditions.join(" AND ")
+        );
+        let statement = prepared.get(snapshot, &sql)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+        let portal = snapshot.bind(&statement, &refs)?;
+        loop {
+            let rows = snapshot.query_portal(&portal, SCAN_BATCH)?;
+            for row in &rows {
+                let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
+                let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
+                let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
+                let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
+                if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
+                    return Ok(Some(KeyPosition::row(pk, rk)));
+                }
+            }
+            if rows.len() < SCAN_BATCH as usize {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Adds the SQL condition of one bound of a range of positions.
+fn bound_condition(
+    bound: &Bound<KeyPosition>,
+    is_start: bool,
+    conditions: &mut Vec<String>,
+    params: &mut Vec<Box<dyn ToSql + Sync>>,
+) {
+    let (position, inclusive) = match bound {
+        Bound::Included(position) => (position, true),
+        Bound::Excluded(position) => (position, false),
+        Bound::Unbounded => return,
+    };
+    let pk_param = params.len() + 1;
+    params.push(Box::new(position.partition_key.as_bytes().to_vec()));
+    match &position.row {
+        RowPosition::Row(row_key) => {
+            let rk_param = params.len() + 1;
+            params.push(Box::new(row_key.as_bytes().to_vec()));
+            let op = match (is_start, inclusive) {
+                (true, true) => ">=",
+                (true, false) => ">",
+                (false, true) => "<=",
+                (false, false) => "<",
+            };
+            conditions.push(format!("(pk, rk) {op} (${pk_param}, ${rk_param})"));
+        }
+        // Just past every row of the partition: as a start, the next partitions; as an end, up to
+        // and with this one.
+        RowPosition::AfterRows if is_start => conditions.push(format!("pk > ${pk_param}")),
+        RowPosition::AfterRows => conditions.push(format!("pk <= ${pk_param}")),
+    }
+}

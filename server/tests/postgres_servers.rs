@@ -1,0 +1,417 @@
+//! Three `trestle-server` processes over one PostgreSQL database are one service: conditional
+//! increments spread over all of them count every acknowledged one; concurrent transactions on
+//! one partition are never seen in part by readers of any server; a server killed mid-load loses
+//! nothing acknowledged and leaves nothing partial; a token and a continuation move between
+//! servers; and PostgreSQL itself crashing and coming back makes the servers answer
+//! `Unavailable` meanwhile, then recover by themselves, with every acknowledged write kept.
+//! Each test starts its own throwaway cluster (skipped where PostgreSQL is not installed, unless
+//! `TRESTLE_REQUIRE_POSTGRES` is set).
+
+#[path = "../../tests/common/postgres.rs"]
+mod postgres_cluster;
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use postgres_cluster::Postgres;
+use support::{entity, insert_op, Client, ServerProcess};
+use tonic::Code;
+use trestle_proto::pb;
+
+/// A cluster with a fresh database, and `servers` servers over it (with `extra` flags). (Its
+/// programs and the admin connection block: off the runtime's turn.)
+fn cluster_with_servers(
+    servers: usize,
+    extra: &[&str],
+) -> Option<(Postgres, String, Vec<ServerProcess>, tempfile::TempDir)> {
+    tokio::task::block_in_place(|| start_cluster_with_servers(servers, extra))
+}
+
+fn start_cluster_with_servers(
+    servers: usize,
+    extra: &[&str],
+) -> Option<(Postgres, String, Vec<ServerProcess>, tempfile::TempDir)> {
+    let cluster = Postgres::start()?;
+    let url = cluster.database("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let processes = (0..servers)
+        .map(|n| server_over(&url, &dir.path().join(format!("unused-{n}")), extra))
+        .collect();
+    Some((cluster, url, processes, dir))
+}
+
+fn server_over(url: &str, data_dir: &std::path::Path, extra: &[&str]) -> ServerProcess {
+    let mut args = vec!["--store", url];
+    args.extend_from_slice(extra);
+    ServerProcess::start_with(data_dir, &args)
+}
+
+async fn create_table(client: &mut Client, table: &str) {
+    client
+        .create_table(pb::CreateTableRequest {
+            table: table.into(),
+        })
+        .await
+        .expect("create table");
+}
+
+fn int64_of(entity: &pb::Entity, name: &str) -> i64 {
+    match entity.properties[name].kind {
+        Some(pb::value::Kind::Int64Value(v)) => v,
+        ref other => panic!("{name} is {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_incrementing_one_counter_on_three_servers_count_every_increment() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(3, &[]) else {
+        return;
+    };
+    let mut first = servers[0].client().await;
+    create_table(&mut first, "Counters").await;
+    first
+        .insert_entity(pb::InsertEntityRequest {
+            table: "Counters".into(),
+            entity: Some(entity("c", "counter", &[("N", 0)])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    const INCREMENTS_EACH: usize = 3;
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for n in 0..64 {
+        let mut client = servers[n % 3].client().await;
+        let acknowledged = acknowledged.clone();
+        clients.push(tokio::spawn(async move {
+            let mut done = 0;
+            while done < INCREMENTS_EACH {
+                let current = client
+                    .get_entity(pb::GetEntityRequest {
+                        table: "Counters".into(),
+                        partition_key: "c".into(),
+                        row_key: "counter".into(),
+                        select: vec![],
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let next = entity("c", "counter", &[("N", int64_of(&current, "N") + 1)]);
+                let update = client
+                    .update_entity(pb::UpdateEntityRequest {
+                        table: "Counters".into(),
+                        entity: Some(next),
+                        if_match: current.etag,
+                        ..Default::default()
+                    })
+                    .await;
+                match update {
+                    Ok(_) => {
+                        acknowledged.fetch_add(1, Ordering::SeqCst);
+                        done += 1;
+                    }
+                    Err(status) => {
+                        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}")
+                    }
+                }
+            }
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    let last = servers[2]
+        .client()
+        .await
+        .get_entity(pb::GetEntityRequest {
+            table: "Counters".into(),
+            partition_key: "c".into(),
+            row_key: "counter".into(),
+            select: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        acknowledged.load(Ordering::SeqCst),
+        64 * INCREMENTS_EACH as u64
+    );
+    assert_eq!(int64_of(&last, "N"), 64 * INCREMENTS_EACH as i64);
+}
+
+/// A transaction replacing rows 000..099 of partition `p`, each with `Generation`.
+fn generation(generation: i64) -> pb::SubmitTransactionRequest {
+    pb::SubmitTransactionRequest {
+        table: "Rows".into(),
+        partition_key: "p".into(),
+        operations: (0..100)
+            .map(|row| pb::TransactionOperation {
+                operation: Some(pb::transaction_operation::Operation::Upsert(
+                    pb::UpsertOperation {
+                        entity: Some(entity(
+                            "p",
+                            &format!("{row:03}"),
+                            &[("Generation", generation)],
+                        )),
+                        mode: pb::UpsertMode::Replace as i32,
+                    },
+                )),
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_on_one_partition_from_three_servers_are_never_seen_in_part() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(3, &[]) else {
+        return;
+    };
+    let mut first = servers[0].client().await;
+    create_table(&mut first, "Rows").await;
+    first.submit_transaction(generation(0)).await.unwrap();
+
+    let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut writers = Vec::new();
+    for (n, server) in servers.iter().enumerate() {
+        let mut client = server.client().await;
+        writers.push(tokio::spawn(async move {
+            for round in 1..=15 {
+                let generation_number = (round * 3 + n) as i64;
+                client
+                    .submit_transaction(generation(generation_number))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut readers = Vec::new();
+    for (n, server) in servers.iter().enumerate() {
+        let mut client = server.client().await;
+        let writing = writing.clone();
+        readers.push(tokio::spawn(async move {
+            let mut reads = 0;
+            while writing.load(Ordering::SeqCst) || reads == 0 {
+                let request = pb::QueryEntitiesRequest {
+                    table: "Rows".into(),
+                    filter: "PartitionKey eq 'p'".into(),
+                    ..Default::default()
+                };
+                // Pages on some readers, streams on others: each sees the partition at once.
+                let rows: Vec<pb::Entity> = if n % 2 == 0 {
+                    client
+                        .query_entities(request)
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .entities
+                } else {
+                    let mut stream = client.scan_entities(request).await.unwrap().into_inner();
+                    let mut rows = Vec::new();
+                    while let Some(batch) = tokio_stream::StreamExt::next(&mut stream).await {
+                        rows.extend(batch.unwrap().entities);
+                    }
+                    rows
+                };
+                assert_eq!(rows.len(), 100);
+                let generations: BTreeSet<i64> =
+                    rows.iter().map(|row| int64_of(row, "Generation")).collect();
+                assert_eq!(generations.len(), 1, "a read saw parts of {generations:?}");
+                reads += 1;
+            }
+            reads
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    writing.store(false, Ordering::SeqCst);
+    for reader in readers {
+        assert!(reader.await.unwrap() > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_load_loses_nothing_acknowledged_and_leaves_nothing_partial() {
+    let Some((_cluster, _url, mut servers, _dir)) = cluster_with_servers(3, &[]) else {
+        return;
+    };
+    let mut first = servers[0].client().await;
+    create_table(&mut first, "Orders").await;
+
+    // Writers on every server: transactions of 10 rows, each in a partition of its own.
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let next = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + Duration::from_secs(3);
+    let mut writers = Vec::new();
+    for n in 0..12 {
+        let mut client = servers[n % 3].client().await;
+        let (acknowledged, next) = (acknowledged.clone(), next.clone());
+        writers.push(tokio::spawn(async move {
+            while Instant::now() < stop_at {
+                let partition = format!("order-{:06}", next.fetch_add(1, Ordering::SeqCst));
+                let operations = (0..10)
+                    .map(|row| insert_op(entity(&partition, &format!("{row}"), &[("Line", row)])))
+                    .collect();
+                let request = pb::SubmitTransactionRequest {
+                    table: "Orders".into(),
+                    partition_key: partition.clone(),
+                    operations,
+                };
+                match client.submit_transaction(request).await {
+                    Ok(_) => acknowledged.lock().unwrap().push(partition),
+                    // Only the killed server's clients fail, and they stop.
+                    Err(_) if n % 3 == 0 => return,
+                    Err(status) => panic!("{status:?}"),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    servers.remove(0).kill_9();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+
+    let mut reader = servers[1].client().await;
+    let stored = support::all_entities(&mut reader, "Orders").await;
+    let mut rows_per_partition = std::collections::BTreeMap::<String, usize>::new();
+    for (partition, _) in stored.keys() {
+        *rows_per_partition.entry(partition.clone()).or_default() += 1;
+    }
+    for (partition, rows) in &rows_per_partition {
+        assert_eq!(*rows, 10, "{partition} is partial");
+    }
+    let acknowledged = acknowledged.lock().unwrap();
+    assert!(
+        acknowledged.len() > 30,
+        "{} acknowledged",
+        acknowledged.len()
+    );
+    for partition in acknowledged.iter() {
+        assert!(
+            rows_per_partition.contains_key(partition),
+            "{partition} was lost"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_and_a_continuation_move_between_servers() {
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("trestle.keys");
+    let key_path = key_file.to_str().unwrap();
+    let (status, _, stderr) = support::run_tool(&["keygen", "--out", key_path]);
+    assert!(status.success(), "{stderr}");
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(3, &["--key-file", key_path])
+    else {
+        return;
+    };
+    let (status, token, stderr) =
+        support::run_tool(&["token", "--key-file", key_path, "--permissions", "raudlc"]);
+    assert!(status.success(), "{stderr}");
+    let mut on = Vec::new();
+    for server in &servers {
+        on.push(server.client_as(token.trim()).await);
+    }
+    on[0]
+        .create_table(pb::CreateTableRequest {
+            table: "Pages".into(),
+        })
+        .await
+        .unwrap();
+    let operations = (0..30)
+        .map(|row| insert_op(entity("p", &format!("{row:02}"), &[])))
+        .collect();
+    on[1]
+        .submit_transaction(pb::SubmitTransactionRequest {
+            table: "Pages".into(),
+            partition_key: "p".into(),
+            operations,
+        })
+        .await
+        .unwrap();
+    let mut request = pb::QueryEntitiesRequest {
+        table: "Pages".into(),
+        page_size: 10,
+        ..Default::default()
+    };
+    let mut seen = Vec::new();
+    for server in &mut on {
+        let page = server
+            .query_entities(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        seen.extend(page.entities.into_iter().map(|e| e.row_key));
+        request.continuation_token = page.continuation_token;
+    }
+    let expected: Vec<String> = (0..30).map(|row| format!("{row:02}")).collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_crashing_makes_servers_unavailable_then_they_recover_with_every_write_kept() {
+    let Some((cluster, _url, servers, _dir)) = cluster_with_servers(1, &[]) else {
+        return;
+    };
+    let mut client = servers[0].client().await;
+    create_table(&mut client, "Kept").await;
+    let insert = |row: usize| pb::InsertEntityRequest {
+        table: "Kept".into(),
+        entity: Some(entity("p", &format!("{row:05}"), &[])),
+        ..Default::default()
+    };
+
+    // Writes go on while the database stops at once and starts again.
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = {
+        let mut client = servers[0].client().await;
+        let acknowledged = acknowledged.clone();
+        tokio::spawn(async move {
+            let mut unavailable = 0;
+            for row in 0..100_000 {
+                match client.insert_entity(insert(row)).await {
+                    Ok(_) => {
+                        acknowledged.lock().unwrap().push(row);
+                        if unavailable > 0 && acknowledged.lock().unwrap().len() > 200 {
+                            return unavailable;
+                        }
+                    }
+                    Err(status) => {
+                        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                        unavailable += 1;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            unavailable
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill();
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.restart();
+        cluster
+    })
+    .await
+    .unwrap();
+    let unavailable = tokio::time::timeout(Duration::from_secs(60), writer)
+        .await
+        .expect("the server did not recover within 60 s")
+        .unwrap();
+    assert!(unavailable > 0, "no request saw the database down");
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let stored = support::all_entities(&mut client, "Kept").await;
+    for row in acknowledged {
+        assert!(
+            stored.contains_key(&("p".to_owned(), format!("{row:05}"))),
+            "acknowledged row {row} was lost"
+        );
+    }
+    drop(cluster);
+}
