@@ -1,6 +1,7 @@
 //! Trestle servers over one PostgreSQL database are one service: what one writes the other reads,
 //! a continuation token from one resumes on the other, an ETag from one conditions a write on the
-//! other, and a table one deletes is gone for both. Each test starts its own throwaway cluster
+//! other, and a table one deletes is gone for both; and a server reaches its database over TLS,
+//! verified, when the URL asks for it. Each test starts its own throwaway cluster
 //! (skipped where PostgreSQL is not installed, unless `TRESTLE_REQUIRE_POSTGRES` is set).
 
 mod common;
@@ -13,9 +14,16 @@ use trestle_server::config::DatabaseStore;
 
 /// A server keeping its store in the database at `url`.
 async fn server_over(url: &str) -> TestServer {
+    server_verifying(url, None).await
+}
+
+/// A server keeping its store in the database at `url`, verifying its TLS certificate with
+/// `ca_pem`.
+async fn server_verifying(url: &str, ca_pem: Option<Vec<u8>>) -> TestServer {
     let database = DatabaseStore {
         url: url.to_owned(),
         pool_size: 4,
+        ca_pem,
     };
     TestServer::start_with(move |config| config.database = Some(database)).await
 }
@@ -122,4 +130,101 @@ async fn two_servers_over_one_database_are_one_service() {
     tokio::task::spawn_blocking(move || drop(cluster))
         .await
         .unwrap();
+}
+
+/// A throwaway CA's certificate (PEM), and a certificate and key it signed for 127.0.0.1.
+fn database_certificates() -> (String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let certificate = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    (ca.pem(), certificate.pem(), key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reaches_its_database_over_verified_tls_when_the_url_asks() {
+    let (ca_pem, certificate, key) = database_certificates();
+    let started = tokio::task::spawn_blocking(move || {
+        let files = tempfile::tempdir().unwrap();
+        let (cert_file, key_file) = (
+            files.path().join("server.crt"),
+            files.path().join("server.key"),
+        );
+        std::fs::write(&cert_file, certificate).unwrap();
+        std::fs::write(&key_file, key).unwrap();
+        std::fs::set_permissions(
+            &key_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        common::postgres::hand_to_postgres(files.path());
+        let (cert_setting, key_setting) = (
+            format!("ssl_cert_file={}", cert_file.display()),
+            format!("ssl_key_file={}", key_file.display()),
+        );
+        let cluster =
+            Postgres::start_with(&["-c", "ssl=on", "-c", &cert_setting, "-c", &key_setting])?;
+        let url = cluster.database("tls");
+        Some((cluster, url, files))
+    })
+    .await
+    .unwrap();
+    let Some((_cluster, url, _files)) = started else {
+        return;
+    };
+    let tls_url = format!("{url} sslmode=require");
+
+    // Verified against the CA given: served, and every connection of the server is encrypted.
+    let server = server_verifying(&tls_url, Some(ca_pem.into_bytes())).await;
+    let mut client = server.client_with_table("Secret").await;
+    fill_partition(&mut client, "Secret", "p", 3).await;
+    client
+        .get_entity(get_request("Secret", "p", "000001"))
+        .await
+        .unwrap();
+    let admin_url = url.clone();
+    let (encrypted, plain) = tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        let row = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl)
+                 FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                 WHERE a.datname = 'tls' AND a.pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    })
+    .await
+    .unwrap();
+    assert!(
+        encrypted >= 4 && plain == 0,
+        "{encrypted} encrypted, {plain} plain"
+    );
+
+    // A certificate the server cannot verify (its CA is not among the system's roots): refused
+    // at start, saying why.
+    let refused = tokio::task::spawn_blocking(move || {
+        let options = trestle_server::storage::PostgresOptions {
+            ca_pem: None,
+            pool_size: 1,
+            purge_deleted_tables: true,
+        };
+        trestle_server::storage::PostgresStore::open(&tls_url, options).unwrap_err()
+    })
+    .await
+    .unwrap()
+    .to_string();
+    assert!(
+        refused.contains("cannot connect") && refused.to_lowercase().contains("certificate"),
+        "{refused}"
+    );
 }

@@ -88,10 +88,13 @@ pub struct DatabaseStore {
     pub url: String,
     /// Connections the server holds to it: at most this many storage calls at once.
     pub pool_size: usize,
+    /// CA certificates (PEM) that verify its certificate over TLS (`sslmode=require`); the
+    /// system's roots if `None`.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 /// Connections to the database, by default.
-pub const DEFAULT_STORE_POOL_SIZE: usize = 8;
+pub const DEFAULT_STORE_POOL_SIZE: usize = 16;
 
 /// A PEM certificate chain and its private key.
 #[derive(Clone)]
@@ -236,9 +239,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TRESTLE_STORE")]
     pub store: Option<String>,
     /// Connections to the `--store` database: at most this many storage calls at once.
-    #[arg(long, default_value_t = DEFAULT_STORE_POOL_SIZE,
+    #[arg(long, env = "TRESTLE_STORE_POOL_SIZE", default_value_t = DEFAULT_STORE_POOL_SIZE,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub store_pool_size: usize,
+    /// CA certificates (PEM) that verify the `--store` database's certificate when its URL says
+    /// `sslmode=require` (default: the system's roots).
+    #[arg(long, env = "TRESTLE_STORE_CA_FILE", requires = "store")]
+    pub store_ca_file: Option<PathBuf>,
     /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `trestle_server=debug`).
     #[arg(long, env = "TRESTLE_LOG", default_value = "info")]
     pub log_level: String,
@@ -378,10 +385,14 @@ impl ServeArgs {
         };
         Ok(Config {
             data_dir: self.data_dir.clone(),
-            database: self.store.clone().map(|url| DatabaseStore {
-                url,
-                pool_size: self.store_pool_size,
-            }),
+            database: match &self.store {
+                Some(url) => Some(DatabaseStore {
+                    url: url.clone(),
+                    pool_size: self.store_pool_size,
+                    ca_pem: self.store_ca_file.as_ref().map(read).transpose()?,
+                }),
+                None => None,
+            },
             store: StoreOptions {
                 cache_bytes: self.cache_mib * 1024 * 1024,
                 durability,

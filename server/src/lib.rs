@@ -80,6 +80,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || match &config.database {
             Some(database) => {
                 let options = storage::PostgresOptions {
+                    ca_pem: database.ca_pem.clone(),
                     pool_size: database.pool_size,
                     purge_deleted_tables: config.store.reclaim_deleted_tables,
                 };

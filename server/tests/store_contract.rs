@@ -339,6 +339,7 @@ fn open_postgres(
     purge_deleted_tables: bool,
 ) -> Result<PostgresStore, StorageError> {
     let options = PostgresOptions {
+        ca_pem: None,
         pool_size,
         purge_deleted_tables,
     };

@@ -62,6 +62,7 @@ impl TestServer {
         config.database = database.map(|url| trestle_server::config::DatabaseStore {
             url,
             pool_size: trestle_server::config::DEFAULT_STORE_POOL_SIZE,
+            ca_pem: None,
         });
         configure(&mut config);
         tokio::spawn(async move {

@@ -56,13 +56,7 @@ impl Postgres {
         }
         let dir = tempfile::tempdir().unwrap();
         let as_root = rustix_is_root();
-        if as_root {
-            std::process::Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .unwrap();
-        }
+        hand_to_postgres(dir.path());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -172,6 +166,18 @@ impl Drop for Postgres {
         if data.join("postmaster.pid").exists() {
             pg_ctl(&data, &["-m", "immediate", "stop"]);
         }
+    }
+}
+
+/// Gives `path` (and what it holds) to the `postgres` user when running as root, so that a
+/// cluster (run as `postgres`) can read files a test wrote there.
+pub fn hand_to_postgres(path: &std::path::Path) {
+    if rustix_is_root() {
+        std::process::Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(path)
+            .status()
+            .unwrap();
     }
 }
 

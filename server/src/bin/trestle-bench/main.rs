@@ -4,7 +4,12 @@
 //! runs in a process of its own (this binary with `--serve-echo`), as the server it is compared
 //! with does, so that its calls cross processes as the server's do and its CPU is measured apart.
 //!
-//! Running: `cargo run --release -p trestle-server --bin trestle-bench -- [--quick] [--json]`.
+//! With `--store`, the server workloads run again on a server whose store is in PostgreSQL (rows
+//! `<workload> [postgres]`), and `pgbench` measures the database's own ceiling for the same work
+//! (rows `pgbench <workload>`).
+//!
+//! Running: `cargo run --release -p trestle-server --bin trestle-bench -- [--quick] [--json]
+//! [--store postgres]`.
 
 #![allow(clippy::print_stdout)]
 
@@ -19,6 +24,7 @@ mod bench_pb {
     tonic::include_proto!("trestle.bench.v1");
 }
 mod measure;
+mod postgres;
 mod workloads;
 
 use std::io::{BufRead, BufReader};
@@ -78,6 +84,12 @@ struct Args {
     /// CPU and RSS are then this process's.
     #[arg(long, conflicts_with = "endpoint")]
     engine_only: bool,
+    /// Also run the workloads on a server whose store is in PostgreSQL, and measure the
+    /// database's own ceiling for the same work with `pgbench`: `postgres` starts a throwaway
+    /// cluster (`initdb`, `pg_ctl` and `pgbench` on PATH); a `postgres://` URL names an empty
+    /// database to use.
+    #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
+    store: Option<String>,
     /// Internal: serve only the echo baseline and print its address. The benchmark runs its
     /// baseline in a process of its own this way, as the server it is compared with runs.
     #[arg(long, hide = true)]
@@ -86,7 +98,7 @@ struct Args {
 
 /// One row of the report.
 #[derive(Debug, Default)]
-struct Row {
+pub(crate) struct Row {
     workload: String,
     ops_per_s: Option<f64>,
     entities_per_s: Option<f64>,
@@ -109,8 +121,9 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts a `trestle-server` (next to this binary) on a fresh temporary data directory.
-    fn start() -> ServerProcess {
+    /// Starts a `trestle-server` (next to this binary) on a fresh temporary data directory, or
+    /// over the PostgreSQL database at `store`.
+    fn start(store: Option<&str>) -> ServerProcess {
         let exe = std::env::current_exe()
             .expect("current exe")
             .with_file_name("trestle-server");
@@ -128,6 +141,9 @@ impl ServerProcess {
                 "--data-dir",
             ])
             .arg(&data_dir);
+        if let Some(url) = store {
+            command.args(["--store", url]);
+        }
         ServerProcess::spawn(command, Some(data_dir))
     }
 
@@ -309,19 +325,104 @@ async fn main() {
         return;
     }
 
-    let server = args.endpoint.is_none().then(ServerProcess::start);
-    let endpoint = args
-        .endpoint
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", server.as_ref().expect("server").addr));
-    let client: Client = Client::connect(endpoint).await.expect("connect to trestle");
-    let client = client.max_decoding_message_size(16 << 20);
+    // The PostgreSQL store to measure beside sled: a database of a cluster of our own
+    // (`--store postgres`), or the one named.
+    // (Its programs and the database client block: off the runtime's turn.)
+    let cluster = (args.store.as_deref() == Some("postgres")).then(|| {
+        tokio::task::block_in_place(|| {
+            postgres::Cluster::start()
+                .expect("--store postgres needs PostgreSQL's programs on PATH")
+        })
+    });
+    let postgres_url = match (&cluster, &args.store) {
+        (Some(cluster), _) => Some(tokio::task::block_in_place(|| cluster.database("bench"))),
+        (None, url) => url.clone(),
+    };
+    let mut stores = vec![None];
+    if postgres_url.is_some() {
+        stores.push(postgres_url.clone());
+    }
+
     let echo_process = ServerProcess::start_echo();
     let echo = EchoClient::connect(format!("http://{}", echo_process.addr))
         .await
         .expect("connect to echo");
-    let sample = || server.as_ref().and_then(ServerProcess::sample);
+    let mut ceilings = Ceilings::default();
+    let mut rows = Vec::new();
+    for store in &stores {
+        let server = args
+            .endpoint
+            .is_none()
+            .then(|| ServerProcess::start(store.as_deref()));
+        let endpoint = args
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", server.as_ref().expect("server").addr));
+        let client: Client = Client::connect(endpoint).await.expect("connect to trestle");
+        let client = client.max_decoding_message_size(16 << 20);
+        let target = Target {
+            client,
+            server,
+            store: store.as_deref(),
+        };
+        // The echo baseline once, with the first store.
+        let selected: Vec<&str> = selected
+            .iter()
+            .copied()
+            .filter(|w| store.is_none() || !w.starts_with("echo"))
+            .collect();
+        rows.extend(
+            run_workloads(
+                &target,
+                &selected,
+                &plan,
+                &echo_process,
+                &echo,
+                &mut ceilings,
+            )
+            .await,
+        );
+    }
+    if let Some(url) = &postgres_url {
+        let ceilings =
+            tokio::task::block_in_place(|| postgres::ceilings(url, &selected, &plan, &rows));
+        rows.extend(ceilings);
+    }
+    print_rows(&rows, args.json);
+}
 
+/// Where the workloads run: a client, the server it talks to (if this run started it), and the
+/// PostgreSQL store that server keeps its data in (`None`: sled).
+struct Target<'a> {
+    client: Client,
+    server: Option<ServerProcess>,
+    store: Option<&'a str>,
+}
+
+/// The echo baseline's figures, once measured.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ceilings {
+    unary: Option<f64>,
+    stream: Option<f64>,
+}
+
+/// Loads what the selected workloads need and runs each on `target`; rows of a PostgreSQL store
+/// are named `<workload> [postgres]`.
+async fn run_workloads(
+    target: &Target<'_>,
+    selected: &[&str],
+    plan: &Plan,
+    echo_process: &ServerProcess,
+    echo: &EchoClient<tonic::transport::Channel>,
+    ceilings: &mut Ceilings,
+) -> Vec<Row> {
+    let client = &target.client;
+    let server = &target.server;
+    let sample = || server.as_ref().and_then(ServerProcess::sample);
+    let named = |workload: &str| match target.store {
+        Some(_) => format!("{workload} [postgres]"),
+        None => workload.to_owned(),
+    };
     let needs_main = selected.iter().any(|w| {
         matches!(
             *w,
@@ -330,7 +431,7 @@ async fn main() {
     });
     if needs_main {
         let took = workloads::load(
-            &client,
+            client,
             workloads::MAIN_TABLE,
             plan.partitions,
             plan.rows_per_partition,
@@ -344,13 +445,12 @@ async fn main() {
         );
     }
     if selected.iter().any(|w| w.starts_with("scan_")) {
-        workloads::load_scan_table(&client, plan.scan_partition_rows).await;
+        workloads::load_scan_table(client, plan.scan_partition_rows).await;
     }
 
     let mut rows = Vec::new();
-    let (mut unary_ceiling, mut stream_ceiling) = (None, None);
-    for workload in selected {
-        announce(workload, &plan);
+    for &workload in selected {
+        announce(&named(workload), plan);
         // The CPU and memory of the process serving this workload: the echo's for the baseline.
         let serving_sample = || {
             if workload.starts_with("echo") {
@@ -361,23 +461,23 @@ async fn main() {
         };
         let before = serving_sample();
         let (measurement, entity_rate, stream_like) = match workload {
-            "echo_unary" => (workloads::echo_unary(&echo, &plan).await, false, false),
-            "echo_stream" => (workloads::echo_stream(&echo, &plan).await, true, true),
-            "point_read" => (workloads::point_read(&client, &plan).await, false, false),
-            "insert" => (workloads::insert(&client, &plan).await, false, false),
-            "tx_insert_100" => (workloads::tx_insert_100(&client, &plan).await, false, false),
-            "tx_hot_update" => (workloads::tx_hot_update(&client, &plan).await, false, false),
-            "scan_paged" => (workloads::scan_paged(&client, &plan).await, true, true),
-            "scan_stream" => (workloads::scan_stream(&client, &plan).await, true, true),
+            "echo_unary" => (workloads::echo_unary(echo, plan).await, false, false),
+            "echo_stream" => (workloads::echo_stream(echo, plan).await, true, true),
+            "point_read" => (workloads::point_read(client, plan).await, false, false),
+            "insert" => (workloads::insert(client, plan).await, false, false),
+            "tx_insert_100" => (workloads::tx_insert_100(client, plan).await, false, false),
+            "tx_hot_update" => (workloads::tx_hot_update(client, plan).await, false, false),
+            "scan_paged" => (workloads::scan_paged(client, plan).await, true, true),
+            "scan_stream" => (workloads::scan_stream(client, plan).await, true, true),
             "filter_scan" | "partition_range_scan" => {
                 let m = if workload == "filter_scan" {
-                    workloads::filter_scan(&client, &plan).await
+                    workloads::filter_scan(client, plan).await
                 } else {
-                    workloads::partition_range_scan(&client, &plan).await
+                    workloads::partition_range_scan(client, plan).await
                 };
                 let server = before.zip(sample());
-                let mut row = row_of(workload, m.clone(), server, stream_ceiling, true);
-                row.ratio_to_echo = stream_ceiling.map(|c| m.extra_per_s() / c);
+                let mut row = row_of(&named(workload), m.clone(), server, ceilings.stream, true);
+                row.ratio_to_echo = ceilings.stream.map(|c| m.extra_per_s() / c);
                 row.note = format!(
                     "{:.0} entities examined/s, {:.0} returned/s",
                     m.extra_per_s(),
@@ -388,27 +488,30 @@ async fn main() {
             }
             "delete_table" => {
                 // On a server of its own, so that other workloads' tables and garbage do not blur
-                // the data directory's sizes.
-                let own_server = server.as_ref().map(|_| ServerProcess::start());
+                // the data directory's sizes (which a PostgreSQL store does not have).
+                if target.store.is_some() {
+                    continue;
+                }
+                let own_server = server.as_ref().map(|_| ServerProcess::start(None));
                 let own_client = match &own_server {
                     Some(own) => Client::connect(format!("http://{}", own.addr))
                         .await
                         .expect("connect to the delete_table server"),
                     None => client.clone(),
                 };
-                rows.push(delete_table(&own_client, &plan, own_server.as_ref()).await);
+                rows.push(delete_table(&own_client, plan, own_server.as_ref()).await);
                 continue;
             }
-            _ => (workloads::mixed(&client, &plan).await, false, false),
+            _ => (workloads::mixed(client, plan).await, false, false),
         };
         let server_sample = before.zip(serving_sample());
         let baseline = if stream_like {
-            stream_ceiling
+            ceilings.stream
         } else {
-            unary_ceiling
+            ceilings.unary
         };
         let mut row = row_of(
-            workload,
+            &named(workload),
             measurement.clone(),
             server_sample,
             baseline,
@@ -416,11 +519,11 @@ async fn main() {
         );
         match workload {
             "echo_unary" => {
-                unary_ceiling = Some(measurement.ops_per_s());
+                ceilings.unary = Some(measurement.ops_per_s());
                 row.ratio_to_echo = Some(1.0);
             }
             "echo_stream" => {
-                stream_ceiling = Some(measurement.entities_per_s());
+                ceilings.stream = Some(measurement.entities_per_s());
                 row.ratio_to_echo = Some(1.0);
                 row.note = "messages/s in entities/s".into();
             }
@@ -435,7 +538,7 @@ async fn main() {
         }
         rows.push(row);
     }
-    print_rows(&rows, args.json);
+    rows
 }
 
 fn print_rows(rows: &[Row], json: bool) {
@@ -450,7 +553,7 @@ fn print_rows(rows: &[Row], json: bool) {
 const ENGINE_WORKLOADS: &[&str] = &["point_read", "insert", "tx_insert_100"];
 
 /// Says on stderr which workload runs now, and for how long.
-fn announce(workload: &str, plan: &Plan) {
+pub(crate) fn announce(workload: &str, plan: &Plan) {
     eprintln!(
         "running {workload} for {} s after {} s of warm-up",
         plan.duration.as_secs(),

@@ -6,7 +6,7 @@
 //! `record` in the stored-entity format of `storage/codec.rs`, and `trestle_meta` holding the
 //! schema version and the store's secret. A commit runs in one database transaction under a
 //! transaction-scoped advisory lock on its partition (the sled store's partition lock), with the
-//! table's row locked shared against a concurrent deletion; it is durable when it returns (no
+//! table held (a shared advisory lock) against a concurrent deletion; it is durable when it returns (no
 //! tickets). A scan reads in one read-only `REPEATABLE READ` transaction, so that it sees every
 //! partition at one instant. A deleted table's rows are purged in the background (`purge.rs`).
 //!
@@ -15,6 +15,7 @@
 mod pool;
 mod purge;
 mod table;
+mod tls;
 
 use std::sync::Arc;
 
@@ -53,15 +54,17 @@ const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live)
         (SELECT 1 FROM trestle_tables WHERE folded = $1 AND NOT live)
     ON CONFLICT (folded) WHERE live DO NOTHING RETURNING id";
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
-const DELETE_TABLE: &str =
-    "UPDATE trestle_tables SET live = false WHERE folded = $1 AND live RETURNING id";
+const DELETE_TABLE: &str = "UPDATE trestle_tables SET live = false WHERE id = $1 AND live";
 const LIST_TABLES: &str = "SELECT name FROM trestle_tables
     WHERE live AND folded >= $1 AND folded > $2 AND starts_with(folded, $1)
     ORDER BY folded COLLATE \"C\" LIMIT $3";
 
 /// How the PostgreSQL store runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PostgresOptions {
+    /// The CA certificates (PEM) that verify the database's certificate when the URL says
+    /// `sslmode=require`; the system's roots if `None`.
+    pub ca_pem: Option<Vec<u8>>,
     /// Connections held to the database: at most this many storage calls at once.
     pub pool_size: usize,
     /// Purge deleted tables in the background (off only in tests that observe a table being
@@ -88,11 +91,13 @@ impl PostgresStore {
             error,
         })?;
         let place = describe(&config);
-        let pool =
-            Pool::connect(config, options.pool_size).map_err(|error| StorageError::Database {
+        let tls = tls::Rustls::trusting(options.ca_pem.as_deref())?;
+        let pool = Pool::connect(config, options.pool_size, tls).map_err(|error| {
+            StorageError::Database {
                 what: format!("cannot connect to {place}"),
                 error,
-            })?;
+            }
+        })?;
         let secret = pool.with(|connection| {
             let client = &mut connection.client;
             client
@@ -241,14 +246,23 @@ impl Store for PostgresStore {
         Ok(created.map(|id| self.table_of(id, name.clone()) as Arc<dyn Table>))
     }
 
-    /// Marks the table deleted (at once, for every server) and wakes the purger.
+    /// Marks the table deleted (at once, for every server, once the commits under way on it are
+    /// done) and wakes the purger.
     fn delete_table(&self, name: &TableName) -> Result<bool, StorageError> {
         let deleted = self.pool.with(|connection| {
             let (client, mut prepared) = connection.parts();
-            let delete_table = prepared.get(client, DELETE_TABLE)?;
-            Ok(client
-                .query_opt(&delete_table, &[&name.folded()])?
-                .is_some())
+            let mut tx = client.transaction()?;
+            let find_table = prepared.get(&mut tx, FIND_TABLE)?;
+            let Some(found) = tx.query_opt(&find_table, &[&name.folded()])? else {
+                return Ok(false);
+            };
+            let id: i64 = found.get(0);
+            let lock_table = prepared.get(&mut tx, table::LOCK_TABLE)?;
+            tx.execute(&lock_table, &[&id])?;
+            let delete_table = prepared.get(&mut tx, DELETE_TABLE)?;
+            let deleted = tx.execute(&delete_table, &[&id])? == 1;
+            tx.commit()?;
+            Ok(deleted)
         })?;
         if deleted {
             self.wake_purger.now();

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
+use postgres::config::SslMode;
 use postgres::{Client, Config, NoTls, Statement};
+
+use super::tls::Rustls;
 
 use crate::storage::StorageError;
 
@@ -20,9 +23,13 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    fn open(config: &Config) -> Result<Connection, postgres::Error> {
+    fn open(config: &Config, tls: Option<&Rustls>) -> Result<Connection, postgres::Error> {
+        let client = match tls {
+            Some(tls) => config.connect(tls.clone())?,
+            None => config.connect(NoTls)?,
+        };
         Ok(Connection {
-            client: config.connect(NoTls)?,
+            client,
             statements: HashMap::new(),
         })
     }
@@ -57,22 +64,30 @@ impl Prepared<'_> {
 /// connects when it is next lent.
 pub(super) struct Pool {
     config: Config,
+    /// Set when the URL says `sslmode=require`.
+    tls: Option<Rustls>,
     slots: Mutex<Vec<Option<Connection>>>,
     returned: Condvar,
 }
 
 impl Pool {
     /// Connects `size` times to the database of `config` (so that a server that cannot reach it,
-    /// or is refused, says so at start).
-    pub(super) fn connect(mut config: Config, size: usize) -> Result<Pool, postgres::Error> {
+    /// or is refused, says so at start), over TLS with `tls` if the URL requires it.
+    pub(super) fn connect(
+        mut config: Config,
+        size: usize,
+        tls: Rustls,
+    ) -> Result<Pool, postgres::Error> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        let tls = (config.get_ssl_mode() == SslMode::Require).then_some(tls);
         let slots = (0..size.max(1))
-            .map(|_| Connection::open(&config).map(Some))
+            .map(|_| Connection::open(&config, tls.as_ref()).map(Some))
             .collect::<Result<_, _>>()?;
         Ok(Pool {
             config,
+            tls,
             slots: Mutex::new(slots),
             returned: Condvar::new(),
         })
@@ -98,7 +113,7 @@ impl Pool {
         drop(slots);
         let mut connection = match slot.filter(|connection| !connection.client.is_closed()) {
             Some(connection) => connection,
-            None => match Connection::open(&self.config) {
+            None => match Connection::open(&self.config, self.tls.as_ref()) {
                 Ok(connection) => connection,
                 Err(error) => {
                     self.give_back(None);

@@ -1,5 +1,5 @@
 //! A table of the PostgreSQL store: point reads (one statement), commits (one database
-//! transaction of five statements whatever its size, under the partition's advisory lock) and
+//! transaction of at most six statements whatever its size, under the partition's advisory lock) and
 //! scans (one statement per range, fetched through a portal a batch at a time).
 
 use std::ops::Bound;
@@ -27,11 +27,24 @@ const COMMIT_ATTEMPTS: u32 = 10;
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
     WHERE t.id = $1";
-/// Locks the partition (and the table against deletion): no row if the table is gone.
-const LOCK: &str = "SELECT pg_advisory_xact_lock($2) FROM trestle_tables
-    WHERE id = $1 AND live FOR SHARE";
-const READ_ROWS: &str = "SELECT rk, record FROM trestle_entities
-    WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
+/// The table's lock: shared by its commits (they run side by side), taken exclusively by its
+/// deletion, which so waits for the commits under way, and after which commits find the table
+/// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
+/// write nothing, however many commits hold them at once. (The two-key space is apart from the
+/// partitions' one-key space.)
+fn table_lock(table_id: i64) -> String {
+    format!("29810, {}", table_id % i64::from(i32::MAX))
+}
+
+/// The exclusive form of the table's lock, for its deletion.
+pub(super) const LOCK_TABLE: &str =
+    "SELECT pg_advisory_xact_lock(29810, ($1::bigint % 2147483647)::int4)";
+
+/// Whether the table is live (read after the lock: a later snapshot) and the rows the commit
+/// touches.
+const READ_ROWS: &str = "SELECT t.live, e.rk, e.record FROM trestle_tables t
+    LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = ANY($3)
+    WHERE t.id = $1";
 const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
     SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
     ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
@@ -81,10 +94,23 @@ impl Table for PostgresTable {
         loop {
             let outcome = self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
-                let mut tx = client.transaction()?;
-                let outcome = self.commit_in(&mut tx, &mut prepared, partition_key, &operations)?;
-                tx.commit()?;
-                Ok(outcome)
+                // Begun and locked in one round trip (the lock keys are numbers); whatever
+                // fails or is refused is rolled back. (A rollback that fails has lost the
+                // connection, which the pool replaces; the first error is the one told.)
+                client.batch_execute(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({})",
+                    table_lock(self.id),
+                    partition_lock(self.id, partition_key)
+                ))?;
+                let outcome = self.commit_in(client, &mut prepared, partition_key, &operations);
+                match outcome {
+                    Ok(Ok(_)) => client.batch_execute("COMMIT")?,
+                    Ok(Err(_)) => client.batch_execute("ROLLBACK")?,
+                    Err(_) => {
+                        let _ = client.batch_execute("ROLLBACK");
+                    }
+                }
+                outcome
             });
             match outcome {
                 Err(StorageError::Postgres(error))
@@ -160,30 +186,29 @@ impl PostgresTable {
     /// writes every effect (in at most two), or refuses the first that fails.
     fn commit_in(
         &self,
-        tx: &mut Transaction<'_>,
+        tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
         partition_key: &str,
         operations: &[Operation],
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let pk = partition_key.as_bytes();
-        let lock = prepared.get(tx, LOCK)?;
-        if tx
-            .query_opt(&lock, &[&self.id, &partition_lock(self.id, partition_key)])?
-            .is_none()
-        {
-            return Ok(Err(Rejection {
-                index: 0,
-                reason: RejectReason::TableGone,
-            }));
-        }
         let row_keys: Vec<&[u8]> = operations
             .iter()
             .map(|operation| operation.row_key().as_bytes())
             .collect();
         let read_rows = prepared.get(tx, READ_ROWS)?;
+        let rows = tx.query(&read_rows, &[&self.id, &pk, &row_keys])?;
+        if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            return Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::TableGone,
+            }));
+        }
         let mut current = std::collections::HashMap::new();
-        for row in tx.query(&read_rows, &[&self.id, &pk, &row_keys])? {
-            current.insert(row.get::<_, Vec<u8>>(0), row.get::<_, Vec<u8>>(1));
+        for row in &rows {
+            if let Some(row_key) = row.get::<_, Option<Vec<u8>>>(1) {
+                current.insert(row_key, row.get::<_, Vec<u8>>(2));
+            }
         }
         let now = Ticks::now();
         let (mut stored, mut written, mut records, mut deleted) =
