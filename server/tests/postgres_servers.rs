@@ -65,6 +65,20 @@ fn int64_of(entity: &pb::Entity, name: &str) -> i64 {
     }
 }
 
+/// The counter entity, as stored now.
+async fn read_counter(client: &mut Client) -> pb::Entity {
+    client
+        .get_entity(pb::GetEntityRequest {
+            table: "Counters".into(),
+            partition_key: "c".into(),
+            row_key: "counter".into(),
+            select: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_clients_incrementing_one_counter_on_three_servers_count_every_increment() {
     let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(3, &[]) else {
@@ -90,16 +104,7 @@ async fn sixty_four_clients_incrementing_one_counter_on_three_servers_count_ever
         clients.push(tokio::spawn(async move {
             let mut done = 0;
             while done < INCREMENTS_EACH {
-                let current = client
-                    .get_entity(pb::GetEntityRequest {
-                        table: "Counters".into(),
-                        partition_key: "c".into(),
-                        row_key: "counter".into(),
-                        select: vec![],
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner();
+                let current = read_counter(&mut client).await;
                 let next = entity("c", "counter", &[("N", int64_of(&current, "N") + 1)]);
                 let update = client
                     .update_entity(pb::UpdateEntityRequest {
@@ -124,18 +129,7 @@ async fn sixty_four_clients_incrementing_one_counter_on_three_servers_count_ever
     for client in clients {
         client.await.unwrap();
     }
-    let last = servers[2]
-        .client()
-        .await
-        .get_entity(pb::GetEntityRequest {
-            table: "Counters".into(),
-            partition_key: "c".into(),
-            row_key: "counter".into(),
-            select: vec![],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let last = read_counter(&mut servers[2].client().await).await;
     assert_eq!(
         acknowledged.load(Ordering::SeqCst),
         64 * INCREMENTS_EACH as u64

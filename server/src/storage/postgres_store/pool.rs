@@ -195,3 +195,9 @@ pub(crate) fn explain(error: &postgres::Error) -> String {
         None => error.to_string(),
     }
 }
+
+/// Whether `error` is a unique violation: a row a commit of inserts meant to add exists.
+pub(super) fn is_unique_violation(error: &StorageError) -> bool {
+    matches!(error, StorageError::Postgres(error)
+        if error.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION))
+}

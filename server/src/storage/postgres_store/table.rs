@@ -1,6 +1,7 @@
 //! A table of the PostgreSQL store: point reads (one statement), commits (one database
-//! transaction of at most six statements whatever its size, under the partition's advisory lock) and
-//! scans (one statement per range, fetched through a portal a batch at a time).
+//! transaction of four round trips whatever its size, three for inserts only, under the
+//! partition's advisory lock) and scans (one statement per range, fetched through a portal a
+//! batch at a time).
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use postgres::types::ToSql;
 use postgres::{IsolationLevel, Transaction};
 
-use super::pool::{is_retryable, Pool, Prepared};
+use super::pool::{is_retryable, is_unique_violation, Pool, Prepared};
 use crate::model::{
     Effect, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
 };
@@ -48,6 +49,10 @@ const READ_ROWS: &str = "SELECT t.live, e.rk, e.record FROM trestle_tables t
 const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
     SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
     ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
+/// Inserts rows that must not exist (a unique violation if one does) into a live table.
+const INSERT_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
+    SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
+    WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)";
 const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
 
@@ -94,15 +99,24 @@ impl Table for PostgresTable {
         loop {
             let outcome = self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
-                // Begun and locked in one round trip (the lock keys are numbers); whatever
-                // fails or is refused is rolled back. (A rollback that fails has lost the
-                // connection, which the pool replaces; the first error is the one told.)
-                client.batch_execute(&format!(
-                    "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({})",
-                    table_lock(self.id),
-                    partition_lock(self.id, partition_key)
-                ))?;
-                let outcome = self.commit_in(client, &mut prepared, partition_key, &operations);
+                // Whatever fails or is refused is rolled back. (A rollback that fails has lost
+                // the connection, which the pool replaces; the first error is the one told.)
+                let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
+                self.begin_locked(client, partition_key)?;
+                let mut outcome = self.commit_in(
+                    client,
+                    &mut prepared,
+                    partition_key,
+                    &operations,
+                    inserts_only,
+                );
+                if inserts_only && outcome.as_ref().is_err_and(is_unique_violation) {
+                    // A row exists: again, reading the rows, to refuse the right operation.
+                    client.batch_execute("ROLLBACK")?;
+                    self.begin_locked(client, partition_key)?;
+                    outcome =
+                        self.commit_in(client, &mut prepared, partition_key, &operations, false);
+                }
                 match outcome {
                     Ok(Ok(_)) => client.batch_execute("COMMIT")?,
                     Ok(Err(_)) => client.batch_execute("ROLLBACK")?,
@@ -182,32 +196,53 @@ impl Table for PostgresTable {
 }
 
 impl PostgresTable {
+    /// Begins a transaction holding the table (shared) and the partition, in one round trip (the
+    /// lock keys are numbers).
+    fn begin_locked(
+        &self,
+        client: &mut postgres::Client,
+        partition_key: &str,
+    ) -> Result<(), StorageError> {
+        client.batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({})",
+            table_lock(self.id),
+            partition_lock(self.id, partition_key)
+        ))?;
+        Ok(())
+    }
+
     /// Checks every operation against the partition's current rows (read in one statement) and
-    /// writes every effect (in at most two), or refuses the first that fails.
+    /// writes every effect (in at most two), or refuses the first that fails. A commit of inserts
+    /// only (`inserts_only`) reads nothing: it writes with a plain `INSERT`, which fails with a
+    /// unique violation if a row exists (the caller then runs it again the other way).
     fn commit_in(
         &self,
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
         partition_key: &str,
         operations: &[Operation],
+        inserts_only: bool,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let pk = partition_key.as_bytes();
-        let row_keys: Vec<&[u8]> = operations
-            .iter()
-            .map(|operation| operation.row_key().as_bytes())
-            .collect();
-        let read_rows = prepared.get(tx, READ_ROWS)?;
-        let rows = tx.query(&read_rows, &[&self.id, &pk, &row_keys])?;
-        if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
-            return Ok(Err(Rejection {
-                index: 0,
-                reason: RejectReason::TableGone,
-            }));
-        }
+        let gone = Rejection {
+            index: 0,
+            reason: RejectReason::TableGone,
+        };
         let mut current = std::collections::HashMap::new();
-        for row in &rows {
-            if let Some(row_key) = row.get::<_, Option<Vec<u8>>>(1) {
-                current.insert(row_key, row.get::<_, Vec<u8>>(2));
+        if !inserts_only {
+            let row_keys: Vec<&[u8]> = operations
+                .iter()
+                .map(|operation| operation.row_key().as_bytes())
+                .collect();
+            let read_rows = prepared.get(tx, READ_ROWS)?;
+            let rows = tx.query(&read_rows, &[&self.id, &pk, &row_keys])?;
+            if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+                return Ok(Err(gone));
+            }
+            for row in &rows {
+                if let Some(row_key) = row.get::<_, Option<Vec<u8>>>(1) {
+                    current.insert(row_key, row.get::<_, Vec<u8>>(2));
+                }
             }
         }
         let now = Ticks::now();
@@ -244,7 +279,14 @@ impl PostgresTable {
                 Ok(Effect::Nothing) => stored.push(None),
             }
         }
-        if !written.is_empty() {
+        if inserts_only {
+            let insert_rows = prepared.get(tx, INSERT_ROWS)?;
+            let inserted = tx.execute(&insert_rows, &[&self.id, &pk, &written, &records])?;
+            // Nothing inserted (and no unique violation): the table is gone.
+            if inserted < written.len() as u64 {
+                return Ok(Err(gone));
+            }
+        } else if !written.is_empty() {
             let write_rows = prepared.get(tx, WRITE_ROWS)?;
             tx.execute(&write_rows, &[&self.id, &pk, &written, &records])?;
         }
