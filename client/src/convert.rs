@@ -130,3 +130,39 @@ pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>
         value,
     })
 }
+
+/// A patch's steps on the wire.
+pub(crate) fn patch_steps(patch: &crate::patch::Patch) -> Vec<pb::PatchStep> {
+    use crate::patch::Step;
+    use pb::patch_step::Step as Wire;
+    let set = |property: &String, value: &Value| pb::SetStep {
+        property: property.clone(),
+        value: Some(value_to_pb(value.clone())),
+    };
+    patch
+        .steps
+        .iter()
+        .map(|step| pb::PatchStep {
+            step: Some(match step {
+                Step::Increment(property, by) => Wire::Increment(pb::IncrementStep {
+                    property: property.clone(),
+                    by: Some(value_to_pb(by.clone())),
+                }),
+                Step::Set(property, value) => Wire::Set(set(property, value)),
+                Step::Remove(property) => Wire::Remove(pb::RemoveStep {
+                    property: property.clone(),
+                }),
+                Step::SetIfAbsent(property, value) => Wire::SetIfAbsent(set(property, value)),
+            }),
+        })
+        .collect()
+}
+
+/// A patch's condition on the wire: empty for none.
+pub(crate) fn patch_if_match(patch: &crate::patch::Patch) -> String {
+    patch
+        .if_match
+        .as_ref()
+        .map(|if_match| if_match.to_wire())
+        .unwrap_or_default()
+}

@@ -5,9 +5,10 @@ use serde::Serialize;
 use trestle_proto::pb;
 
 use crate::client::Client;
-use crate::convert::{typed, upsert_mode, wire};
+use crate::convert::{patch_if_match, patch_steps, typed, upsert_mode, wire};
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 use crate::error::{ErrorCode, Result};
+use crate::patch::Patch;
 use crate::query::Query;
 use crate::transaction::Transaction;
 
@@ -169,6 +170,35 @@ impl TableClient {
             .write(request, |mut c, r| async move { c.merge_entity(r).await })
             .await?;
         Ok(ETag::new(stored.etag))
+    }
+
+    /// Applies `patch` to the entity, in order, inside its commit; returns the entity as stored.
+    ///
+    /// # Errors
+    /// `is_not_found()` if it does not exist (unless [`Patch::upsert`]); `is_precondition_failed()`
+    /// if [`Patch::if_match`] no longer holds; `ErrorCode::InvalidInput` for an increment of another
+    /// type, `OutOfRangeInput` for one that overflows, and every entity limit. A refused patch
+    /// changes nothing.
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        key: impl Into<EntityKey>,
+        patch: &Patch,
+    ) -> Result<Entity<T>> {
+        let key = key.into();
+        let request = pb::PatchEntityRequest {
+            table: self.name.clone(),
+            partition_key: key.partition_key,
+            row_key: key.row_key,
+            operations: patch_steps(patch),
+            if_match: patch_if_match(patch),
+            upsert: patch.upsert,
+            return_no_content: false,
+        };
+        let stored = self
+            .client
+            .write(request, |mut c, r| async move { c.patch_entity(r).await })
+            .await?;
+        typed(stored)
     }
 
     /// Inserts the entity, or replaces / merges the existing one; returns its new ETag.

@@ -7,9 +7,10 @@ use trestle_proto::pb;
 use trestle_proto::pb::transaction_operation::Operation;
 
 use crate::client::Client;
-use crate::convert::{upsert_mode, wire};
+use crate::convert::{patch_if_match, patch_steps, upsert_mode, wire};
 use crate::entity::{ETag, EntityKey, IfMatch, UpsertMode};
 use crate::error::{Error, ErrorCode, ErrorKind, Result};
+use crate::patch::Patch;
 
 /// Most operations in one transaction.
 pub const MAX_OPERATIONS: usize = 100;
@@ -193,6 +194,17 @@ impl Transaction {
         Ok(self.push(Operation::Upsert(pb::UpsertOperation {
             entity,
             mode: upsert_mode(mode) as i32,
+        })))
+    }
+
+    /// Patches a row (see [`Patch`]), in order with the rest.
+    pub fn patch(&mut self, row: impl TransactionRow, patch: &Patch) -> Result<&mut Self> {
+        let key = self.admit(row.into_key(&self.partition_key))?;
+        Ok(self.push(Operation::Patch(pb::PatchOperation {
+            row_key: key.row_key,
+            operations: patch_steps(patch),
+            if_match: patch_if_match(patch),
+            upsert: patch.upsert,
         })))
     }
 

@@ -234,7 +234,10 @@ pub fn needed_for(operation: &Operation) -> Permissions {
     match operation {
         Operation::Insert(_) => Permissions::ADD,
         Operation::Update(..) | Operation::Merge(..) => Permissions::UPDATE,
-        Operation::Upsert(..) => Permissions::ADD.union(Permissions::UPDATE),
+        Operation::Upsert(..) | Operation::Patch { upsert: true, .. } => {
+            Permissions::ADD.union(Permissions::UPDATE)
+        }
+        Operation::Patch { upsert: false, .. } => Permissions::UPDATE,
         Operation::Delete { .. } => Permissions::DELETE,
         Operation::Check { .. } => Permissions::READ,
     }

@@ -131,7 +131,8 @@ fn validation_code(invalid: &ValidationError) -> ErrorCode {
         ValidationError::TableNameInvalid { .. }
         | ValidationError::TableNameReserved { .. }
         | ValidationError::DateTimeOutOfRange { .. }
-        | ValidationError::OutOfRange { .. } => ErrorCode::OutOfRangeInput,
+        | ValidationError::OutOfRange { .. }
+        | ValidationError::Overflow { .. } => ErrorCode::OutOfRangeInput,
         ValidationError::KeyTooLarge { .. } => ErrorCode::KeyValueTooLarge,
         ValidationError::PropertyNameInvalid { .. } => ErrorCode::PropertyNameInvalid,
         ValidationError::PropertyNameTooLong { .. } => ErrorCode::PropertyNameTooLong,

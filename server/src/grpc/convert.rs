@@ -5,8 +5,8 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, Properties,
-    StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef,
+    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, PatchStep,
+    Properties, StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -85,11 +85,14 @@ pub(crate) fn upsert_mode(mode: i32) -> Result<UpsertMode, ValidationError> {
 }
 
 /// One transaction operation, validated on its own (the transaction's rules come later).
-pub(crate) fn operation(operation: pb::TransactionOperation) -> Result<Operation, ValidationError> {
+pub(crate) fn operation(
+    operation: pb::TransactionOperation,
+    partition_key: &str,
+) -> Result<Operation, ValidationError> {
     use pb::transaction_operation::Operation as Op;
     let operation = operation.operation.ok_or_else(|| {
         ValidationError::Argument(
-            "the operation has no kind: set one of insert, update, merge, upsert, delete, check"
+            "the operation has no kind: set one of insert, update, merge, upsert, delete, check, patch"
                 .into(),
         )
     })?;
@@ -105,6 +108,12 @@ pub(crate) fn operation(operation: pb::TransactionOperation) -> Result<Operation
                 row_key: op.row_key,
             }
         }
+        Op::Patch(op) => patch(
+            EntityKey::new(partition_key.to_owned(), op.row_key)?,
+            op.operations,
+            &op.if_match,
+            op.upsert,
+        )?,
         Op::Check(op) => {
             validate_key(KeyKind::Row, &op.row_key)?;
             let condition = match (op.if_match.as_str(), op.must_not_exist) {
@@ -123,6 +132,73 @@ pub(crate) fn operation(operation: pb::TransactionOperation) -> Result<Operation
             }
         }
     })
+}
+
+/// A patch of the entity `key`, validated: 1 to 252 steps; `if_match` empty for no condition,
+/// and no condition with `upsert`.
+pub(crate) fn patch(
+    key: EntityKey,
+    steps: Vec<pb::PatchStep>,
+    if_match: &str,
+    upsert: bool,
+) -> Result<Operation, ValidationError> {
+    if steps.is_empty() || steps.len() > MAX_PROPERTIES {
+        return Err(ValidationError::Argument(format!(
+            "a patch has {} steps; it takes 1 to {MAX_PROPERTIES}",
+            steps.len()
+        )));
+    }
+    let if_match = match if_match {
+        "" => IfMatch::Any,
+        tag if upsert => {
+            return Err(ValidationError::Argument(format!(
+                "a patch with upsert takes no if_match (it has {})",
+                crate::model::quoted(tag)
+            )))
+        }
+        tag => IfMatch::parse(tag)?,
+    };
+    let steps = steps
+        .into_iter()
+        .map(patch_step)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Operation::Patch {
+        key,
+        steps,
+        if_match,
+        upsert,
+    })
+}
+
+fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
+    use pb::patch_step::Step;
+    let value = |property: &str, value: Option<pb::Value>| {
+        value_from_pb(property, value.and_then(|value| value.kind))
+    };
+    let step = match step.step {
+        Some(Step::Increment(step)) => PatchStep::Increment {
+            by: value(&step.property, step.by)?,
+            property: step.property,
+        },
+        Some(Step::Set(step)) => PatchStep::Set {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
+        Some(Step::SetIfAbsent(step)) => PatchStep::SetIfAbsent {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
+        Some(Step::Remove(step)) => PatchStep::Remove {
+            property: step.property,
+        },
+        None => {
+            return Err(ValidationError::Argument(
+                "a patch step has no kind: set one of increment, set, remove, set_if_absent".into(),
+            ))
+        }
+    };
+    step.validate()?;
+    Ok(step)
 }
 
 /// A stored entity on the wire, its names and values moved rather than copied.

@@ -341,6 +341,20 @@ impl service::table_service_server::TableService for TableApi {
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
+    async fn patch_entity(
+        &self,
+        request: Request<pb::PatchEntityRequest>,
+    ) -> Result<Response<EntityReply>, Status> {
+        let admitted = self.admit(&request)?;
+        let req = request.into_inner();
+        let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
+        let patch =
+            convert::patch(key, req.operations, &req.if_match, req.upsert).map_err(invalid)?;
+        self.write_entity(admitted, req.table, patch, req.return_no_content)
+            .await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, rk = %request.get_ref().row_key))]
     async fn delete_entity(
         &self,
         request: Request<pb::DeleteEntityRequest>,
@@ -480,12 +494,14 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let request_bytes = req.encoded_len();
+        let partition_key = &req.partition_key;
         let operations = req
             .operations
             .into_iter()
             .enumerate()
             .map(|(index, op)| {
-                convert::operation(op).map_err(|e| TableError::Invalid(e).at_operation(index))
+                convert::operation(op, partition_key)
+                    .map_err(|e| TableError::Invalid(e).at_operation(index))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| status::to_status(&error))?;

@@ -26,16 +26,22 @@ impl NewEntity {
     /// Checks every property name and value and the entity's total size.
     pub fn new(key: EntityKey, properties: Properties) -> Result<NewEntity, ValidationError> {
         for (name, value) in &properties {
-            validate_property_name(name)?;
-            if let Some(bytes) = value.limited_size().filter(|b| *b > MAX_VALUE_BYTES) {
-                return Err(ValidationError::PropertyValueTooLarge {
-                    name: name.clone(),
-                    bytes,
-                });
-            }
+            validate_property(name, value)?;
         }
         validate_shape(&key, &properties)?;
         Ok(NewEntity { key, properties })
+    }
+}
+
+/// Checks one property: its name, and its value's size.
+pub(crate) fn validate_property(name: &str, value: &Value) -> Result<(), ValidationError> {
+    validate_property_name(name)?;
+    match value.limited_size().filter(|b| *b > MAX_VALUE_BYTES) {
+        Some(bytes) => Err(ValidationError::PropertyValueTooLarge {
+            name: name.to_owned(),
+            bytes,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -96,6 +96,15 @@ pub enum ValidationError {
     /// Any other malformed argument, described in full.
     #[error("{0}")]
     Argument(String),
+    /// An increment would leave its type's range.
+    #[error(
+        "incrementing {} overflows {type_name}; nothing was changed",
+        quoted(name)
+    )]
+    Overflow {
+        name: String,
+        type_name: &'static str,
+    },
     /// A numeric argument outside its range.
     #[error("{name} is {value}; it must be between {min} and {max}")]
     OutOfRange {

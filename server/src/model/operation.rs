@@ -1,8 +1,11 @@
 //! Write operations: what a single-entity write or one step of a transaction asks for.
 
+use super::patch::{self, PatchStep};
 #[cfg(test)]
 use super::ETag;
-use super::{validate_shape, IfMatch, NewEntity, StoredEntity, Ticks, ValidationError};
+use super::{
+    validate_shape, EntityKey, IfMatch, NewEntity, Properties, StoredEntity, Ticks, ValidationError,
+};
 
 /// How an upsert treats an existing entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +38,14 @@ pub enum Operation {
     Upsert(NewEntity, UpsertMode),
     /// Delete an existing entity.
     Delete { row_key: String, if_match: IfMatch },
+    /// Apply patch steps to the stored entity (or, with `upsert`, to an empty one if it does
+    /// not exist).
+    Patch {
+        key: EntityKey,
+        steps: Vec<PatchStep>,
+        if_match: IfMatch,
+        upsert: bool,
+    },
     /// Assert a precondition without writing.
     Check {
         row_key: String,
@@ -50,6 +61,7 @@ impl Operation {
             | Operation::Update(e, _)
             | Operation::Merge(e, _)
             | Operation::Upsert(e, _) => Some(&e.key.partition_key),
+            Operation::Patch { key, .. } => Some(&key.partition_key),
             Operation::Delete { .. } | Operation::Check { .. } => None,
         }
     }
@@ -59,7 +71,9 @@ impl Operation {
     pub fn reads_current_properties(&self) -> bool {
         matches!(
             self,
-            Operation::Merge(..) | Operation::Upsert(_, UpsertMode::Merge)
+            Operation::Merge(..)
+                | Operation::Upsert(_, UpsertMode::Merge)
+                | Operation::Patch { .. }
         )
     }
 
@@ -70,6 +84,7 @@ impl Operation {
             | Operation::Update(e, _)
             | Operation::Merge(e, _)
             | Operation::Upsert(e, _) => &e.key.row_key,
+            Operation::Patch { key, .. } => &key.row_key,
             Operation::Delete { row_key, .. } | Operation::Check { row_key, .. } => row_key,
         }
     }
@@ -115,6 +130,19 @@ impl Operation {
             })
         };
         match (self, current) {
+            (Operation::Patch { upsert: false, .. }, None) => Err(Refusal::NotFound),
+            (Operation::Patch { if_match, .. }, Some(old)) if !if_match.matches(&old.etag()) => {
+                Err(Refusal::ConditionNotSatisfied)
+            }
+            (Operation::Patch { key, steps, .. }, old) => {
+                let (properties, previous) = match old {
+                    Some(old) => (old.properties, Some(old.timestamp)),
+                    None => (Properties::new(), None),
+                };
+                let patched = patch::apply(&steps, properties).map_err(Refusal::Invalid)?;
+                validate_shape(&key, &patched).map_err(Refusal::Invalid)?;
+                Ok(put(key, patched, previous))
+            }
             (Operation::Insert(_), Some(_)) => Err(Refusal::AlreadyExists),
             (Operation::Insert(new), None) => Ok(put(new.key, new.properties, None)),
             (

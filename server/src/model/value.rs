@@ -26,6 +26,20 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value's EDM type, as Azure names it (`Int32`, `String`, ...).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::String(_) => "String",
+            Value::Int32(_) => "Int32",
+            Value::Int64(_) => "Int64",
+            Value::Double(_) => "Double",
+            Value::Bool(_) => "Boolean",
+            Value::DateTime(_) => "DateTime",
+            Value::Guid(_) => "Guid",
+            Value::Binary(_) => "Binary",
+        }
+    }
+
     /// The value, borrowed.
     pub fn borrowed(&self) -> ValueRef<'_> {
         match self {

@@ -49,6 +49,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "insert",
     "tx_insert_100",
     "tx_hot_update",
+    "hot_counter",
     "scan_paged",
     "scan_stream",
     "filter_scan",
@@ -482,6 +483,20 @@ async fn run_workloads(
                     "{:.0} entities examined/s, {:.0} returned/s",
                     m.extra_per_s(),
                     m.entities_per_s()
+                );
+                rows.push(row);
+                continue;
+            }
+            "hot_counter" => {
+                let (m, counted) = workloads::hot_counter(client, plan).await;
+                let server = before.zip(sample());
+                let rmw = workloads::hot_counter_read_modify_write(client, plan).await;
+                let mut row = row_of(&named(workload), m, server, ceilings.unary, false);
+                row.note = format!(
+                    "PatchEntity increments; final value {} the acknowledged increments; ETag read-modify-write of the same counter: {:.0} increments/s, {:.0} conflicts/s",
+                    if counted { "equals" } else { "DIFFERS FROM" },
+                    rmw.entities_per_s(),
+                    rmw.extra_per_s()
                 );
                 rows.push(row);
                 continue;

@@ -516,3 +516,136 @@ pub(crate) async fn echo_stream(echo: &EchoClient<Channel>, plan: &Plan) -> Meas
     })
     .await
 }
+
+/// The counter of `hot_counter`.
+const COUNTER_TABLE: &str = "CounterBench";
+
+fn counter_request(table: &str) -> pb::GetEntityRequest {
+    pb::GetEntityRequest {
+        table: table.into(),
+        partition_key: "c".into(),
+        row_key: "counter".into(),
+        select: vec![],
+    }
+}
+
+fn counter_value(entity: &pb::Entity) -> i64 {
+    match entity.properties.get("N").and_then(|v| v.kind.clone()) {
+        Some(pb::value::Kind::Int64Value(n)) => n,
+        other => panic!("the counter holds {other:?}"),
+    }
+}
+
+/// `hot_counter`: 64 clients increment one entity with `PatchEntity` (no condition, so no
+/// conflicts). Returns the measurement and whether the final value equals every acknowledged
+/// increment (warm-up included).
+pub(crate) async fn hot_counter(client: &Client, plan: &Plan) -> (Measurement, bool) {
+    let mut c = client.clone();
+    c.create_table(pb::CreateTableRequest {
+        table: COUNTER_TABLE.into(),
+    })
+    .await
+    .expect("create");
+    let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let (counting, driving) = (acknowledged.clone(), client.clone());
+    let measurement = drive(64, plan.warmup, plan.duration, move |_, _| {
+        let (mut client, acknowledged) = (driving.clone(), counting.clone());
+        async move {
+            let by = pb::Value {
+                kind: Some(pb::value::Kind::Int64Value(1)),
+            };
+            let increment = pb::PatchStep {
+                step: Some(pb::patch_step::Step::Increment(pb::IncrementStep {
+                    property: "N".into(),
+                    by: Some(by),
+                })),
+            };
+            client
+                .patch_entity(pb::PatchEntityRequest {
+                    table: COUNTER_TABLE.into(),
+                    partition_key: "c".into(),
+                    row_key: "counter".into(),
+                    operations: vec![increment],
+                    upsert: true,
+                    return_no_content: true,
+                    ..Default::default()
+                })
+                .await
+                .expect("increment");
+            acknowledged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            OpResult::entities(1)
+        }
+    })
+    .await;
+    let stored = c
+        .get_entity(counter_request(COUNTER_TABLE))
+        .await
+        .expect("read the counter")
+        .into_inner();
+    let counted = counter_value(&stored) == acknowledged.load(std::sync::atomic::Ordering::SeqCst);
+    (measurement, counted)
+}
+
+/// The same counter kept the ETag way by 64 clients: read, then update on the ETag, again on a
+/// conflict. `entities` counts the increments that succeeded (the goodput), `extra` the conflicts.
+pub(crate) async fn hot_counter_read_modify_write(client: &Client, plan: &Plan) -> Measurement {
+    let table = "CounterEtagBench";
+    let mut c = client.clone();
+    c.create_table(pb::CreateTableRequest {
+        table: table.into(),
+    })
+    .await
+    .expect("create");
+    let zero = pb::Entity {
+        partition_key: "c".into(),
+        row_key: "counter".into(),
+        properties: [(
+            "N".to_owned(),
+            pb::Value {
+                kind: Some(pb::value::Kind::Int64Value(0)),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    c.insert_entity(pb::InsertEntityRequest {
+        table: table.into(),
+        entity: Some(zero),
+        ..Default::default()
+    })
+    .await
+    .expect("seed the counter");
+    let client = client.clone();
+    drive(64, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move {
+            let current = client
+                .get_entity(counter_request(table))
+                .await
+                .expect("read the counter")
+                .into_inner();
+            let mut next = current.clone();
+            next.properties.insert(
+                "N".into(),
+                pb::Value {
+                    kind: Some(pb::value::Kind::Int64Value(counter_value(&current) + 1)),
+                },
+            );
+            let update = pb::UpdateEntityRequest {
+                table: table.into(),
+                entity: Some(next),
+                if_match: current.etag,
+                return_no_content: true,
+            };
+            match client.update_entity(update).await {
+                Ok(_) => OpResult::entities(1),
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => OpResult {
+                    entities: 0,
+                    extra: 1,
+                },
+                Err(status) => panic!("update: {status:?}"),
+            }
+        }
+    })
+    .await
+}

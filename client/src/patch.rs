@@ -1,0 +1,79 @@
+//! [`Patch`]: changes the server applies to a stored entity inside its commit, in order, so that
+//! a counter or a flag changes without a read-modify-write round trip, and without conflicts.
+
+use crate::entity::IfMatch;
+use crate::value::Value;
+
+/// One change of a [`Patch`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Step {
+    Increment(String, Value),
+    Set(String, Value),
+    Remove(String),
+    SetIfAbsent(String, Value),
+}
+
+/// Steps applied in order to one entity by [`TableClient::patch`](crate::TableClient::patch) or
+/// [`Transaction::patch`](crate::Transaction::patch). Without [`Patch::if_match`], a patch never
+/// fails for a concurrent change: 64 clients incrementing one counter all count.
+///
+/// ```
+/// use trestle_client::Patch;
+/// let visit = Patch::new()
+///     .increment("Visits", 1i64)
+///     .set("LastPage", "/pricing")
+///     .set_if_absent("FirstSeen", "2026-11-24");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[must_use]
+pub struct Patch {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) if_match: Option<IfMatch>,
+    pub(crate) upsert: bool,
+}
+
+impl Patch {
+    /// A patch of no steps yet.
+    pub fn new() -> Patch {
+        Patch::default()
+    }
+
+    /// Adds `by` (an `i32`, `i64` or `f64`) to the property, which must have that type; a missing
+    /// property starts at zero. An overflow refuses the patch (`OutOfRangeInput`).
+    pub fn increment(mut self, property: impl Into<String>, by: impl Into<Value>) -> Patch {
+        self.steps.push(Step::Increment(property.into(), by.into()));
+        self
+    }
+
+    /// Sets the property.
+    pub fn set(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps.push(Step::Set(property.into(), value.into()));
+        self
+    }
+
+    /// Removes the property (nothing if it is absent).
+    pub fn remove(mut self, property: impl Into<String>) -> Patch {
+        self.steps.push(Step::Remove(property.into()));
+        self
+    }
+
+    /// Sets the property only if the entity lacks it.
+    pub fn set_if_absent(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps
+            .push(Step::SetIfAbsent(property.into(), value.into()));
+        self
+    }
+
+    /// Applies only to this version of the entity (`is_precondition_failed()` otherwise).
+    pub fn if_match(mut self, if_match: impl Into<IfMatch>) -> Patch {
+        self.if_match = Some(if_match.into());
+        self
+    }
+
+    /// Patches an empty entity when none exists (instead of `is_not_found()`); takes no
+    /// [`Patch::if_match`].
+    pub fn upsert(mut self) -> Patch {
+        self.upsert = true;
+        self
+    }
+}
