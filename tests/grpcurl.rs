@@ -112,6 +112,14 @@ async fn grpcurl_session() {
         "{out}"
     );
 
+    let patch = r#"{"table": "Demo", "partitionKey": "dept-1", "rowKey": "emp-1",
+        "operations": [{"increment": {"property": "Age", "by": {"int32Value": 1}}}]}"#;
+    let (ok, out) = run(&["-d", patch, "trestle.v1.TableService/PatchEntity"]);
+    assert!(
+        ok && out.contains(r#""int32Value": 44"#) && out.contains("Ada"),
+        "{out}"
+    );
+
     let transaction = r#"{"table": "Demo", "partitionKey": "dept-1", "operations": [
         {"insert": {"entity": {"partitionKey": "dept-1", "rowKey": "emp-2",
                                "properties": {"Name": {"stringValue": "Grace"}}}}},

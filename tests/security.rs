@@ -231,6 +231,32 @@ async fn each_operation_needs_its_permission_letter() {
         })
         .await
         .unwrap();
+    // A patch needs update; one that may create (upsert) needs add too.
+    let patch = |upsert| pb::PatchEntityRequest {
+        table: TABLE.into(),
+        partition_key: "b".into(),
+        row_key: "1".into(),
+        operations: vec![pb::PatchStep {
+            step: Some(pb::patch_step::Step::Remove(pb::RemoveStep {
+                property: "X".into(),
+            })),
+        }],
+        upsert,
+        ..Default::default()
+    };
+    assert_error(
+        add_only.patch_entity(patch(false)).await,
+        Code::PermissionDenied,
+        "AuthorizationPermissionMismatch",
+    );
+    let mut update_only = secured.scoped("u", Some(TABLE)).await;
+    update_only.patch_entity(patch(false)).await.unwrap();
+    assert_error(
+        update_only.patch_entity(patch(true)).await,
+        Code::PermissionDenied,
+        "AuthorizationPermissionMismatch",
+    );
+    add_update.patch_entity(patch(true)).await.unwrap();
     // Tables: create/delete need `c`, listing needs `l` and a token for every table.
     assert_error(
         add_update

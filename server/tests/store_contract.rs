@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use trestle_server::model::{
     CheckCondition, ETag, EntityKey, IfMatch, KeyPosition, KeyRange, NewEntity, Operation,
-    Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
+    PatchStep, Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
     read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
@@ -75,7 +75,7 @@ fn if_match(rng: &mut Rng, current: Option<&StoredEntity>) -> IfMatch {
 
 fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: &str) -> Operation {
     let current = model.get(&(partition_key.to_owned(), row_key.to_owned()));
-    match rng.below(7) {
+    match rng.below(8) {
         0 | 1 => Operation::Insert(new_entity(rng, partition_key, row_key)),
         2 => Operation::Update(
             new_entity(rng, partition_key, row_key),
@@ -97,6 +97,39 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
             row_key: row_key.to_owned(),
             if_match: if_match(rng, current),
         },
+        6 => {
+            // Increments of N (an Int64) apply; of S (a String) they are refused.
+            let steps = (0..1 + rng.below(3))
+                .map(|_| match rng.below(4) {
+                    0 => PatchStep::Increment {
+                        property: if rng.below(4) == 0 { "S" } else { "N" }.into(),
+                        by: Value::Int64(rng.below(5) as i64 - 2),
+                    },
+                    1 => PatchStep::Set {
+                        property: "S".into(),
+                        value: Value::String(format!("s{}", rng.below(10))),
+                    },
+                    2 => PatchStep::Remove {
+                        property: "N".into(),
+                    },
+                    _ => PatchStep::SetIfAbsent {
+                        property: "N".into(),
+                        value: Value::Int64(7),
+                    },
+                })
+                .collect();
+            let upsert = rng.below(2) == 0;
+            Operation::Patch {
+                key: key(partition_key, row_key),
+                steps,
+                if_match: if upsert {
+                    IfMatch::Any
+                } else {
+                    if_match(rng, current)
+                },
+                upsert,
+            }
+        }
         _ => Operation::Check {
             row_key: row_key.to_owned(),
             condition: if rng.below(2) == 0 {

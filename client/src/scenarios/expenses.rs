@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::scenario_retry;
 use crate::keys::{compound, fixed_width, log_tail_id_at};
 use crate::{
-    retry_on_conflict, DateTime, ETag, Entity, Error, ErrorKind, Filter, IfMatch, Result,
+    retry_on_conflict, DateTime, ETag, Entity, Error, ErrorKind, Filter, IfMatch, Patch, Result,
     TableClient,
 };
 
@@ -253,23 +253,20 @@ impl Expenses {
         .await
     }
 
-    /// Removes an item: the item and the header's total in one transaction, conditional on the
-    /// header's ETag (retried on conflict).
+    /// Removes an item: the item goes and the header's total and count drop, in one transaction.
+    /// The header changes by patch increments, which need no read of it and never conflict; only
+    /// a concurrent change of the item makes it retry.
     pub async fn remove_item(&self, owner: &str, expense_id: &str, item_id: &str) -> Result<()> {
         retry_on_conflict(scenario_retry(), move || async move {
-            let header = self.header(owner, expense_id).await?;
             let item = self
                 .table
                 .get::<ExpenseItem>((owner, item_row(expense_id, item_id)))
                 .await?;
-            let expense = &header.value;
-            let totals = Totals {
-                total_cents: expense.total_cents - item.value.amount_cents,
-                item_count: expense.item_count - 1,
-                next_item: expense.next_item,
-            };
+            let less = Patch::new()
+                .increment("TotalCents", -item.value.amount_cents)
+                .increment("ItemCount", -1i32);
             let mut tx = self.table.transaction(owner);
-            tx.merge((owner, expense_id), &totals, &header.etag)?;
+            tx.patch((owner, expense_id), &less)?;
             tx.delete((owner, item_row(expense_id, item_id)), &item.etag)?;
             tx.commit().await?;
             Ok(())

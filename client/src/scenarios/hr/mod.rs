@@ -4,8 +4,9 @@
 //! intra-partition secondary indexes (by email, by last name) whose rows are full copies of the
 //! employee, so lookups are point reads and prefix scans rather than filters. Every hire,
 //! termination and change commits the employee, its index rows and the department's
-//! `EmployeeCount` in one transaction, conditional on the department's ETag (retried on conflict):
-//! the count is always exact.
+//! `EmployeeCount` in one transaction: a hire conditional on the department's ETag (it copies
+//! the department's name and manager; retried on conflict), a termination with a patch increment
+//! of -1 (no read, no conflict). The count is always exact.
 //!
 //! Employees also carry denormalized copies of the department's name and manager. That is the
 //! guide's trade-off: a list of employees needs no second read (the normalized model would read the
@@ -27,7 +28,9 @@ pub use transfer::TransferStep;
 
 use super::scenario_retry;
 use crate::keys::compound;
-use crate::{retry_on_conflict, Entity, Error, ErrorKind, Filter, IfMatch, Result, TableClient};
+use crate::{
+    retry_on_conflict, Entity, Error, ErrorKind, Filter, IfMatch, Patch, Result, TableClient,
+};
 
 /// The row key of a department's own row.
 pub const DEPARTMENT_ROW: &str = "department";
@@ -242,16 +245,15 @@ impl Hr {
         into_employee(person)
     }
 
-    /// Terminates an employee: the rows go and the count drops, in one transaction.
+    /// Terminates an employee: the rows go and the count drops, in one transaction. The count
+    /// drops by a patch increment, which needs no read of the department and never conflicts:
+    /// only a concurrent change of the employee makes it retry.
     pub async fn terminate(&self, department_id: &str, employee_id: &str) -> Result<()> {
         retry_on_conflict(scenario_retry(), move || async move {
-            let department = self.department(department_id).await?;
             let employee = self.employee(department_id, employee_id).await?;
             let mut tx = self.table.transaction(department_id);
-            let count = CountUpdate {
-                employee_count: department.value.employee_count - 1,
-            };
-            tx.merge((department_id, DEPARTMENT_ROW), &count, &department.etag)?;
+            let one_less = Patch::new().increment("EmployeeCount", -1i64);
+            tx.patch((department_id, DEPARTMENT_ROW), &one_less)?;
             tx.delete((department_id, employee_row(employee_id)), &employee.etag)?;
             tx.delete(
                 (department_id, email_row(&employee.value.email)),
