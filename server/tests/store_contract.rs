@@ -411,6 +411,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
 
     let purging = open_postgres(&url, 1, true).unwrap();
     let started = std::time::Instant::now();
+    let old_table = table;
     let table = loop {
         match purging.create_table(&name).unwrap() {
             Ok(table) => break table,
@@ -427,6 +428,14 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
         })
         .unwrap();
     assert_eq!(seen, 0, "the new table starts empty");
+    // A handle on the purged table reads nothing (its catalog row is gone too).
+    let read = read_entity(
+        old_table.as_ref(),
+        &key("p", "0000-000"),
+        |_| Ok(()),
+        Waiting::Allowed,
+    );
+    assert!(read.unwrap().ran().is_none());
 }
 
 #[test]

@@ -188,11 +188,7 @@ fn read_or_make_secret(client: &mut Client) -> Result<StoreSecret, StorageError>
 
 impl Store for PostgresStore {
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
-        let found = self.pool.with(|connection| {
-            let (client, mut prepared) = connection.parts();
-            let find_table = prepared.get(client, FIND_TABLE)?;
-            Ok(client.query_opt(&find_table, &[&name.folded()])?)
-        })?;
+        let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
         let Some(row) = found else { return Ok(None) };
         let name = TableName::parse(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
@@ -206,14 +202,10 @@ impl Store for PostgresStore {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<TableName>, bool), StorageError> {
-        let rows = self.pool.with(|connection| {
-            let (client, mut prepared) = connection.parts();
-            let list_tables = prepared.get(client, LIST_TABLES)?;
-            Ok(client.query(
-                &list_tables,
-                &[&folded_prefix, &after.unwrap_or(""), &(limit as i64 + 1)],
-            )?)
-        })?;
+        let rows = self.pool.query(
+            LIST_TABLES,
+            &[&folded_prefix, &after.unwrap_or(""), &(limit as i64 + 1)],
+        )?;
         let mut names: Vec<TableName> = rows
             .iter()
             .filter_map(|row| TableName::parse(row.get::<_, &str>(0)).ok())

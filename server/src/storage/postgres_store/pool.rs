@@ -7,7 +7,8 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use postgres::config::SslMode;
-use postgres::{Client, Config, NoTls, Statement};
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::tls::Rustls;
 
@@ -126,6 +127,28 @@ impl Pool {
         outcome
     }
 
+    /// Runs the one statement `sql` (prepared on the connection lent) and returns its rows.
+    pub(super) fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StorageError> {
+        self.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let statement = prepared.get(client, sql)?;
+            Ok(client.query(&statement, params)?)
+        })
+    }
+
+    /// Runs the one statement `sql`, which returns at most one row.
+    pub(super) fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, StorageError> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
     fn give_back(&self, slot: Option<Connection>) {
         self.slots
             .lock()
@@ -168,7 +191,6 @@ pub(crate) fn is_unreachable(error: &postgres::Error) -> bool {
     }
     // No SQL state: the connection itself failed (refused, reset, timed out).
     std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
-        || error.to_string().contains("timed out")
 }
 
 /// Whether `error` is a serialization failure or a deadlock: the transaction did nothing and

@@ -145,18 +145,15 @@ impl Table for PostgresTable {
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
         _: Waiting,
     ) -> Result<Attempt<bool, ()>, StorageError> {
-        let row = self.pool.with(|connection| {
-            let (client, mut prepared) = connection.parts();
-            let statement = prepared.get(client, GET)?;
-            Ok(client.query_one(
-                &statement,
-                &[
-                    &self.id,
-                    &key.partition_key.as_bytes(),
-                    &key.row_key.as_bytes(),
-                ],
-            )?)
-        })?;
+        let params: [&(dyn ToSql + Sync); 3] = [
+            &self.id,
+            &key.partition_key.as_bytes(),
+            &key.row_key.as_bytes(),
+        ];
+        // No row: the table is gone, its catalog row purged too.
+        let Some(row) = self.pool.query_opt(GET, &params)? else {
+            return Ok(Attempt::Done(false));
+        };
         let live: bool = row.get(0);
         let record: Option<&[u8]> = row.get(1);
         match record {
