@@ -60,6 +60,16 @@ pub enum ErrorCode {
     /// The store's database cannot be reached (it is down or restarting): the request did
     /// nothing; retry with backoff. (Trestle's own; Azure answers `ServerBusy`.)
     ServiceUnavailable,
+    /// The table has no index of that name. (Trestle's own: Azure has no declared indexes.)
+    IndexNotFound,
+    /// The table has an index of that name (ignoring case).
+    IndexAlreadyExists,
+    /// The index is still being built (or its build failed) and cannot answer queries yet.
+    IndexNotReady,
+    /// A unique index already holds another entity with the same values.
+    IndexValueAlreadyExists,
+    /// The table has as many indexes as it may.
+    TooManyIndexes,
 }
 
 impl ErrorCode {
@@ -92,6 +102,11 @@ impl ErrorCode {
         ErrorCode::OperationTimedOut,
         ErrorCode::InsufficientStorage,
         ErrorCode::ServiceUnavailable,
+        ErrorCode::IndexNotFound,
+        ErrorCode::IndexAlreadyExists,
+        ErrorCode::IndexNotReady,
+        ErrorCode::IndexValueAlreadyExists,
+        ErrorCode::TooManyIndexes,
     ];
 
     /// The code as Azure spells it.
@@ -126,6 +141,11 @@ impl ErrorCode {
             ErrorCode::OperationTimedOut => "OperationTimedOut",
             ErrorCode::InsufficientStorage => "InsufficientStorage",
             ErrorCode::ServiceUnavailable => "ServiceUnavailable",
+            ErrorCode::IndexNotFound => "IndexNotFound",
+            ErrorCode::IndexAlreadyExists => "IndexAlreadyExists",
+            ErrorCode::IndexNotReady => "IndexNotReady",
+            ErrorCode::IndexValueAlreadyExists => "IndexValueAlreadyExists",
+            ErrorCode::TooManyIndexes => "TooManyIndexes",
         }
     }
 

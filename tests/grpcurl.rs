@@ -145,6 +145,28 @@ async fn grpcurl_session() {
     let (ok, out) = run(&["-d", query, "trestle.v1.TableService/CountEntities"]);
     assert!(ok && out.contains(r#""count": "1""#), "{out}");
 
+    let create_index = r#"{"table": "Demo", "index": {"name": "ByName", "properties": ["Name"],
+        "scope": "TABLE"}}"#;
+    let (ok, out) = run(&["-d", create_index, "trestle.v1.TableService/CreateIndex"]);
+    assert!(ok && out.contains(r#""name": "ByName""#), "{out}");
+    let demo = r#"{"table": "Demo"}"#;
+    let ready = (0..100).any(|_| {
+        let (ok, out) = run(&["-d", demo, "trestle.v1.TableService/GetTable"]);
+        assert!(ok && out.contains(r#""name": "ByName""#), "{out}");
+        let ready = out.contains(r#""state": "READY""#);
+        if !ready {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        ready
+    });
+    assert!(ready, "the index was built");
+    let by_name = r#"{"table": "Demo", "index": "ByName", "filter": "Name ge 'B'"}"#;
+    let (ok, out) = run(&["-d", by_name, "trestle.v1.TableService/QueryEntities"]);
+    assert!(
+        ok && out.contains("Grace") && !out.contains("Ada") && out.contains("index:ByName"),
+        "{out}"
+    );
+
     let (ok, out) = run(&["-d", insert, "trestle.v1.TableService/InsertEntity"]);
     assert!(!ok, "inserting twice must fail: {out}");
     assert!(

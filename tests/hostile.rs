@@ -137,6 +137,7 @@ async fn two_hundred_unread_streams_starve_nothing() {
         "a table creation",
         fresh.create_table(pb::CreateTableRequest {
             table: "Fresh".into(),
+            ..Default::default()
         }),
     )
     .await
@@ -399,6 +400,7 @@ async fn errors_quote_only_a_short_prefix_of_what_was_sent() {
     let status = client
         .create_table(pb::CreateTableRequest {
             table: long_name.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -552,6 +554,7 @@ async fn a_token_bounded_to_a_key_range_cannot_manage_or_list_tables() {
     operator
         .create_table(pb::CreateTableRequest {
             table: TABLE.into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -577,6 +580,7 @@ async fn a_token_bounded_to_a_key_range_cannot_manage_or_list_tables() {
         bounded
             .create_table(pb::CreateTableRequest {
                 table: "Other".into(),
+                ..Default::default()
             })
             .await
             .map(drop),

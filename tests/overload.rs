@@ -22,6 +22,7 @@ async fn load_wide(client: &mut RawClient) {
     client
         .create_table(pb::CreateTableRequest {
             table: TABLE.into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -173,6 +174,7 @@ async fn messages_over_the_size_limit_are_refused_and_change_nothing() {
     client
         .create_table(pb::CreateTableRequest {
             table: TABLE.into(),
+            ..Default::default()
         })
         .await
         .unwrap();

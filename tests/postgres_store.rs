@@ -45,6 +45,7 @@ async fn two_servers_over_one_database_are_one_service() {
     let mut other = second.client().await;
     let same_name = pb::CreateTableRequest {
         table: "shared".into(),
+        ..Default::default()
     };
     let twice = other.create_table(same_name).await;
     assert_error(twice, Code::AlreadyExists, "TableAlreadyExists");

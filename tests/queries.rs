@@ -284,6 +284,7 @@ async fn load_grid(client: &mut RawClient, table: &str, rows: usize) {
     client
         .create_table(pb::CreateTableRequest {
             table: table.into(),
+            ..Default::default()
         })
         .await
         .unwrap();

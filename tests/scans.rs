@@ -267,6 +267,7 @@ async fn garbage_and_foreign_continuation_tokens_are_refused() {
     client
         .create_table(pb::CreateTableRequest {
             table: "Other".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

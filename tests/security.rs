@@ -38,6 +38,7 @@ impl Secured {
         admin
             .create_table(pb::CreateTableRequest {
                 table: TABLE.into(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -163,6 +164,7 @@ async fn the_account_key_is_full_access() {
     admin
         .create_table(pb::CreateTableRequest {
             table: "Other".into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -262,6 +264,7 @@ async fn each_operation_needs_its_permission_letter() {
         add_update
             .create_table(pb::CreateTableRequest {
                 table: TABLE.into(),
+                ..Default::default()
             })
             .await,
         Code::PermissionDenied,
@@ -291,6 +294,7 @@ async fn each_operation_needs_its_permission_letter() {
     manager
         .create_table(pb::CreateTableRequest {
             table: "scratch".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -9,6 +9,7 @@ use trestle_proto::pb;
 fn create(table: &str) -> pb::CreateTableRequest {
     pb::CreateTableRequest {
         table: table.into(),
+        ..Default::default()
     }
 }
 
@@ -54,7 +55,8 @@ async fn create_list_and_delete_tables() {
     assert_eq!(
         listed.tables,
         [pb::Table {
-            name: "orders".into()
+            name: "orders".into(),
+            indexes: vec![],
         }]
     );
     let gone = client.get_entity(get_request("Customers", "p", "r")).await;
@@ -84,7 +86,8 @@ async fn table_names_are_unique_ignoring_case_and_keep_their_case() {
     assert_eq!(
         listed.tables,
         [pb::Table {
-            name: "MixedCase".into()
+            name: "MixedCase".into(),
+            indexes: vec![],
         }]
     );
 }

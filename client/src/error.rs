@@ -13,7 +13,8 @@ pub enum ErrorKind {
     NotFound,
     /// The table or entity already exists (or the table is being deleted).
     Conflict,
-    /// The entity's ETag did not match (`UpdateConditionNotSatisfied`).
+    /// The entity's ETag did not match (`UpdateConditionNotSatisfied`), or the index queried is
+    /// not ready (`IndexNotReady`).
     PreconditionFailed,
     /// The request was refused as invalid (bad name, key, value, filter, …).
     InvalidInput,
@@ -142,7 +143,8 @@ impl Error {
         self.kind == ErrorKind::Conflict
     }
 
-    /// An ETag condition failed: someone else changed the entity.
+    /// A precondition failed: an ETag condition (someone else changed the entity), or an index
+    /// queried before its build ended (`IndexNotReady`).
     pub fn is_precondition_failed(&self) -> bool {
         self.kind == ErrorKind::PreconditionFailed
     }

@@ -179,7 +179,7 @@ pub struct Page<T> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryStats {
     /// The kind of plan: `point`, `partition`, `partition_union`, `partition_range`,
-    /// `table_scan` or `empty`.
+    /// `table_scan`, `empty`, or `index:<name>`.
     pub plan: String,
     /// Entities the server read to fill the page, matching or not.
     pub entities_examined: u64,
@@ -237,6 +237,29 @@ impl<T: DeserializeOwned> Query<T> {
     /// Row keys starting with `prefix`; needs [`Query::partition`].
     pub fn row_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.request.row_key_prefix = prefix.into();
+        self
+    }
+
+    /// Reads through the declared index `name`: results in the index's order (then
+    /// PartitionKey, RowKey). The filter's `eq` terms on the index's leading properties and
+    /// bounds on the next one choose the range read (of the literal's type: use an `i64` value
+    /// for an Int64 property); the rest of the filter applies to what it yields. Not with the
+    /// row-key range or prefix.
+    ///
+    /// ```
+    /// # async fn example(people: trestle_client::TableClient) -> trestle_client::Result<()> {
+    /// # #[derive(serde::Deserialize)] struct Person { #[serde(rename = "Email")] email: String }
+    /// use trestle_client::Filter;
+    /// let ada = people
+    ///     .query::<Person>()
+    ///     .index("ByEmail")
+    ///     .filter(Filter::eq("Email", "ada@example.com"))
+    ///     .all()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn index(mut self, name: impl Into<String>) -> Self {
+        self.request.index = name.into();
         self
     }
 

@@ -25,7 +25,7 @@ impl Client {
 /// (`return_no_content`, Azure's `Prefer: return-no-content`).
 #[derive(Debug, Clone)]
 pub struct TableClient {
-    client: Client,
+    pub(crate) client: Client,
     name: String,
 }
 
@@ -46,6 +46,7 @@ impl TableClient {
     pub async fn create(&self) -> Result<()> {
         let request = pb::CreateTableRequest {
             table: self.name.clone(),
+            ..Default::default()
         };
         self.client
             .write(request, |mut c, r| async move { c.create_table(r).await })

@@ -119,6 +119,11 @@ impl Access {
         }
     }
 
+    /// Reading a table's description (its indexes) needs read access to the table.
+    pub fn describe_table(&self, table: &str) -> Result<(), AuthError> {
+        self.on_table(table, Permissions::READ)
+    }
+
     /// Listing tables: a service-level operation, which a token for one table, or for a key
     /// range, cannot do.
     pub fn list_tables(&self) -> Result<(), AuthError> {

@@ -5,12 +5,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::TableError;
-use crate::model::{EntityKey, IfMatch, Operation, Refusal, StoredEntity, TableName};
-use crate::query::{self, PlanKind, QuerySpec, TablesToken, TokenSeal};
+use crate::model::{
+    EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal, StoredEntity, TableName,
+    MAX_INDEXES_PER_TABLE,
+};
+use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    read_entity, Attempt, Committed, CreateRefusal, DurableListener, EntityView, RejectReason,
-    Rejection, SledStore, StorageError, Store, StoreOptions, Table, Ticket, Waiting,
+    build_in_background, read_entity, Attempt, Committed, CreateRefusal, DurableListener,
+    EntityView, IndexRefusal, RejectReason, Rejection, SledStore, StorageError, Store,
+    StoreOptions, Table, Ticket, Waiting,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -31,8 +35,8 @@ pub struct TablePage {
 pub struct PageInfo {
     /// Token of the next page, if any.
     pub continuation_token: Option<String>,
-    /// The kind of plan the query ran with.
-    pub plan: PlanKind,
+    /// The plan the query ran with (`point`, `partition`, ..., `index:<name>`).
+    pub plan: String,
     /// Entities read to fill the page (matches and non-matches).
     pub examined: usize,
 }
@@ -134,8 +138,33 @@ impl Engine {
 
     /// Creates a table.
     pub fn create_table(&self, name: &str) -> Result<TableName, TableError> {
+        self.create_table_with_indexes(name, Vec::new())
+    }
+
+    /// Creates a table with declared indexes, ready at once.
+    pub fn create_table_with_indexes(
+        &self,
+        name: &str,
+        indexes: Vec<IndexDefinition>,
+    ) -> Result<TableName, TableError> {
         let name = TableName::parse(name)?;
-        match self.store.create_table(&name)? {
+        if indexes.len() > MAX_INDEXES_PER_TABLE {
+            return Err(TableError::TooManyIndexes {
+                table: name.to_string(),
+            });
+        }
+        for (at, index) in indexes.iter().enumerate() {
+            let name_taken = indexes[..at]
+                .iter()
+                .any(|other| other.name.eq_ignore_ascii_case(&index.name));
+            if name_taken {
+                return Err(TableError::IndexAlreadyExists {
+                    table: name.to_string(),
+                    index: index.name.clone(),
+                });
+            }
+        }
+        match self.store.create_table(&name, &indexes)? {
             Ok(table) => Ok(table.name().clone()),
             Err(CreateRefusal::AlreadyExists) => {
                 Err(TableError::TableAlreadyExists(name.to_string()))
@@ -153,6 +182,52 @@ impl Engine {
             Ok(())
         } else {
             Err(TableError::TableNotFound(name.to_string()))
+        }
+    }
+
+    /// The table `name` as created, and its indexes with their states.
+    pub fn get_table(&self, name: &str) -> Result<(TableName, Vec<Index>), TableError> {
+        let table = self.table(name)?;
+        Ok((table.name().clone(), table.indexes()?.indexes))
+    }
+
+    /// Declares an index on a table: writes keep it from now on, and a background build adds the
+    /// entities already there (its state is `Building` until then).
+    pub fn create_index(
+        &self,
+        table: &str,
+        definition: IndexDefinition,
+    ) -> Result<Index, TableError> {
+        let table = self.table(table)?;
+        let name = definition.name.clone();
+        match table.create_index(definition)? {
+            Ok(index) => {
+                build_in_background(table, index.id);
+                Ok(index)
+            }
+            Err(IndexRefusal::AlreadyExists) => Err(TableError::IndexAlreadyExists {
+                table: table.name().to_string(),
+                index: name,
+            }),
+            Err(IndexRefusal::TooMany) => Err(TableError::TooManyIndexes {
+                table: table.name().to_string(),
+            }),
+            Err(IndexRefusal::TableGone) => {
+                Err(TableError::TableNotFound(table.name().to_string()))
+            }
+        }
+    }
+
+    /// Drops an index at once; its entries are reclaimed in the background.
+    pub fn drop_index(&self, table: &str, index: &str) -> Result<(), TableError> {
+        let table = self.table(table)?;
+        if table.drop_index(index)? {
+            Ok(())
+        } else {
+            Err(TableError::IndexNotFound {
+                table: table.name().to_string(),
+                index: index.to_owned(),
+            })
         }
     }
 
@@ -349,7 +424,7 @@ impl Engine {
         let chunk = scan.read(PAGE_BYTE_BUDGET, &mut |entity| sink.take(entity))?;
         Ok(PageInfo {
             continuation_token: chunk.resume_at.map(|key| scan.token(key)),
-            plan: scan.plan.kind,
+            plan: scan.plan_name(),
             examined: chunk.examined,
         })
     }
@@ -476,5 +551,6 @@ fn rejection_error(table: &dyn Table, partition_key: &str, reason: RejectReason)
             row_key,
         },
         Refusal::Invalid(invalid) => TableError::Invalid(invalid),
+        Refusal::IndexValueTaken { index, holder } => TableError::IndexValueTaken { index, holder },
     }
 }

@@ -50,6 +50,33 @@ pub enum TableError {
         partition_key: String,
         row_key: String,
     },
+    /// The table has no such index.
+    #[error("table {} has no index {}", quoted(table), quoted(index))]
+    IndexNotFound { table: String, index: String },
+    /// The table has an index of that name.
+    #[error(
+        "table {} already has an index {} (index names ignore case)",
+        quoted(table),
+        quoted(index)
+    )]
+    IndexAlreadyExists { table: String, index: String },
+    /// The table has as many indexes as it may.
+    #[error("table {} has {max} indexes, as many as a table may; drop one first", quoted(table), max = crate::model::MAX_INDEXES_PER_TABLE)]
+    TooManyIndexes { table: String },
+    /// The index cannot answer queries (yet).
+    #[error("index {} cannot answer queries: {why}", quoted(index))]
+    IndexNotReady { index: String, why: String },
+    /// A unique index holds the values for another entity.
+    #[error(
+        "unique index {} already holds these values for entity (PartitionKey {}, RowKey {})",
+        quoted(index),
+        quoted(&holder.partition_key),
+        quoted(&holder.row_key)
+    )]
+    IndexValueTaken {
+        index: String,
+        holder: crate::model::EntityKey,
+    },
     /// A transaction with no operations.
     #[error("a transaction needs at least one operation")]
     EmptyTransaction,
@@ -93,6 +120,11 @@ impl TableError {
             TableError::EntityNotFound { .. } => ErrorCode::ResourceNotFound,
             TableError::EntityAlreadyExists { .. } => ErrorCode::EntityAlreadyExists,
             TableError::ConditionNotSatisfied { .. } => ErrorCode::UpdateConditionNotSatisfied,
+            TableError::IndexNotFound { .. } => ErrorCode::IndexNotFound,
+            TableError::IndexAlreadyExists { .. } => ErrorCode::IndexAlreadyExists,
+            TableError::TooManyIndexes { .. } => ErrorCode::TooManyIndexes,
+            TableError::IndexNotReady { .. } => ErrorCode::IndexNotReady,
+            TableError::IndexValueTaken { .. } => ErrorCode::IndexValueAlreadyExists,
             TableError::EmptyTransaction | TableError::TooManyOperations { .. } => {
                 ErrorCode::InvalidInput
             }

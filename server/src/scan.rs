@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TableError;
-use crate::model::{KeyPosition, KeyRange, Ticks, ValidationError, ValueRef};
-use crate::query::{plan, ContinuationToken, Expr, QuerySpec, Record, ScanPlan, TokenSeal};
+use crate::model::{Index, IndexRange, IndexState, KeyRange, Ticks, ValidationError, ValueRef};
+use crate::query::{
+    index_range, plan, ContinuationToken, Expr, PlanKind, QuerySpec, Record, ResumeAt, ScanPlan,
+    TokenSeal,
+};
 use crate::storage::{EntityView, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
@@ -71,6 +74,9 @@ pub(crate) struct Scan {
     pub(crate) plan: ScanPlan,
     /// The planned ranges still to read.
     ranges: Vec<KeyRange>,
+    /// For a query of an index: the index, and the range of it still to read (then `ranges` is
+    /// not read).
+    index: Option<(Index, IndexRange)>,
     /// Seals the tokens the scan issues.
     seal: TokenSeal,
 }
@@ -79,7 +85,7 @@ pub(crate) struct Scan {
 #[derive(Debug)]
 pub(crate) struct Chunk {
     /// Where the next chunk starts, or `None` when the query is complete.
-    pub(crate) resume_at: Option<KeyPosition>,
+    pub(crate) resume_at: Option<ResumeAt>,
     /// Entities examined.
     pub(crate) examined: usize,
 }
@@ -93,9 +99,28 @@ impl Scan {
         continuation: &str,
         seal: &TokenSeal,
     ) -> Result<Scan, TableError> {
-        let plan = plan(spec.filter_expr.as_ref(), &spec.key_range());
+        let index = match spec.index.as_str() {
+            "" => None,
+            name => {
+                let index = ready_index(table.as_ref(), name)?;
+                let range = index_range(
+                    &index.definition,
+                    spec.filter_expr.as_ref(),
+                    spec.partition_key.as_deref(),
+                );
+                Some((index, range))
+            }
+        };
+        let plan = match &index {
+            None => plan(spec.filter_expr.as_ref(), &spec.key_range()),
+            Some(_) => ScanPlan {
+                ranges: Vec::new(),
+                kind: PlanKind::Index,
+            },
+        };
         let mut scan = Scan {
             ranges: plan.ranges.clone(),
+            index,
             table,
             spec,
             plan,
@@ -104,9 +129,14 @@ impl Scan {
         if !continuation.is_empty() {
             let token =
                 ContinuationToken::decode(continuation, seal, scan.table.id(), scan.spec.shape())?;
-            if !scan.ranges.iter().any(|r| r.contains(&token.resume_at)) {
+            let inside = match (&token.resume_at, &scan.index) {
+                (ResumeAt::Key(key), None) => scan.ranges.iter().any(|r| r.contains(key)),
+                (ResumeAt::Sort(sort_key), Some((_, range))) => range.contains(sort_key),
+                _ => false,
+            };
+            if !inside {
                 return Err(ValidationError::Argument(
-                    "continuation token points outside the query's key range".into(),
+                    "continuation token points outside the query's range".into(),
                 )
                 .into());
             }
@@ -115,19 +145,36 @@ impl Scan {
         Ok(scan)
     }
 
+    /// The plan's name for query stats: `index:<name>` for an index query.
+    pub(crate) fn plan_name(&self) -> String {
+        match &self.index {
+            Some((index, _)) => format!("index:{}", index.definition.name),
+            None => self.plan.kind.as_str().to_owned(),
+        }
+    }
+
     /// Moves the scan to `position` (inclusive, in the scan's direction).
-    pub(crate) fn resume_at(&mut self, position: KeyPosition) {
+    pub(crate) fn resume_at(&mut self, position: ResumeAt) {
         let reverse = self.spec.reverse;
-        self.ranges = self
-            .ranges
-            .iter()
-            .map(|r| r.from(&position, reverse))
-            .filter(|r| !r.is_empty())
-            .collect();
+        match position {
+            ResumeAt::Key(position) => {
+                self.ranges = self
+                    .ranges
+                    .iter()
+                    .map(|r| r.from(&position, reverse))
+                    .filter(|r| !r.is_empty())
+                    .collect();
+            }
+            ResumeAt::Sort(sort_key) => {
+                if let Some((_, range)) = &mut self.index {
+                    *range = range.from(&sort_key, reverse);
+                }
+            }
+        }
     }
 
     /// The continuation token that resumes this query at `key`.
-    pub(crate) fn token(&self, key: KeyPosition) -> String {
+    pub(crate) fn token(&self, key: ResumeAt) -> String {
         ContinuationToken {
             table_id: self.table.id(),
             shape: self.spec.shape(),
@@ -157,39 +204,52 @@ impl Scan {
         let (mut partition, mut examined_in_partition) = (String::new(), 0usize);
         let limit = self.spec.page_size as usize;
         let filter = self.spec.filter_expr.as_ref();
-        let resume_at = self
-            .table
-            .visit(&self.ranges, self.spec.reverse, &mut |entity| {
-                let mut over_time = false;
-                if examined % 256 == 255 {
-                    let now = Instant::now();
-                    timed_out = past_deadline(now);
-                    over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
+        // An index query's range may span partitions the request's partition_key excludes.
+        let partition_only = self.spec.partition_key.as_deref();
+        let mut visitor = |entity: &EntityView<'_>| {
+            let mut over_time = false;
+            if examined % 256 == 255 {
+                let now = Instant::now();
+                timed_out = past_deadline(now);
+                over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
+            }
+            if entity.partition_key != partition {
+                partition.clear();
+                partition.push_str(entity.partition_key);
+                examined_in_partition = 0;
+            }
+            if matches >= limit
+                || bytes >= byte_budget
+                || examined >= MAX_EXAMINED_PER_CHUNK
+                || examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
+                || over_time
+            {
+                return Ok(Visit::Stop);
+            }
+            examined += 1;
+            examined_in_partition += 1;
+            if partition_only.is_some_and(|pk| pk != entity.partition_key) {
+                return Ok(Visit::Next);
+            }
+            if let Some(filter) = filter {
+                if !FilterView::matches(filter, entity)? {
+                    return Ok(Visit::Next);
                 }
-                if entity.partition_key != partition {
-                    partition.clear();
-                    partition.push_str(entity.partition_key);
-                    examined_in_partition = 0;
-                }
-                if matches >= limit
-                    || bytes >= byte_budget
-                    || examined >= MAX_EXAMINED_PER_CHUNK
-                    || examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
-                    || over_time
-                {
-                    return Ok(Visit::Stop);
-                }
-                examined += 1;
-                examined_in_partition += 1;
-                if let Some(filter) = filter {
-                    if !FilterView::matches(filter, entity)? {
-                        return Ok(Visit::Next);
-                    }
-                }
-                matches += 1;
-                bytes += on_match(&entity.selecting(&self.spec.select))?;
-                Ok(Visit::Next)
-            })?;
+            }
+            matches += 1;
+            bytes += on_match(&entity.selecting(&self.spec.select))?;
+            Ok(Visit::Next)
+        };
+        let resume_at = match &self.index {
+            Some((index, range)) => self
+                .table
+                .visit_index(index, range, self.spec.reverse, &mut visitor)?
+                .map(ResumeAt::Sort),
+            None => self
+                .table
+                .visit(&self.ranges, self.spec.reverse, &mut visitor)?
+                .map(ResumeAt::Key),
+        };
         if timed_out {
             return Err(TableError::DeadlineExceeded);
         }
@@ -198,6 +258,28 @@ impl Scan {
             examined,
         })
     }
+}
+
+/// The index `name` of `table`, if it can answer queries.
+fn ready_index(table: &dyn Table, name: &str) -> Result<Index, TableError> {
+    let catalog = table.indexes()?;
+    let Some(index) = catalog.find(name) else {
+        return Err(TableError::IndexNotFound {
+            table: table.name().to_string(),
+            index: name.to_owned(),
+        });
+    };
+    let why = match &index.state {
+        IndexState::Ready => return Ok(index.clone()),
+        IndexState::Building => {
+            "it is being built; its state turns READY once it covers every entity".to_owned()
+        }
+        IndexState::Failed(why) => format!("its build failed ({why}); drop it"),
+    };
+    Err(TableError::IndexNotReady {
+        index: index.definition.name.clone(),
+        why,
+    })
 }
 
 #[cfg(test)]

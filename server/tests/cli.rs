@@ -53,6 +53,7 @@ async fn keygen_then_token_then_serve_with_the_key_file() {
     let refused = anonymous
         .create_table(pb::CreateTableRequest {
             table: "Orders".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -62,6 +63,7 @@ async fn keygen_then_token_then_serve_with_the_key_file() {
     admin
         .create_table(pb::CreateTableRequest {
             table: "Orders".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

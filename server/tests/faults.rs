@@ -28,6 +28,7 @@ async fn create(client: &mut Client, table: &str) {
     client
         .create_table(pb::CreateTableRequest {
             table: table.into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -111,6 +112,7 @@ async fn sigkill_during_delete_table_leaves_it_whole_or_gone() {
                 match client
                     .create_table(pb::CreateTableRequest {
                         table: table.clone(),
+                        ..Default::default()
                     })
                     .await
                 {
@@ -314,6 +316,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
         client
             .create_table(pb::CreateTableRequest {
                 table: "Another".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err(),

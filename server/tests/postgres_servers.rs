@@ -53,6 +53,7 @@ async fn create_table(client: &mut Client, table: &str) {
     client
         .create_table(pb::CreateTableRequest {
             table: table.into(),
+            ..Default::default()
         })
         .await
         .expect("create table");
@@ -314,6 +315,7 @@ async fn a_token_and_a_continuation_move_between_servers() {
     on[0]
         .create_table(pb::CreateTableRequest {
             table: "Pages".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

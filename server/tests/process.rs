@@ -24,6 +24,7 @@ struct Acknowledged {
 async fn create_table(client: &mut Client) {
     let request = pb::CreateTableRequest {
         table: TABLE.into(),
+        ..Default::default()
     };
     client.create_table(request).await.unwrap();
 }

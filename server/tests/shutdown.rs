@@ -28,6 +28,7 @@ async fn serve_closes_the_connections_still_open_after_its_grace_period_and_free
     let mut client = Client::connect(format!("http://{addr}")).await.unwrap();
     let request = pb::CreateTableRequest {
         table: TABLE.into(),
+        ..Default::default()
     };
     client.create_table(request).await.unwrap();
     let mut stream = support::stalled_scan(&mut client, TABLE).await;

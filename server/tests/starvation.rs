@@ -87,6 +87,7 @@ async fn two_hundred_unread_streams_of_a_large_table_starve_nothing_and_stay_in_
     filtered.page_size = 10;
     let fresh = pb::CreateTableRequest {
         table: "Fresh".into(),
+        ..Default::default()
     };
     let (mut querier, mut counter, mut lister, mut creator) = (
         client.clone(),

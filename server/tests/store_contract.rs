@@ -12,8 +12,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use trestle_server::model::{
-    CheckCondition, ETag, EntityKey, IfMatch, KeyPosition, KeyRange, NewEntity, Operation,
-    PatchStep, Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
+    CheckCondition, ETag, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState, KeyPosition,
+    KeyRange, NewEntity, Operation, PatchStep, Properties, StoredEntity, TableName, Ticks,
+    UpsertMode, Value,
 };
 use trestle_server::storage::{
     read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
@@ -305,7 +306,7 @@ fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
 pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
     let mut rng = Rng { state: seed };
     let name = TableName::parse("Contract").unwrap();
-    let mut table: Arc<dyn Table> = store.create_table(&name).unwrap().unwrap();
+    let mut table: Arc<dyn Table> = store.create_table(&name, &[]).unwrap().unwrap();
     let mut model = Model::new();
     for _ in 0..steps {
         match rng.below(20) {
@@ -331,7 +332,7 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
                 );
                 model.clear();
                 table = loop {
-                    match store.create_table(&name).unwrap() {
+                    match store.create_table(&name, &[]).unwrap() {
                         Ok(table) => break table,
                         // Its rows are still being reclaimed.
                         Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
@@ -387,7 +388,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     let url = postgres.database("purge");
     let name = TableName::parse("Purged").unwrap();
     let not_purging = open_postgres(&url, 1, false).unwrap();
-    let table = not_purging.create_table(&name).unwrap().unwrap();
+    let table = not_purging.create_table(&name, &[]).unwrap().unwrap();
     // More rows than one purge statement deletes.
     for chunk in 0..(trestle_server::storage::PURGE_BATCH as usize * 2 / 100 + 1) {
         let inserts = (0..100)
@@ -404,7 +405,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     }
     assert!(not_purging.delete_table(&name).unwrap());
     assert_eq!(
-        not_purging.create_table(&name).unwrap().unwrap_err(),
+        not_purging.create_table(&name, &[]).unwrap().unwrap_err(),
         CreateRefusal::BeingDeleted
     );
     drop(not_purging);
@@ -413,7 +414,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     let started = std::time::Instant::now();
     let old_table = table;
     let table = loop {
-        match purging.create_table(&name).unwrap() {
+        match purging.create_table(&name, &[]).unwrap() {
             Ok(table) => break table,
             Err(refusal) => assert_eq!(refusal, CreateRefusal::BeingDeleted),
         }
@@ -499,8 +500,54 @@ fn the_postgres_store_records_its_schema_version_and_refuses_a_newer_one() {
         .unwrap();
     let refused = open_postgres(&url, 1, true).unwrap_err();
     let message = refused.to_string();
+    let current = trestle_server::storage::SCHEMA_VERSION;
     assert!(
-        message.contains("version 2") && message.contains("build's 1"),
+        message.contains(&format!("version {}", current + 1))
+            && message.contains(&format!("build's {current}")),
         "{message}"
     );
+}
+
+#[test]
+fn the_postgres_store_upgrades_a_version_1_database_to_declared_indexes() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("upgrade");
+    // A version-1 database: no index column, relations or sequence, version 1 recorded.
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "CREATE TABLE trestle_meta (key text PRIMARY KEY, value bytea NOT NULL);
+             CREATE TABLE trestle_tables (id bigserial PRIMARY KEY, folded text NOT NULL,
+                 name text NOT NULL, live boolean NOT NULL);
+             CREATE UNIQUE INDEX trestle_tables_live ON trestle_tables (folded) WHERE live;
+             CREATE TABLE trestle_entities (table_id bigint NOT NULL, pk bytea NOT NULL,
+                 rk bytea NOT NULL, record bytea NOT NULL, PRIMARY KEY (table_id, pk, rk));
+             INSERT INTO trestle_meta VALUES ('schema_version', '\\x00000001');
+             INSERT INTO trestle_tables (folded, name, live) VALUES ('old', 'Old', true);",
+        )
+        .unwrap();
+    let store = open_postgres(&url, 1, true).unwrap();
+    let version: Vec<u8> = admin
+        .query_one(
+            "SELECT value FROM trestle_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        version,
+        trestle_server::storage::SCHEMA_VERSION.to_be_bytes()
+    );
+    // The old table is there, without indexes, and takes one.
+    let old = store
+        .table(&TableName::parse("Old").unwrap())
+        .unwrap()
+        .unwrap();
+    assert!(old.indexes().unwrap().indexes.is_empty());
+    let definition =
+        IndexDefinition::new("ByA".into(), vec!["A".into()], IndexScope::Table, false).unwrap();
+    let index = old.create_index(definition).unwrap().unwrap();
+    assert_eq!(index.state, IndexState::Building);
 }

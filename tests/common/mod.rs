@@ -116,6 +116,7 @@ impl TestServer {
         client
             .create_table(pb::CreateTableRequest {
                 table: table.into(),
+                ..Default::default()
             })
             .await
             .expect("create table");
@@ -345,6 +346,7 @@ pub async fn create_when_reclaimed(client: &mut RawClient, table: &str) -> pb::T
     loop {
         let request = pb::CreateTableRequest {
             table: table.into(),
+            ..Default::default()
         };
         match client.create_table(request).await {
             Ok(created) => return created.into_inner(),

@@ -5,7 +5,7 @@
 //! Row keys: a header's is its expense id, an inverted timestamp plus a short unique suffix, so an
 //! owner's newest expenses come first (log tail); an item's is the compound key
 //! `<expense id>_<item id>`, so a header and all its items are one prefix scan. The header keeps a
-//! precomputed total, changed in the same transaction as the items. An expense holds at most
+//! precomputed total, changed by patch increments in the same transaction as the items. An expense holds at most
 //! [`MAX_ITEMS`] items, so that deleting it (header and items) fits one transaction.
 
 use serde::{Deserialize, Serialize};
@@ -81,16 +81,6 @@ pub struct ExpenseWithItems {
     pub header: Entity<Expense>,
     /// The items, by item id.
     pub items: Vec<(String, ExpenseItem)>,
-}
-
-#[derive(Debug, Serialize)]
-struct Totals {
-    #[serde(rename = "TotalCents")]
-    total_cents: i64,
-    #[serde(rename = "ItemCount")]
-    item_count: i32,
-    #[serde(rename = "NextItem")]
-    next_item: i32,
 }
 
 #[derive(Debug, Serialize)]
@@ -223,8 +213,9 @@ impl Expenses {
         self.table.get::<Expense>((owner, expense_id)).await
     }
 
-    /// Adds an item: the item and the header's total in one transaction, conditional on the
-    /// header's ETag (retried on conflict). Returns the new item's id.
+    /// Adds an item: the item and the header's total (patch increments) in one transaction,
+    /// conditional on the header's ETag, which numbers the item and bounds the count (retried on
+    /// conflict). Returns the new item's id.
     pub async fn add_item(
         &self,
         owner: &str,
@@ -239,13 +230,15 @@ impl Expenses {
                 return Err(too_many_items(expense.item_count as usize + 1));
             }
             let id = item_id(expense.next_item);
-            let totals = Totals {
-                total_cents: expense.total_cents + item.amount_cents,
-                item_count: expense.item_count + 1,
-                next_item: expense.next_item + 1,
-            };
+            // The header's ETag guards the item's number and the item limit; the total and the
+            // counts change by increments, in the same transaction as the item.
+            let more = Patch::new()
+                .increment("TotalCents", item.amount_cents)
+                .increment("ItemCount", 1i32)
+                .increment("NextItem", 1i32)
+                .if_match(&header.etag);
             let mut tx = self.table.transaction(owner);
-            tx.merge((owner, expense_id), &totals, &header.etag)?;
+            tx.patch((owner, expense_id), &more)?;
             tx.insert((owner, item_row(expense_id, &id)), &Row::Item(item.clone()))?;
             tx.commit().await?;
             Ok(id)

@@ -5,8 +5,9 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    validate_key, CheckCondition, EntityKey, IfMatch, KeyKind, NewEntity, Operation, PatchStep,
-    Properties, StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
+    validate_key, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition, IndexScope,
+    IndexState, KeyKind, NewEntity, Operation, PatchStep, Properties, StoredEntity, Ticks,
+    UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -202,6 +203,53 @@ fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
 }
 
 /// A stored entity on the wire, its names and values moved rather than copied.
+/// An index definition from the wire, checked.
+pub(crate) fn index_definition(
+    definition: Option<pb::IndexDefinition>,
+) -> Result<IndexDefinition, ValidationError> {
+    let definition = definition
+        .ok_or_else(|| ValidationError::Argument("the request has no index definition".into()))?;
+    let scope = match pb::IndexScope::try_from(definition.scope) {
+        Ok(pb::IndexScope::Partition) => IndexScope::Partition,
+        Ok(pb::IndexScope::Table) => IndexScope::Table,
+        Err(_) => {
+            return Err(ValidationError::Argument(format!(
+                "index scope {} is not one of PARTITION (0) and TABLE (1)",
+                definition.scope
+            )))
+        }
+    };
+    IndexDefinition::new(
+        definition.name,
+        definition.properties,
+        scope,
+        definition.unique,
+    )
+}
+
+/// An index and its state, for the wire.
+pub(crate) fn index_to_pb(index: Index) -> pb::Index {
+    let (state, failure) = match index.state {
+        IndexState::Building => (pb::IndexState::Building, String::new()),
+        IndexState::Ready => (pb::IndexState::Ready, String::new()),
+        IndexState::Failed(why) => (pb::IndexState::Failed, why),
+    };
+    let definition = index.definition;
+    pb::Index {
+        definition: Some(pb::IndexDefinition {
+            name: definition.name,
+            properties: definition.properties,
+            scope: match definition.scope {
+                IndexScope::Partition => pb::IndexScope::Partition,
+                IndexScope::Table => pb::IndexScope::Table,
+            } as i32,
+            unique: definition.unique,
+        }),
+        state: state as i32,
+        failure,
+    }
+}
+
 pub(crate) fn entity_to_pb(entity: StoredEntity) -> pb::Entity {
     let etag = entity.etag().into_string();
     pb::Entity {

@@ -190,6 +190,7 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
         filter_expr: None,
         scope: None,
         deadline: None,
+        index: req.index,
     };
     (req.table, spec, req.continuation_token)
 }
@@ -217,16 +218,77 @@ impl service::table_service_server::TableService for TableApi {
         request: Request<pb::CreateTableRequest>,
     ) -> Result<Response<pb::Table>, Status> {
         let admitted = self.admit(&request)?;
-        let table = request.into_inner().table;
-        admitted.access.manage_table(&table)?;
-        let name = self
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let definitions = request
+            .indexes
+            .into_iter()
+            .map(|definition| convert::index_definition(Some(definition)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let table = request.table;
+        let (name, indexes) = self
             .executor
-            .blocking(move |engine| engine.create_table(&table))
+            .blocking(move |engine| {
+                engine.create_table_with_indexes(&table, definitions)?;
+                engine.get_table(&table)
+            })
             .await?;
         tracing::info!(table = %name, "created table");
         Ok(Response::new(pb::Table {
             name: name.to_string(),
+            indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
         }))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn get_table(
+        &self,
+        request: Request<pb::GetTableRequest>,
+    ) -> Result<Response<pb::Table>, Status> {
+        let admitted = self.admit(&request)?;
+        let table = request.into_inner().table;
+        admitted.access.describe_table(&table)?;
+        let (name, indexes) = self
+            .executor
+            .blocking(move |engine| engine.get_table(&table))
+            .await?;
+        Ok(Response::new(pb::Table {
+            name: name.to_string(),
+            indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
+        }))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn create_index(
+        &self,
+        request: Request<pb::CreateIndexRequest>,
+    ) -> Result<Response<pb::Index>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let definition = convert::index_definition(request.index).map_err(invalid)?;
+        let table = request.table;
+        let index = self
+            .executor
+            .blocking(move |engine| engine.create_index(&table, definition))
+            .await?;
+        tracing::info!(index = %index.definition.name, "declared index");
+        Ok(Response::new(convert::index_to_pb(index)))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn drop_index(
+        &self,
+        request: Request<pb::DropIndexRequest>,
+    ) -> Result<Response<pb::DropIndexResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        self.executor
+            .blocking(move |engine| engine.drop_index(&request.table, &request.index))
+            .await?;
+        Ok(Response::new(pb::DropIndexResponse {}))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
@@ -263,6 +325,7 @@ impl service::table_service_server::TableService for TableApi {
                 .into_iter()
                 .map(|name| pb::Table {
                     name: name.to_string(),
+                    indexes: Vec::new(),
                 })
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),

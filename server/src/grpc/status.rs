@@ -136,10 +136,16 @@ fn status(code: ErrorCode, message: String, operation_index: Option<usize>) -> S
 
 fn grpc_code(code: ErrorCode) -> Code {
     match code {
-        ErrorCode::TableNotFound | ErrorCode::ResourceNotFound => Code::NotFound,
+        ErrorCode::TableNotFound | ErrorCode::ResourceNotFound | ErrorCode::IndexNotFound => {
+            Code::NotFound
+        }
         ErrorCode::TableAlreadyExists
         | ErrorCode::TableBeingDeleted
-        | ErrorCode::EntityAlreadyExists => Code::AlreadyExists,
+        | ErrorCode::EntityAlreadyExists
+        | ErrorCode::IndexAlreadyExists
+        | ErrorCode::IndexValueAlreadyExists => Code::AlreadyExists,
+        ErrorCode::IndexNotReady => Code::FailedPrecondition,
+        ErrorCode::TooManyIndexes => Code::ResourceExhausted,
         ErrorCode::UpdateConditionNotSatisfied => Code::FailedPrecondition,
         ErrorCode::EntityTooLarge
         | ErrorCode::RequestBodyTooLarge

@@ -71,7 +71,7 @@ pub fn billed_size(key: &EntityKey, properties: &Properties) -> usize {
 }
 
 /// A property name must be a C# identifier of at most 255 characters and not a system name.
-fn validate_property_name(name: &str) -> Result<(), ValidationError> {
+pub(crate) fn validate_property_name(name: &str) -> Result<(), ValidationError> {
     let invalid = |why| ValidationError::PropertyNameInvalid {
         name: name.to_owned(),
         why,

@@ -4,6 +4,7 @@
 mod entity;
 mod error;
 mod etag;
+mod index;
 mod names;
 mod operation;
 mod patch;
@@ -17,6 +18,11 @@ pub use entity::{
 };
 pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, IfMatch};
+pub use index::{
+    put_escaped, put_value, successor_of_prefix, type_tag, EntryChanges, Index, IndexDefinition,
+    IndexEntry, IndexRange, IndexScope, IndexState, IndexedWrite, MAX_INDEXES_PER_TABLE,
+    MAX_INDEX_PROPERTIES,
+};
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::PatchStep;

@@ -112,6 +112,13 @@ pub enum Refusal {
     ConditionNotSatisfied,
     /// The merged entity breaks a limit.
     Invalid(ValidationError),
+    /// A unique index holds the written values for another entity.
+    IndexValueTaken {
+        /// The index.
+        index: String,
+        /// The entity holding the values.
+        holder: EntityKey,
+    },
 }
 
 impl Operation {

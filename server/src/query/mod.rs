@@ -2,12 +2,14 @@
 //! continuation tokens of its pages.
 
 pub mod filter;
+pub mod index_plan;
 pub mod plan;
 mod token;
 
 pub use filter::{Expr, Record};
+pub use index_plan::index_range;
 pub use plan::{plan, PlanKind, ScanPlan};
-pub use token::{ContinuationToken, TablesToken, TokenSeal};
+pub use token::{ContinuationToken, ResumeAt, TablesToken, TokenSeal};
 
 use crate::model::KeyRange;
 use crate::model::{
@@ -40,6 +42,8 @@ pub struct QuerySpec {
     pub scope: Option<Expr>,
     /// When the caller stops waiting: the scan stops work and fails with `OperationTimedOut`.
     pub deadline: Option<std::time::Instant>,
+    /// The declared index to read in its order; empty = key order.
+    pub index: String,
 }
 
 impl QuerySpec {
@@ -59,6 +63,11 @@ impl QuerySpec {
         }
         for bound in [&self.row_key_start, &self.row_key_end, &self.row_key_prefix] {
             validate_key(KeyKind::Row, bound)?;
+        }
+        if has_row_bounds && !self.index.is_empty() {
+            return Err(ValidationError::Argument(
+                "row_key_start, row_key_end and row_key_prefix cannot be combined with index: put RowKey conditions in the filter".into(),
+            ));
         }
         let has_range = !self.row_key_start.is_empty() || !self.row_key_end.is_empty();
         if !self.row_key_prefix.is_empty() && has_range {
@@ -108,7 +117,8 @@ impl QuerySpec {
             .field(self.row_key_end.as_bytes())
             .field(self.row_key_prefix.as_bytes())
             .field(&[u8::from(self.reverse)])
-            .field(self.filter.as_bytes());
+            .field(self.filter.as_bytes())
+            .field(self.index.to_ascii_lowercase().as_bytes());
         hash.0
     }
 }

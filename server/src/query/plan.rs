@@ -39,6 +39,8 @@ pub enum PlanKind {
     PartitionRange,
     /// The whole table.
     TableScan,
+    /// A range of a declared index.
+    Index,
 }
 
 impl PlanKind {
@@ -51,6 +53,7 @@ impl PlanKind {
             PlanKind::PartitionUnion => "partition_union",
             PlanKind::PartitionRange => "partition_range",
             PlanKind::TableScan => "table_scan",
+            PlanKind::Index => "index",
         }
     }
 }

@@ -15,6 +15,8 @@ use ring::hmac;
 use crate::model::{quoted, KeyPosition, ValidationError};
 
 const VERSION: u8 = 2;
+/// The version byte of a token resuming an index query.
+const INDEX_VERSION: u8 = 3;
 const TABLES_KIND: u8 = b'T';
 /// Bytes of the HMAC kept as a token's seal.
 const SEAL_BYTES: usize = 16;
@@ -45,7 +47,7 @@ impl TokenSeal {
     /// The bytes of token `text` whose seal holds, without the seal.
     fn open(&self, text: &str) -> Result<Vec<u8>, ValidationError> {
         let mut bytes = decode_base64(text)?;
-        if bytes.len() < 1 + SEAL_BYTES || bytes[0] != VERSION {
+        if bytes.len() < 1 + SEAL_BYTES || !matches!(bytes[0], VERSION | INDEX_VERSION) {
             return Err(invalid(text, "it is not a token this server issued"));
         }
         let body_len = bytes.len() - SEAL_BYTES;
@@ -59,6 +61,15 @@ impl TokenSeal {
     }
 }
 
+/// Where a scan resumes: at an entity's keys, or at a sort key of the index it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeAt {
+    /// An entity's position in key order.
+    Key(KeyPosition),
+    /// An entry's sort key in the index's order.
+    Sort(Vec<u8>),
+}
+
 /// Where the next page of an entity query starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinuationToken {
@@ -67,7 +78,7 @@ pub struct ContinuationToken {
     /// The shape of the query that issued it ([`super::QuerySpec::shape`]).
     pub shape: u64,
     /// The entity the next page starts at (inclusive, in the query's direction).
-    pub resume_at: KeyPosition,
+    pub resume_at: ResumeAt,
 }
 
 impl ContinuationToken {
@@ -76,10 +87,18 @@ impl ContinuationToken {
     /// # Panics
     /// If `resume_at` is not an entity's position (scans resume at entities).
     pub fn encode(&self, seal: &TokenSeal) -> String {
-        let (partition_key, row_key) = self
-            .resume_at
-            .entity_key()
-            .expect("a scan resumes at an entity");
+        let position = match &self.resume_at {
+            ResumeAt::Key(position) => position,
+            ResumeAt::Sort(sort_key) => {
+                let mut bytes = Vec::with_capacity(17 + sort_key.len() + SEAL_BYTES);
+                bytes.push(INDEX_VERSION);
+                bytes.extend_from_slice(&self.table_id.to_be_bytes());
+                bytes.extend_from_slice(&self.shape.to_be_bytes());
+                bytes.extend_from_slice(sort_key);
+                return seal.seal(bytes);
+            }
+        };
+        let (partition_key, row_key) = position.entity_key().expect("a scan resumes at an entity");
         let partition_len =
             u16::try_from(partition_key.len()).expect("a PartitionKey is at most 1 KiB");
         let mut bytes =
@@ -101,8 +120,28 @@ impl ContinuationToken {
         shape: u64,
     ) -> Result<ContinuationToken, ValidationError> {
         let bytes = seal.open(text)?;
+        let token = if bytes[0] == INDEX_VERSION && bytes.len() >= 17 {
+            ContinuationToken {
+                table_id: u64::from_be_bytes(bytes[1..9].try_into().expect("8 bytes")),
+                shape: u64::from_be_bytes(bytes[9..17].try_into().expect("8 bytes")),
+                resume_at: ResumeAt::Sort(bytes[17..].to_vec()),
+            }
+        } else {
+            Self::decode_key_token(text, &bytes)?
+        };
+        if token.table_id != table_id {
+            return Err(invalid(text, "it belongs to another table"));
+        }
+        if token.shape != shape {
+            return Err(invalid(text, "it belongs to a different query"));
+        }
+        Ok(token)
+    }
+
+    /// The token of a key-order query, from its opened bytes.
+    fn decode_key_token(text: &str, bytes: &[u8]) -> Result<ContinuationToken, ValidationError> {
         let not_a_token = || invalid(text, "it is not a continuation token");
-        if bytes.len() < HEADER_BYTES {
+        if bytes.len() < HEADER_BYTES || bytes[0] != VERSION {
             return Err(not_a_token());
         }
         let partition_len = usize::from(u16::from_be_bytes([bytes[17], bytes[18]]));
@@ -117,18 +156,11 @@ impl ContinuationToken {
         ) else {
             return Err(not_a_token());
         };
-        let token = ContinuationToken {
+        Ok(ContinuationToken {
             table_id: u64::from_be_bytes(bytes[1..9].try_into().expect("8 bytes")),
             shape: u64::from_be_bytes(bytes[9..17].try_into().expect("8 bytes")),
-            resume_at: KeyPosition::row(partition_key, row_key),
-        };
-        if token.table_id != table_id {
-            return Err(invalid(text, "it belongs to another table"));
-        }
-        if token.shape != shape {
-            return Err(invalid(text, "it belongs to a different query"));
-        }
-        Ok(token)
+            resume_at: ResumeAt::Key(KeyPosition::row(partition_key, row_key)),
+        })
     }
 }
 
@@ -190,7 +222,7 @@ mod tests {
         let token = ContinuationToken {
             table_id: 3,
             shape: 9,
-            resume_at: KeyPosition::row("p", "r"),
+            resume_at: ResumeAt::Key(KeyPosition::row("p", "r")),
         };
         (token, TokenSeal::new(b"secret"))
     }
@@ -207,6 +239,16 @@ mod tests {
         assert!(ContinuationToken::decode(&text, &seal, 3, 8).is_err());
         assert!(ContinuationToken::decode("garbage!", &seal, 3, 9).is_err());
         assert!(ContinuationToken::decode("AAAA", &seal, 3, 9).is_err());
+        let index_token = ContinuationToken {
+            resume_at: ResumeAt::Sort(vec![0x80, b'x', 0, 1]),
+            ..token
+        };
+        let text = index_token.encode(&seal);
+        assert_eq!(
+            ContinuationToken::decode(&text, &seal, 3, 9).unwrap(),
+            index_token
+        );
+        assert!(ContinuationToken::decode(&text, &seal, 3, 8).is_err());
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub enum StorageError {
     /// The PostgreSQL store's database holds a newer schema than this build's.
     #[error("the database has Trestle schema version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was changed)")]
     UnsupportedSchema { found: u32, supported: u32 },
+    /// The index a build step or state change names was dropped (the build stops).
+    #[error("the index was dropped")]
+    IndexGone,
     /// Free space on the data directory's disk is below the reserve: writes are refused before
     /// they start, so sled never meets a full disk mid-write.
     #[error("the data directory's disk has {free_mib} MiB free, below the {reserve_mib} MiB reserve; writes resume once space is freed")]

@@ -21,6 +21,7 @@
 
 mod codec;
 mod error;
+mod indexes;
 mod postgres_store;
 mod sled_store;
 
@@ -29,6 +30,10 @@ use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
 pub use error::{RejectReason, Rejection, StorageError};
+pub use indexes::{
+    build_in_background, clash_within_commit, entity_sort_key, value_taken, BuildStep,
+    IndexCatalog, IndexRefusal,
+};
 pub use postgres_store::{
     PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
 };
@@ -37,7 +42,9 @@ pub use sled_store::{
     FORMAT_KEY, SECRET_BYTES,
 };
 
-use crate::model::{EntityKey, Operation, StoredEntity, TableName};
+use crate::model::{
+    EntityKey, Index, IndexDefinition, IndexRange, IndexState, Operation, StoredEntity, TableName,
+};
 pub use crate::model::{KeyPosition, KeyRange};
 
 /// A durability ticket: a write is durable once the store's durable ticket reaches its own.
@@ -128,10 +135,12 @@ pub trait Store: Send + Sync + Debug {
     /// The live table called `name` (ignoring case), if any.
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError>;
 
-    /// Creates a table, durably.
+    /// Creates a table with `indexes` (checked: distinct names, at most
+    /// [`crate::model::MAX_INDEXES_PER_TABLE`]), ready at once, durably.
     fn create_table(
         &self,
         name: &TableName,
+        indexes: &[IndexDefinition],
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError>;
 
     /// Deletes a table: it disappears at once, durably, and its rows are reclaimed in the
@@ -178,8 +187,53 @@ pub trait Store: Send + Sync + Debug {
     fn calls_are_local(&self) -> bool;
 }
 
-/// One live table: point reads, scans, and the single commit path.
-pub trait Table: Send + Sync + Debug {
+/// A table's declared indexes: part of the [`Table`] contract. Every commit keeps every index
+/// that is not `Failed` in the same atomic write as its entities (`model::EntryChanges`), and
+/// refuses a value a unique index holds for another entity (`Refusal::IndexValueTaken`). Sort
+/// keys are the model's order-preserving encoding of the indexed values (`model::IndexDefinition::
+/// sort_key`), the same for every store.
+pub trait Indexed {
+    /// The table's indexes, as of the handle's lookup or later.
+    fn indexes(&self) -> Result<IndexCatalog, StorageError>;
+
+    /// Declares an index, durably, `Building`: commits keep it from now on, and
+    /// [`build_in_background`] adds the entities already there.
+    fn create_index(
+        &self,
+        definition: IndexDefinition,
+    ) -> Result<Result<Index, IndexRefusal>, StorageError>;
+
+    /// Drops the index called `name` (ignoring case) at once, durably; its entries are reclaimed
+    /// in the background. `Ok(false)` if there is no such index.
+    fn drop_index(&self, name: &str) -> Result<bool, StorageError>;
+
+    /// Adds the entries of one bounded run of entities, from `from` (the start if `None`), of one
+    /// partition, holding that partition against commits meanwhile. [`StorageError::IndexGone`]
+    /// once the index is dropped.
+    fn build_index(
+        &self,
+        index_id: u64,
+        from: Option<KeyPosition>,
+    ) -> Result<BuildStep, StorageError>;
+
+    /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
+    fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;
+
+    /// Visits the entities `index` holds in `range`, in the index's order (descending if
+    /// `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at (to
+    /// resume from, inclusive), or `None` when the range is exhausted. Only entities whose
+    /// current values are the entry's are visited.
+    fn visit_index(
+        &self,
+        index: &Index,
+        range: &IndexRange,
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<Vec<u8>>, StorageError>;
+}
+
+/// One live table: point reads, scans, the single commit path, and its indexes ([`Indexed`]).
+pub trait Table: Indexed + Send + Sync + Debug {
     /// The table's name as created.
     fn name(&self) -> &TableName;
 

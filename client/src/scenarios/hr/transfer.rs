@@ -3,12 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    email_row, employee_row, into_employee, name_row, transfer_row, CountUpdate, Employee, Hr,
-    Person, DEPARTMENT_ROW,
-};
+use super::{employee_row, into_employee, transfer_row, Employee, Hr, Person, DEPARTMENT_ROW};
 use crate::keys::{compound, prefix_end};
-use crate::{Error, ErrorKind, Filter, IfMatch, Result};
+use crate::{Error, ErrorCode, ErrorKind, Filter, Patch, Result};
 
 /// The durable record of a transfer in flight, kept in the source partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,36 +72,24 @@ impl Hr {
     /// Adds the employee to the target department unless it is already there.
     async fn arrive(&self, record: &TransferRecord, employee: &Employee) -> Result<()> {
         let target = record.to_department.as_str();
-        loop {
-            let department = self.department(target).await?;
-            let arrived = Employee {
-                department_name: department.value.name.clone(),
-                manager: department.value.manager.clone(),
-                ..employee.clone()
-            };
-            let mut tx = self.table.transaction(target);
-            tx.merge(
-                (target, DEPARTMENT_ROW),
-                &CountUpdate {
-                    employee_count: department.value.employee_count + 1,
-                },
-                &department.etag,
-            )?;
-            self.add_employee_rows(&mut tx, target, &arrived)?;
-            match tx.commit().await {
-                Ok(_) => return Ok(()),
-                // The employee row already exists: an earlier attempt arrived.
-                Err(error) if error.is_conflict() && error.operation_index() == Some(1) => {
-                    return Ok(())
-                }
-                Err(error) if error.is_precondition_failed() => continue,
-                Err(error) => return Err(error),
-            }
+        let department = self.department(target).await?;
+        let arrived = Employee {
+            department_name: department.value.name,
+            manager: department.value.manager,
+            ..employee.clone()
+        };
+        let mut tx = self.table.transaction(target);
+        self.add_employee(&mut tx, target, &arrived)?;
+        match tx.commit().await {
+            Ok(_) => Ok(()),
+            // The employee row already exists: an earlier attempt arrived.
+            Err(error) if error.code() == Some(ErrorCode::EntityAlreadyExists) => Ok(()),
+            Err(error) => Err(error),
         }
     }
 
-    /// Removes the employee, its index rows and the transfer record from the source, and drops the
-    /// source count, in one transaction; done already if the record is gone.
+    /// Removes the employee and the transfer record from the source, and drops the source count
+    /// (a patch increment), in one transaction; done already if the record is gone.
     async fn depart(&self, record: &TransferRecord) -> Result<()> {
         let source = record.from_department.as_str();
         let id = record.employee_id.as_str();
@@ -116,22 +101,11 @@ impl Hr {
             else {
                 return Ok(());
             };
-            let department = self.department(source).await?;
             let employee = self.employee(source, id).await?;
             let mut tx = self.table.transaction(source);
-            tx.merge(
-                (source, DEPARTMENT_ROW),
-                &CountUpdate {
-                    employee_count: department.value.employee_count - 1,
-                },
-                &department.etag,
-            )?;
+            let one_less = Patch::new().increment("EmployeeCount", -1i64);
+            tx.patch((source, DEPARTMENT_ROW), &one_less)?;
             tx.delete((source, employee_row(id)), &employee.etag)?;
-            tx.delete((source, email_row(&employee.value.email)), IfMatch::Any)?;
-            tx.delete(
-                (source, name_row(&employee.value.last_name, id)),
-                IfMatch::Any,
-            )?;
             tx.delete((source, transfer_row(id)), &transfer.etag)?;
             match tx.commit().await {
                 Ok(_) => return Ok(()),

@@ -70,7 +70,7 @@ pub(crate) fn small_properties<T>(
 }
 
 /// An entity with 10 small properties, `V` = `v`.
-fn small_entity(pk: String, rk: String, v: i32) -> pb::Entity {
+pub(crate) fn small_entity(pk: String, rk: String, v: i32) -> pb::Entity {
     let value = |kind| pb::Value { kind: Some(kind) };
     pb::Entity {
         partition_key: pk,
@@ -106,12 +106,31 @@ pub(crate) fn row_key(r: u64) -> String {
 /// Creates `table` and fills `partitions` × `rows` entities with 100-insert transactions from 8
 /// concurrent loaders. Returns how long it took.
 pub(crate) async fn load(client: &Client, table: &str, partitions: u64, rows: u64) -> Duration {
+    let create = pb::CreateTableRequest {
+        table: table.into(),
+        ..Default::default()
+    };
+    load_with(client, create, partitions, rows, |p, r| {
+        small_entity(partition_key(p), row_key(r), r as i32)
+    })
+    .await
+}
+
+/// Creates a table as `create` says and fills `partitions` × `rows` entities, `entity(p, r)`
+/// each, with 100-insert transactions from 8 concurrent loaders. Returns how long it took.
+pub(crate) async fn load_with(
+    client: &Client,
+    create: pb::CreateTableRequest,
+    partitions: u64,
+    rows: u64,
+    entity: fn(u64, u64) -> pb::Entity,
+) -> Duration {
     let started = Instant::now();
+    let table = create.table.clone();
+    let table = table.as_str();
     client
         .clone()
-        .create_table(pb::CreateTableRequest {
-            table: table.into(),
-        })
+        .create_table(create)
         .await
         .expect("create table");
     let chunks: Vec<(u64, u64)> = (0..partitions)
@@ -134,7 +153,7 @@ pub(crate) async fn load(client: &Client, table: &str, partitions: u64, rows: u6
                     return;
                 };
                 let ops = (first..(first + 100).min(rows))
-                    .map(|r| insert_op(small_entity(partition_key(p), row_key(r), r as i32)))
+                    .map(|r| insert_op(entity(p, r)))
                     .collect();
                 let request = pb::SubmitTransactionRequest {
                     table: table.clone(),
@@ -160,6 +179,7 @@ pub(crate) async fn load_scan_table(client: &Client, rows: u64) {
     client
         .create_table(pb::CreateTableRequest {
             table: SCAN_TABLE.into(),
+            ..Default::default()
         })
         .await
         .expect("create scan table");
@@ -202,6 +222,7 @@ pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
         table: "InsertBench".into(),
+        ..Default::default()
     })
     .await
     .expect("create");
@@ -233,6 +254,7 @@ pub(crate) async fn tx_insert_100(client: &Client, plan: &Plan) -> Measurement {
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
         table: "TxBench".into(),
+        ..Default::default()
     })
     .await
     .expect("create");
@@ -264,6 +286,7 @@ pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
         table: "HotBench".into(),
+        ..Default::default()
     })
     .await
     .expect("create");
@@ -543,6 +566,7 @@ pub(crate) async fn hot_counter(client: &Client, plan: &Plan) -> (Measurement, b
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
         table: COUNTER_TABLE.into(),
+        ..Default::default()
     })
     .await
     .expect("create");
@@ -593,6 +617,7 @@ pub(crate) async fn hot_counter_read_modify_write(client: &Client, plan: &Plan) 
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
         table: table.into(),
+        ..Default::default()
     })
     .await
     .expect("create");

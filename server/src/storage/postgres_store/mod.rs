@@ -12,6 +12,7 @@
 //!
 //! The SQL keeps to what PostgreSQL, YugabyteDB (YSQL) and Citus all run.
 
+mod indexes;
 mod pool;
 mod purge;
 mod table;
@@ -23,15 +24,19 @@ use postgres::Client;
 
 use self::pool::Pool;
 pub use self::table::PostgresTable;
-use super::{CreateRefusal, StorageError, Store, StoreSecret, Table};
-use crate::model::TableName;
+use super::{
+    build_in_background, CreateRefusal, IndexCatalog, StorageError, Store, StoreSecret, Table,
+};
+use crate::model::{IndexDefinition, IndexState, TableName};
 
 pub(crate) use self::pool::{explain, is_unreachable};
 pub use self::purge::PURGE_BATCH;
 
 /// The schema this build creates and reads. A database records its version in `trestle_meta`;
-/// one of an older version is upgraded (none exists yet), one of a newer is refused.
-pub const SCHEMA_VERSION: u32 = 1;
+/// one of an older version is upgraded (version 2 added the indexes: a column of
+/// `trestle_tables` and three relations, created by [`SCHEMA`] where missing), one of a newer is
+/// refused (an older server would write entities without their index entries).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The schema, created under an advisory lock: servers starting together over a new database
 /// would otherwise race in `CREATE ... IF NOT EXISTS`.
@@ -45,12 +50,23 @@ CREATE UNIQUE INDEX IF NOT EXISTS trestle_tables_live ON trestle_tables (folded)
 CREATE TABLE IF NOT EXISTS trestle_entities (
     table_id bigint NOT NULL, pk bytea NOT NULL, rk bytea NOT NULL, record bytea NOT NULL,
     PRIMARY KEY (table_id, pk, rk));
+ALTER TABLE trestle_tables ADD COLUMN IF NOT EXISTS indexes bytea NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS trestle_index_entries (
+    index_id bigint NOT NULL, sort_key bytea NOT NULL, pk bytea NOT NULL, rk bytea NOT NULL,
+    PRIMARY KEY (index_id, sort_key));
+CREATE SEQUENCE IF NOT EXISTS trestle_index_ids;
+CREATE TABLE IF NOT EXISTS trestle_dropped_indexes (index_id bigint PRIMARY KEY);
 COMMIT;
 ";
 
-const FIND_TABLE: &str = "SELECT id, name FROM trestle_tables WHERE folded = $1 AND live";
-const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live)
-    SELECT $1, $2, true WHERE NOT EXISTS
+const FIND_TABLE: &str = "SELECT id, name, indexes FROM trestle_tables WHERE folded = $1 AND live";
+const BUILDING_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables
+    WHERE live AND indexes <> ''::bytea";
+/// The indexes of a table being deleted, for the purger.
+const DROP_TABLE_INDEXES: &str = "INSERT INTO trestle_dropped_indexes
+    SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING";
+const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live, indexes)
+    SELECT $1, $2, true, $3 WHERE NOT EXISTS
         (SELECT 1 FROM trestle_tables WHERE folded = $1 AND NOT live)
     ON CONFLICT (folded) WHERE live DO NOTHING RETURNING id";
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
@@ -116,19 +132,44 @@ impl PostgresStore {
         if options.purge_deleted_tables {
             purge::start(&pool, wake_purger.clone());
         }
-        Ok(PostgresStore {
+        let store = PostgresStore {
             pool,
             secret,
             wake_purger,
-        })
+        };
+        store.resume_builds()?;
+        Ok(store)
     }
 
-    fn table_of(&self, id: i64, name: TableName) -> Arc<PostgresTable> {
+    fn table_of(&self, id: i64, name: TableName, catalog: IndexCatalog) -> Arc<PostgresTable> {
         Arc::new(PostgresTable {
             id,
             name,
             pool: self.pool.clone(),
+            catalog,
         })
+    }
+
+    /// The table of a catalog row `(id, name, indexes)`.
+    fn table_of_row(&self, row: &postgres::Row) -> Result<Arc<PostgresTable>, StorageError> {
+        let name = TableName::parse(row.get::<_, &str>(1))
+            .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
+        let catalog = IndexCatalog::decode(row.get(2))?;
+        Ok(self.table_of(row.get(0), name, catalog))
+    }
+
+    /// Starts the builds of every index still `Building` (their builder stopped, or is another
+    /// server's: a second builder adds the same entries).
+    fn resume_builds(&self) -> Result<(), StorageError> {
+        for row in self.pool.query(BUILDING_TABLES, &[])? {
+            let table = self.table_of_row(&row)?;
+            for index in &table.catalog.indexes {
+                if index.state == IndexState::Building {
+                    build_in_background(table.clone(), index.id);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -147,7 +188,8 @@ fn describe(config: &postgres::Config) -> String {
     )
 }
 
-/// Records this build's schema version in a new database; refuses a database of a newer one.
+/// Records this build's schema version in a new database, or in an older one [`SCHEMA`] upgraded;
+/// refuses a database of a newer one.
 fn check_schema_version(client: &mut Client) -> Result<(), StorageError> {
     client.execute(
         "INSERT INTO trestle_meta VALUES ('schema_version', $1) ON CONFLICT DO NOTHING",
@@ -166,6 +208,18 @@ fn check_schema_version(client: &mut Client) -> Result<(), StorageError> {
             found,
             supported: SCHEMA_VERSION,
         });
+    }
+    if found < SCHEMA_VERSION {
+        // `SCHEMA` has just added what the newer versions need; record that it did.
+        client.execute(
+            "UPDATE trestle_meta SET value = $1 WHERE key = 'schema_version'",
+            &[&SCHEMA_VERSION.to_be_bytes().as_slice()],
+        )?;
+        tracing::info!(
+            from = found,
+            to = SCHEMA_VERSION,
+            "upgraded the database's schema"
+        );
     }
     Ok(())
 }
@@ -190,9 +244,7 @@ impl Store for PostgresStore {
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
         let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
         let Some(row) = found else { return Ok(None) };
-        let name = TableName::parse(row.get::<_, &str>(1))
-            .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
-        Ok(Some(self.table_of(row.get(0), name)))
+        Ok(Some(self.table_of_row(&row)?))
     }
 
     /// One query over the live tables, in byte order of their folded names.
@@ -219,12 +271,28 @@ impl Store for PostgresStore {
     fn create_table(
         &self,
         name: &TableName,
+        indexes: &[IndexDefinition],
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError> {
         let created = self.pool.with(|connection| {
             let (client, mut prepared) = connection.parts();
+            let mut catalog = IndexCatalog::default();
+            for definition in indexes {
+                let id: i64 = client
+                    .query_one("SELECT nextval('trestle_index_ids')", &[])?
+                    .get(0);
+                catalog
+                    .declare(id as u64, definition.clone(), IndexState::Ready)
+                    .map_err(|refusal| {
+                        StorageError::Corrupt(format!("unchecked index definitions: {refusal:?}"))
+                    })?;
+            }
             let create_table = prepared.get(client, CREATE_TABLE)?;
-            if let Some(row) = client.query_opt(&create_table, &[&name.folded(), &name.as_str()])? {
-                return Ok(Ok(row.get::<_, i64>(0)));
+            let row = client.query_opt(
+                &create_table,
+                &[&name.folded(), &name.as_str(), &catalog.encode()],
+            )?;
+            if let Some(row) = row {
+                return Ok(Ok((row.get::<_, i64>(0), catalog)));
             }
             let name_taken = prepared.get(client, NAME_TAKEN_BY_LIVE)?;
             let live: Option<bool> = client.query_one(&name_taken, &[&name.folded()])?.get(0);
@@ -235,7 +303,7 @@ impl Store for PostgresStore {
                 CreateRefusal::BeingDeleted
             }))
         })?;
-        Ok(created.map(|id| self.table_of(id, name.clone()) as Arc<dyn Table>))
+        Ok(created.map(|(id, catalog)| self.table_of(id, name.clone(), catalog) as Arc<dyn Table>))
     }
 
     /// Marks the table deleted (at once, for every server, once the commits under way on it are
@@ -253,6 +321,12 @@ impl Store for PostgresStore {
             tx.execute(&lock_table, &[&id])?;
             let delete_table = prepared.get(&mut tx, DELETE_TABLE)?;
             let deleted = tx.execute(&delete_table, &[&id])? == 1;
+            let catalog = IndexCatalog::decode(found.get(2))?;
+            if deleted && !catalog.indexes.is_empty() {
+                let ids: Vec<i64> = catalog.indexes.iter().map(|i| i.id as i64).collect();
+                let drop_indexes = prepared.get(&mut tx, DROP_TABLE_INDEXES)?;
+                tx.execute(&drop_indexes, &[&ids])?;
+            }
             tx.commit()?;
             Ok(deleted)
         })?;

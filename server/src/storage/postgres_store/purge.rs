@@ -1,4 +1,4 @@
-//! Background purging of deleted tables: a deleted table's catalog row stays (not live) until its
+//! Background purging of deleted tables and dropped indexes: a deleted table's catalog row stays (not live) until its
 //! entities are gone, deleted in bounded batches by a thread of every server over the database,
 //! so that a purge a server did not finish (it stopped, it died) is finished by another, or by
 //! itself after a restart. While the row stays, the name answers `TableBeingDeleted`.
@@ -20,6 +20,10 @@ const DELETED_TABLE: &str = "SELECT id FROM trestle_tables WHERE NOT live ORDER 
 const PURGE_ROWS: &str = "DELETE FROM trestle_entities WHERE (table_id, pk, rk) IN
     (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1 LIMIT $2)";
 const FORGET_TABLE: &str = "DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
+const DROPPED_INDEX: &str = "SELECT index_id FROM trestle_dropped_indexes LIMIT 1";
+const PURGE_ENTRIES: &str = "DELETE FROM trestle_index_entries WHERE (index_id, sort_key) IN
+    (SELECT index_id, sort_key FROM trestle_index_entries WHERE index_id = $1 LIMIT $2)";
+const FORGET_INDEX: &str = "DELETE FROM trestle_dropped_indexes WHERE index_id = $1";
 
 /// Wakes the purger (after a deletion); it stops once the store is gone.
 #[derive(Debug, Default)]
@@ -72,11 +76,23 @@ fn run(pool: &Weak<Pool>, wake: &Wake) {
     }
 }
 
-/// Deletes one batch of a deleted table's entities, or, when none is left, the table's catalog
-/// row. `false` when no deleted table is left.
+/// Deletes one batch of a dropped index's entries (an index of a deleted table, too), or, when
+/// none is left, forgets the index; else one batch of a deleted table's entities, or, when none
+/// is left, the table's catalog row. `false` when nothing is left to purge.
 fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
     pool.with(|connection| {
         let (client, mut prepared) = connection.parts();
+        let dropped_index = prepared.get(client, DROPPED_INDEX)?;
+        if let Some(index) = client.query_opt(&dropped_index, &[])? {
+            let id: i64 = index.get(0);
+            let purge_entries = prepared.get(client, PURGE_ENTRIES)?;
+            if client.execute(&purge_entries, &[&id, &PURGE_BATCH])? == 0 {
+                let forget_index = prepared.get(client, FORGET_INDEX)?;
+                client.execute(&forget_index, &[&id])?;
+                tracing::info!(index_id = id, "a dropped index is purged");
+            }
+            return Ok(true);
+        }
         let deleted_table = prepared.get(client, DELETED_TABLE)?;
         let Some(table) = client.query_opt(&deleted_table, &[])? else {
             return Ok(false);

@@ -9,13 +9,15 @@ use std::sync::Arc;
 use postgres::types::ToSql;
 use postgres::{IsolationLevel, Transaction};
 
+use super::indexes::from_hex;
 use super::pool::{is_retryable, is_unique_violation, Pool, Prepared};
 use crate::model::{
-    Effect, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
+    Effect, EntityKey, IndexedWrite, KeyPosition, KeyRange, Operation, RowPosition, TableName,
+    Ticks,
 };
 use crate::storage::{
-    codec, in_scan_order, Attempt, Committed, EntityView, RejectReason, Rejection, StorageError,
-    Table, Visit, Visitor, Waiting,
+    codec, in_scan_order, Attempt, Committed, EntityView, IndexCatalog, RejectReason, Rejection,
+    StorageError, Table, Visit, Visitor, Waiting,
 };
 
 /// Rows a scan fetches from its portal at a time.
@@ -33,7 +35,7 @@ const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
 /// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
 /// write nothing, however many commits hold them at once. (The two-key space is apart from the
 /// partitions' one-key space.)
-fn table_lock(table_id: i64) -> String {
+pub(super) fn table_lock(table_id: i64) -> String {
     format!("29810, {}", table_id % i64::from(i32::MAX))
 }
 
@@ -62,10 +64,12 @@ pub struct PostgresTable {
     pub(super) id: i64,
     pub(super) name: TableName,
     pub(super) pool: Arc<Pool>,
+    /// The table's indexes as of its lookup (commits read them afresh).
+    pub(super) catalog: IndexCatalog,
 }
 
 /// The advisory-lock key of a partition: 64 bits of FNV-1a over the table id and the key.
-fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
+pub(super) fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in table_id
         .to_be_bytes()
@@ -102,10 +106,11 @@ impl Table for PostgresTable {
                 // Whatever fails or is refused is rolled back. (A rollback that fails has lost
                 // the connection, which the pool replaces; the first error is the one told.)
                 let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
-                self.begin_locked(client, partition_key)?;
+                let catalog = self.begin_locked(client, partition_key)?;
                 let mut outcome = self.commit_in(
                     client,
                     &mut prepared,
+                    &catalog,
                     partition_key,
                     &operations,
                     inserts_only,
@@ -113,9 +118,15 @@ impl Table for PostgresTable {
                 if inserts_only && outcome.as_ref().is_err_and(is_unique_violation) {
                     // A row exists: again, reading the rows, to refuse the right operation.
                     client.batch_execute("ROLLBACK")?;
-                    self.begin_locked(client, partition_key)?;
-                    outcome =
-                        self.commit_in(client, &mut prepared, partition_key, &operations, false);
+                    let catalog = self.begin_locked(client, partition_key)?;
+                    outcome = self.commit_in(
+                        client,
+                        &mut prepared,
+                        &catalog,
+                        partition_key,
+                        &operations,
+                        false,
+                    );
                 }
                 match outcome {
                     Ok(Ok(_)) => client.batch_execute("COMMIT")?,
@@ -175,11 +186,7 @@ impl Table for PostgresTable {
             let (client, mut prepared) = connection.parts();
             // One snapshot for the whole call: every partition is seen at one instant, never
             // half a commit, however many fetches its rows take.
-            let mut snapshot = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut snapshot = read_snapshot(client)?;
             for range in in_scan_order(ranges, reverse) {
                 let stop =
                     self.visit_range(&mut snapshot, &mut prepared, range, reverse, visitor)?;
@@ -193,19 +200,30 @@ impl Table for PostgresTable {
 }
 
 impl PostgresTable {
-    /// Begins a transaction holding the table (shared) and the partition, in one round trip (the
-    /// lock keys are numbers).
+    /// Begins a transaction holding the table (shared) and the partition, and reads the table's
+    /// indexes as they are under the lock (an index declared or dropped takes the table's lock
+    /// exclusively), in one round trip: the lock keys are numbers.
     fn begin_locked(
         &self,
         client: &mut postgres::Client,
         partition_key: &str,
-    ) -> Result<(), StorageError> {
-        client.batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({})",
+    ) -> Result<IndexCatalog, StorageError> {
+        let messages = client.simple_query(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({});
+             SELECT encode(indexes, 'hex') AS indexes FROM trestle_tables WHERE id = {}",
             table_lock(self.id),
-            partition_lock(self.id, partition_key)
+            partition_lock(self.id, partition_key),
+            self.id
         ))?;
-        Ok(())
+        for message in messages {
+            if let postgres::SimpleQueryMessage::Row(row) = message {
+                if row.columns().first().is_some_and(|c| c.name() == "indexes") {
+                    return IndexCatalog::decode(&from_hex(row.get(0).unwrap_or(""))?);
+                }
+            }
+        }
+        // The table's row is purged: the commit finds the table gone.
+        Ok(IndexCatalog::default())
     }
 
     /// Checks every operation against the partition's current rows (read in one statement) and
@@ -216,10 +234,13 @@ impl PostgresTable {
         &self,
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
+        catalog: &IndexCatalog,
         partition_key: &str,
         operations: &[Operation],
         inserts_only: bool,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
+        let indexed = catalog.any_kept();
+        let mut indexed_writes = Vec::new();
         let pk = partition_key.as_bytes();
         let gone = Rejection {
             index: 0,
@@ -257,6 +278,10 @@ impl PostgresTable {
                     codec::decode_selected(key, record, None)
                 })
                 .transpose()?;
+            let before = match indexed {
+                true => found.as_ref().map(|entity| entity.properties.clone()),
+                false => None,
+            };
             match operation.clone().resolve(found, now) {
                 Err(refusal) => {
                     return Ok(Err(Rejection {
@@ -266,10 +291,26 @@ impl PostgresTable {
                 }
                 Ok(Effect::Put(entity)) => {
                     records.push(codec::encode(entity.timestamp, &entity.properties));
+                    if indexed {
+                        indexed_writes.push(IndexedWrite {
+                            operation: index,
+                            row_key: row_key.clone(),
+                            before,
+                            after: Some(entity.properties.clone()),
+                        });
+                    }
                     written.push(row_key.into_bytes());
                     stored.push(Some(entity));
                 }
                 Ok(Effect::Remove) => {
+                    if indexed {
+                        indexed_writes.push(IndexedWrite {
+                            operation: index,
+                            row_key: row_key.clone(),
+                            before,
+                            after: None,
+                        });
+                    }
                     deleted.push(row_key.into_bytes());
                     stored.push(None);
                 }
@@ -290,6 +331,13 @@ impl PostgresTable {
         if !deleted.is_empty() {
             let delete_rows = prepared.get(tx, DELETE_ROWS)?;
             tx.execute(&delete_rows, &[&self.id, &pk, &deleted])?;
+        }
+        if indexed {
+            let written =
+                self.write_entries(tx, prepared, catalog, partition_key, &indexed_writes)?;
+            if let Err(rejection) = written {
+                return Ok(Err(rejection));
+            }
         }
         Ok(Ok(Committed {
             stored,
@@ -325,20 +373,55 @@ impl PostgresTable {
         let statement = prepared.get(snapshot, &sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
         let portal = snapshot.bind(&statement, &refs)?;
-        loop {
-            let rows = snapshot.query_portal(&portal, SCAN_BATCH)?;
-            for row in &rows {
-                let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
-                let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
-                let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
-                let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
-                if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
-                    return Ok(Some(KeyPosition::row(pk, rk)));
-                }
+        let stopped_at = visit_portal(snapshot, &portal, visitor)?;
+        Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
+    }
+}
+
+/// A read-only `REPEATABLE READ` transaction: one snapshot for a whole scan call.
+pub(super) fn read_snapshot(
+    client: &mut postgres::Client,
+) -> Result<Transaction<'_>, postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+}
+
+/// Where a visitor stopped: the entity's keys, and the row it came in.
+pub(super) struct StoppedAt {
+    pub(super) partition_key: String,
+    pub(super) row_key: String,
+    pub(super) row: postgres::Row,
+}
+
+/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched
+/// [`SCAN_BATCH`] rows at a time, until it stops (where, then) or the rows run out.
+pub(super) fn visit_portal(
+    snapshot: &mut Transaction<'_>,
+    portal: &postgres::Portal,
+    visitor: &mut Visitor<'_>,
+) -> Result<Option<StoppedAt>, StorageError> {
+    loop {
+        let rows = snapshot.query_portal(portal, SCAN_BATCH)?;
+        let fetched = rows.len();
+        for row in rows {
+            let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
+            let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
+            let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
+            let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
+            if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
+                let (partition_key, row_key) = (pk.to_owned(), rk.to_owned());
+                return Ok(Some(StoppedAt {
+                    partition_key,
+                    row_key,
+                    row,
+                }));
             }
-            if rows.len() < SCAN_BATCH as usize {
-                return Ok(None);
-            }
+        }
+        if fetched < SCAN_BATCH as usize {
+            return Ok(None);
         }
     }
 }

@@ -4,6 +4,10 @@
 //! so `0x00` never occurs inside either part: the encoding is prefix-free, decodes unambiguously,
 //! and byte order equals (PartitionKey, RowKey) order with each part in UTF-8 byte order (which is
 //! Unicode code point order). A partition is the tight range `[pk ++ 0x00, pk ++ 0x01)`.
+//!
+//! A table's tree also holds its indexes, past every entity key (no UTF-8 byte is `0xFE` or
+//! `0xFF`): the index catalog under `0xFE`, and each index entry under `0xFF ++ index id (u64 BE)
+//! ++ sort key`, whose value is the entity's encoded key.
 
 use std::ops::Bound;
 
@@ -12,6 +16,25 @@ use crate::model::{KeyPosition, KeyRange, RowPosition};
 
 const SEPARATOR: u8 = 0x00;
 const PARTITION_END: u8 = 0x01;
+
+/// The key of a table's index catalog (`storage::IndexCatalog`).
+pub(super) const INDEX_CATALOG: &[u8] = &[0xFE];
+const INDEX_ENTRY: u8 = 0xFF;
+
+/// The key of an entry of index `index_id`.
+pub(super) fn index_entry(index_id: u64, sort_key: &[u8]) -> Vec<u8> {
+    let mut key = index_prefix(index_id);
+    key.extend_from_slice(sort_key);
+    key
+}
+
+/// The prefix every entry of index `index_id` starts with.
+pub(super) fn index_prefix(index_id: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9 + 64);
+    key.push(INDEX_ENTRY);
+    key.extend_from_slice(&index_id.to_be_bytes());
+    key
+}
 
 /// Encodes an entity's keys.
 pub(super) fn encode(partition_key: &str, row_key: &str) -> Vec<u8> {
@@ -56,7 +79,12 @@ pub(crate) fn bounds(range: &KeyRange) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
         Bound::Excluded(position) => Bound::Excluded(encode_position(position)),
         Bound::Unbounded => Bound::Unbounded,
     };
-    (encode(&range.start), encode(&range.end))
+    let end = match &range.end {
+        // Entities end where the index catalog starts.
+        Bound::Unbounded => Bound::Excluded(INDEX_CATALOG.to_vec()),
+        bound => encode(bound),
+    };
+    (encode(&range.start), end)
 }
 
 #[cfg(test)]

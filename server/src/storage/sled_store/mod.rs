@@ -7,6 +7,7 @@ mod catalog;
 mod clock;
 mod durability;
 mod format;
+mod indexes;
 mod key;
 mod locks;
 mod reclaim;
@@ -31,7 +32,7 @@ use super::{
     codec, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection, StorageError,
     Store, Table, Ticket,
 };
-use crate::model::TableName;
+use crate::model::{IndexDefinition, TableName};
 
 const CATALOG_TREE: &str = "catalog";
 const TABLE_TREE_PREFIX: &str = "t/";
@@ -74,6 +75,9 @@ struct Shared {
     clock: clock::Clock,
     space: space::SpaceReserve,
     undo: undo::UndoLog,
+    claims: indexes::UniqueClaims,
+    /// The database, for ids.
+    db: sled::Db,
 }
 
 /// The sled store: one sled database holding every table.
@@ -111,6 +115,8 @@ impl SledStore {
             clock: clock::Clock::default(),
             space: space::SpaceReserve::new(path, options.min_free_bytes),
             undo: undo::UndoLog::open(&db)?,
+            claims: indexes::UniqueClaims::default(),
+            db: db.clone(),
         });
         let mut tables = HashMap::new();
         let mut trees = HashMap::new();
@@ -122,7 +128,7 @@ impl SledStore {
                 TableState::Active => {
                     let tree = db.open_tree(SledTable::tree_name(record.id))?;
                     trees.insert(record.id, tree.clone());
-                    let table = SledTable::new(record.id, record.name, tree, shared.clone());
+                    let table = SledTable::new(record.id, record.name, tree, shared.clone())?;
                     tables.insert(
                         String::from_utf8_lossy(&folded).into_owned(),
                         Arc::new(table),
@@ -140,6 +146,9 @@ impl SledStore {
             );
         }
         drop_orphan_trees(&db, &tables, &deleting)?;
+        for table in tables.values() {
+            indexes::resume(table)?;
+        }
         let reclaimer = options
             .reclaim_deleted_tables
             .then(|| Reclaimer::start(db.clone(), catalog.clone()));
@@ -181,6 +190,7 @@ impl Store for SledStore {
     fn create_table(
         &self,
         name: &TableName,
+        indexes: &[IndexDefinition],
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError> {
         let _serial = self
             .catalog_writes
@@ -199,14 +209,15 @@ impl Store for SledStore {
             name: name.clone(),
         };
         let tree = self.db.open_tree(SledTable::tree_name(record.id))?;
-        self.catalog.insert(name.folded(), record.encode())?;
-        self.wait_durable()?;
         let table = Arc::new(SledTable::new(
             record.id,
             name.clone(),
             tree,
             self.shared.clone(),
-        ));
+        )?);
+        table.declare_at_creation(indexes)?;
+        self.catalog.insert(name.folded(), record.encode())?;
+        self.wait_durable()?;
         self.tables
             .write()
             .unwrap_or_else(PoisonError::into_inner)

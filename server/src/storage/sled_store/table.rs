@@ -2,26 +2,30 @@
 //! see each partition at one instant.
 
 use std::ops::Bound;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{Effect, EntityKey, Operation, Refusal, TableName, Ticks};
+use crate::model::{Effect, EntityKey, IndexedWrite, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
-use crate::storage::{Attempt, Committed, Visit, Visitor, Waiting};
+use crate::storage::{Attempt, Committed, IndexCatalog, Visit, Visitor, Waiting};
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
 pub struct SledTable {
-    id: u64,
+    pub(super) id: u64,
     name: TableName,
-    tree: sled::Tree,
+    pub(super) tree: sled::Tree,
     /// `true` once the table is deleted: every operation holds the read side while it touches the
     /// tree, so after deletion takes the write side no write can land in the dropped tree.
     retired: RwLock<bool>,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
+    /// The table's indexes: a commit reads them under its partition's lock.
+    pub(super) indexes: RwLock<Arc<IndexCatalog>>,
+    /// Serialises changes to the index catalog.
+    pub(super) index_catalog_writes: Mutex<()>,
 }
 
 type Gate<'a> = RwLockReadGuard<'a, bool>;
@@ -36,14 +40,20 @@ impl SledTable {
         name: TableName,
         tree: sled::Tree,
         shared: Arc<Shared>,
-    ) -> SledTable {
-        SledTable {
+    ) -> Result<SledTable, StorageError> {
+        let indexes = match tree.get(key::INDEX_CATALOG)? {
+            Some(bytes) => IndexCatalog::decode(&bytes)?,
+            None => IndexCatalog::default(),
+        };
+        Ok(SledTable {
             id,
             name,
             tree,
             retired: RwLock::new(false),
             shared,
-        }
+            indexes: RwLock::new(Arc::new(indexes)),
+            index_catalog_writes: Mutex::new(()),
+        })
     }
 
     pub(super) fn tree_name(id: u64) -> String {
@@ -55,7 +65,7 @@ impl SledTable {
         *self.retired.write().unwrap_or_else(|e| e.into_inner()) = true;
     }
 
-    fn gate(&self) -> Option<Gate<'_>> {
+    pub(super) fn gate(&self) -> Option<Gate<'_>> {
         let gate = self.retired.read().unwrap_or_else(|e| e.into_inner());
         (!*gate).then_some(gate)
     }
@@ -172,7 +182,7 @@ impl SledTable {
     /// [`MAX_UNDO_RECORD_BYTES`] (it replaces many large rows) uses a batch.
     ///
     /// [`UndoLog::write_atomically`]: super::undo::UndoLog::write_atomically
-    fn apply(
+    pub(super) fn apply(
         &self,
         partition: &PartitionGuard<'_>,
         partition_key: &str,
@@ -209,8 +219,10 @@ impl SledTable {
         mut operations: Vec<Operation>,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let now = self.shared.clock.next();
+        let indexes = self.index_catalog();
+        let indexed = indexes.any_kept();
 
-        if let [Operation::Insert(_)] = operations.as_slice() {
+        if let (false, [Operation::Insert(_)]) = (indexed, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(partition_key, insert, now);
         }
@@ -221,13 +233,15 @@ impl SledTable {
         let current_rows = self.current_rows(&encoded_keys)?;
         let mut changes = Vec::with_capacity(operations.len());
         let mut results = Vec::with_capacity(operations.len());
+        let mut indexed_writes = Vec::new();
         let rows = encoded_keys.into_iter().zip(current_rows);
         for (index, (operation, (encoded_key, current_row))) in
             operations.into_iter().zip(rows).enumerate()
         {
             let row_key = operation.row_key();
-            // Only a merge needs the current properties; skip materialising them otherwise.
-            let keep: Option<&[String]> = (!operation.reads_current_properties()).then_some(&[]);
+            // Only a merge (or an index) needs the current properties; skip them otherwise.
+            let keep: Option<&[String]> =
+                (!indexed && !operation.reads_current_properties()).then_some(&[]);
             let current = match &current_row {
                 Some(bytes) => {
                     let key = EntityKey {
@@ -237,6 +251,10 @@ impl SledTable {
                     Some(codec::decode_selected(key, bytes, keep)?)
                 }
                 None => None,
+            };
+            let before = match indexed {
+                true => current.as_ref().map(|entity| entity.properties.clone()),
+                false => None,
             };
             let after = match operation.resolve(current, now) {
                 Err(refusal) => {
@@ -251,10 +269,26 @@ impl SledTable {
                 }
                 Ok(Effect::Put(entity)) => {
                     let value = codec::encode(entity.timestamp, &entity.properties);
+                    if indexed {
+                        indexed_writes.push(IndexedWrite {
+                            operation: index,
+                            row_key: entity.key.row_key.clone(),
+                            before,
+                            after: Some(entity.properties.clone()),
+                        });
+                    }
                     results.push(Some(entity));
                     Some(value)
                 }
                 Ok(Effect::Remove) => {
+                    if indexed {
+                        indexed_writes.push(IndexedWrite {
+                            operation: index,
+                            row_key: key::split(&encoded_key)?.1.to_owned(),
+                            before,
+                            after: None,
+                        });
+                    }
                     results.push(None);
                     None
                 }
@@ -275,6 +309,18 @@ impl SledTable {
                 ticket: None,
             }));
         }
+        // Unique values stay claimed (their stripes held) until the entries are written.
+        let _claims = if indexed {
+            match self.entry_changes(&indexes, partition_key, &indexed_writes)? {
+                Ok((entry_changes, claims)) => {
+                    changes.extend(entry_changes);
+                    claims
+                }
+                Err(rejection) => return Ok(Err(rejection)),
+            }
+        } else {
+            Vec::new()
+        };
         self.apply(partition, partition_key, changes)?;
         Ok(Ok(Committed {
             stored: results,
@@ -282,7 +328,7 @@ impl SledTable {
         }))
     }
 
-    fn visit_range(
+    pub(super) fn visit_range(
         &self,
         range: &KeyRange,
         reverse: bool,
@@ -459,7 +505,7 @@ mod tests {
     fn table_with_even_rows(dir: &std::path::Path) -> (SledStore, Arc<SledTable>) {
         let store = SledStore::open(dir, StoreOptions::default()).unwrap();
         let name = TableName::parse("Rows").unwrap();
-        store.create_table(&name).unwrap().unwrap();
+        store.create_table(&name, &[]).unwrap().unwrap();
         let table = store.sled_table(&name).unwrap();
         let inserts = (0..200)
             .step_by(2)

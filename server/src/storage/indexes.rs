@@ -1,0 +1,383 @@
+//! What every store shares about declared indexes: the catalog record of a table's indexes (one
+//! format for both stores), an entry computed from an entity read in place, and the background
+//! build that fills a new index over a populated table a step at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::codec::Reader;
+use super::{EntityView, RejectReason, Rejection, StorageError, Table};
+use crate::model::{
+    EntityKey, EntryChanges, Index, IndexDefinition, IndexScope, IndexState, IndexedWrite,
+    KeyPosition, Refusal,
+};
+
+const CATALOG_V1: u8 = 1;
+
+/// A table's indexes, and those dropped whose entries are still being reclaimed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexCatalog {
+    /// The declared indexes, in declaration order.
+    pub indexes: Vec<Index>,
+    /// Ids of dropped indexes whose entries are not all removed yet.
+    pub dropped: Vec<u64>,
+}
+
+/// Why an index cannot be declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexRefusal {
+    /// The table has an index of that name (ignoring case).
+    AlreadyExists,
+    /// The table has [`crate::model::MAX_INDEXES_PER_TABLE`] indexes.
+    TooMany,
+    /// The table was deleted meanwhile.
+    TableGone,
+}
+
+impl IndexCatalog {
+    /// The index called `name` (ignoring case).
+    pub fn find(&self, name: &str) -> Option<&Index> {
+        self.indexes
+            .iter()
+            .find(|index| index.definition.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Adds `definition` as index `id` in `state`, unless the name is taken or the table is full.
+    pub fn declare(
+        &mut self,
+        id: u64,
+        definition: IndexDefinition,
+        state: IndexState,
+    ) -> Result<Index, IndexRefusal> {
+        if self.find(&definition.name).is_some() {
+            return Err(IndexRefusal::AlreadyExists);
+        }
+        if self.indexes.len() >= crate::model::MAX_INDEXES_PER_TABLE {
+            return Err(IndexRefusal::TooMany);
+        }
+        let index = Index {
+            id,
+            definition,
+            state,
+        };
+        self.indexes.push(index.clone());
+        Ok(index)
+    }
+
+    /// Drops the index called `name`: its id, if there was one, joins `dropped`.
+    pub fn drop_index(&mut self, name: &str) -> Option<u64> {
+        let at = self
+            .indexes
+            .iter()
+            .position(|index| index.definition.name.eq_ignore_ascii_case(name))?;
+        let id = self.indexes.remove(at).id;
+        self.dropped.push(id);
+        Some(id)
+    }
+
+    /// Sets the state of index `id`; `false` if it was dropped meanwhile.
+    pub fn set_state(&mut self, id: u64, state: IndexState) -> bool {
+        match self.indexes.iter_mut().find(|index| index.id == id) {
+            Some(index) => {
+                index.state = state;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The record: `[version u8 = 1][index count u8]`, per index `[id u64 BE][scope u8][unique
+    /// u8][state u8][failure: u16 LE length, UTF-8][name: u8 length][property count u8]`, per
+    /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![CATALOG_V1, self.indexes.len() as u8];
+        for index in &self.indexes {
+            let definition = &index.definition;
+            out.extend_from_slice(&index.id.to_be_bytes());
+            out.push(match definition.scope {
+                IndexScope::Partition => 0,
+                IndexScope::Table => 1,
+            });
+            out.push(u8::from(definition.unique));
+            let failure = match &index.state {
+                IndexState::Building => {
+                    out.push(0);
+                    ""
+                }
+                IndexState::Ready => {
+                    out.push(1);
+                    ""
+                }
+                IndexState::Failed(why) => {
+                    out.push(2);
+                    why.as_str()
+                }
+            };
+            put_text(&mut out, failure);
+            out.push(definition.name.len() as u8);
+            out.extend_from_slice(definition.name.as_bytes());
+            out.push(definition.properties.len() as u8);
+            for property in &definition.properties {
+                put_text(&mut out, property);
+            }
+        }
+        out.extend_from_slice(&(self.dropped.len() as u32).to_le_bytes());
+        for id in &self.dropped {
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+        out
+    }
+
+    /// Reads a record [`IndexCatalog::encode`] wrote; an empty record is an empty catalog.
+    pub fn decode(bytes: &[u8]) -> Result<IndexCatalog, StorageError> {
+        if bytes.is_empty() {
+            return Ok(IndexCatalog::default());
+        }
+        let corrupt = || StorageError::Corrupt("unreadable index catalog".into());
+        let mut reader = Reader::new(bytes, "index catalog");
+        let [version, count] = reader.take::<2>()?;
+        if version != CATALOG_V1 {
+            return Err(corrupt());
+        }
+        let mut catalog = IndexCatalog::default();
+        for _ in 0..count {
+            let id = u64::from_be_bytes(reader.take::<8>()?);
+            let [scope, unique, state] = reader.take::<3>()?;
+            let failure = take_text(&mut reader)?;
+            let [name_len] = reader.take::<1>()?;
+            let name = utf8(reader.slice(usize::from(name_len))?)?;
+            let [property_count] = reader.take::<1>()?;
+            let properties = (0..property_count)
+                .map(|_| take_text(&mut reader))
+                .collect::<Result<Vec<_>, _>>()?;
+            let scope = match scope {
+                0 => IndexScope::Partition,
+                1 => IndexScope::Table,
+                _ => return Err(corrupt()),
+            };
+            let state = match state {
+                0 => IndexState::Building,
+                1 => IndexState::Ready,
+                2 => IndexState::Failed(failure),
+                _ => return Err(corrupt()),
+            };
+            catalog.indexes.push(Index {
+                id,
+                definition: IndexDefinition {
+                    name,
+                    properties,
+                    scope,
+                    unique: unique == 1,
+                },
+                state,
+            });
+        }
+        let dropped = u32::from_le_bytes(reader.take::<4>()?);
+        for _ in 0..dropped {
+            catalog
+                .dropped
+                .push(u64::from_be_bytes(reader.take::<8>()?));
+        }
+        Ok(catalog)
+    }
+
+    /// Whether writes keep any index.
+    pub fn any_kept(&self) -> bool {
+        self.indexes.iter().any(Index::is_kept)
+    }
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+fn take_text(reader: &mut Reader<'_>) -> Result<String, StorageError> {
+    let len = u16::from_le_bytes(reader.take::<2>()?);
+    utf8(reader.slice(usize::from(len))?)
+}
+
+fn utf8(bytes: &[u8]) -> Result<String, StorageError> {
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| StorageError::Corrupt("index catalog text is not UTF-8".into()))
+}
+
+/// The sort key of `entity`'s entry in `index`, read in place; `None` if it lacks a property.
+pub fn entity_sort_key(
+    index: &Index,
+    entity: &EntityView<'_>,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    let mut values = Vec::with_capacity(index.definition.properties.len());
+    for property in &index.definition.properties {
+        match entity.property(property)? {
+            Some(value) => values.push((property.as_str(), value)),
+            None => return Ok(None),
+        }
+    }
+    Ok(index
+        .definition
+        .sort_key(entity.partition_key, entity.row_key, |name| {
+            values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        }))
+}
+
+/// The refusal of `operation` (writing row `row_key`) because unique index `index_id` holds its
+/// values for `holder`.
+pub fn value_taken(
+    catalog: &IndexCatalog,
+    operation: usize,
+    row_key: &str,
+    index_id: u64,
+    holder: EntityKey,
+) -> Rejection {
+    let index = catalog
+        .indexes
+        .iter()
+        .find(|index| index.id == index_id)
+        .map(|index| index.definition.name.clone())
+        .unwrap_or_default();
+    Rejection {
+        index: operation,
+        reason: RejectReason::Refused {
+            row_key: row_key.to_owned(),
+            refusal: Refusal::IndexValueTaken { index, holder },
+        },
+    }
+}
+
+/// The refusal of the first operation of a commit that adds a unique entry an earlier operation
+/// of the same commit adds too (two of its entities with the same unique values).
+pub fn clash_within_commit(
+    catalog: &IndexCatalog,
+    partition_key: &str,
+    changes: &EntryChanges,
+    writes: &[IndexedWrite],
+) -> Option<Rejection> {
+    let row_of = |operation: usize| {
+        writes
+            .iter()
+            .find(|write| write.operation == operation)
+            .map_or("", |write| write.row_key.as_str())
+    };
+    for (at, (operation, entry)) in changes.added.iter().enumerate() {
+        let earlier = changes.added[..at]
+            .iter()
+            .find(|(_, other)| other.unique && other == entry);
+        if let Some((holder, _)) = earlier {
+            let holder = EntityKey {
+                partition_key: partition_key.to_owned(),
+                row_key: row_of(*holder).to_owned(),
+            };
+            return Some(value_taken(
+                catalog,
+                *operation,
+                row_of(*operation),
+                entry.index_id,
+                holder,
+            ));
+        }
+    }
+    None
+}
+
+/// What one step of an index build did.
+#[derive(Debug)]
+pub enum BuildStep {
+    /// Entries were added; the next step starts here (`None`: every entity is covered).
+    Next(Option<KeyPosition>),
+    /// A unique index met two entities with the same values: why, to report.
+    Conflict(String),
+}
+
+/// Pause between build steps when a step failed (a database fault), before trying again.
+const BUILD_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Builds index `index_id` of `table` on a thread of its own: steps over the table's entities
+/// until every one is covered, then marks the index `Ready` (or `Failed` at a unique conflict).
+/// Writes keep the index meanwhile, so the build only adds entries for entities it finds; a build
+/// stopped by a crash is started again, from the start, when the store opens.
+pub fn build_in_background(table: Arc<dyn Table>, index_id: u64) {
+    let spawned = std::thread::Builder::new()
+        .name("trestle-index-build".into())
+        .spawn(move || {
+            let mut from = None;
+            loop {
+                match table.build_index(index_id, from.clone()) {
+                    Ok(BuildStep::Next(Some(next))) => from = Some(next),
+                    Ok(BuildStep::Next(None)) => {
+                        finish(table.as_ref(), index_id, IndexState::Ready);
+                        return;
+                    }
+                    Ok(BuildStep::Conflict(why)) => {
+                        finish(table.as_ref(), index_id, IndexState::Failed(why));
+                        return;
+                    }
+                    Err(StorageError::IndexGone) => return,
+                    Err(error) => {
+                        tracing::warn!(%error, index_id, "an index build step failed; trying again");
+                        std::thread::sleep(BUILD_RETRY_PAUSE);
+                    }
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, index_id, "cannot start an index build");
+    }
+}
+
+fn finish(table: &dyn Table, index_id: u64, state: IndexState) {
+    loop {
+        match table.set_index_state(index_id, state.clone()) {
+            Ok(()) => {
+                tracing::info!(table = %table.name(), index_id, ?state, "an index build ended");
+                return;
+            }
+            Err(StorageError::IndexGone) => return,
+            Err(error) => {
+                tracing::warn!(%error, index_id, "recording an index build's end failed; trying again");
+                std::thread::sleep(BUILD_RETRY_PAUSE);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogs_round_trip() {
+        let mut catalog = IndexCatalog::default();
+        let definition = |name: &str, scope, unique| {
+            IndexDefinition::new(name.into(), vec!["A".into(), "B".into()], scope, unique).unwrap()
+        };
+        catalog
+            .declare(
+                7,
+                definition("ByA", IndexScope::Table, true),
+                IndexState::Ready,
+            )
+            .unwrap();
+        catalog
+            .declare(
+                9,
+                definition("ByB", IndexScope::Partition, false),
+                IndexState::Building,
+            )
+            .unwrap();
+        assert_eq!(
+            catalog.declare(
+                10,
+                definition("bya", IndexScope::Table, false),
+                IndexState::Ready
+            ),
+            Err(IndexRefusal::AlreadyExists)
+        );
+        catalog.set_state(9, IndexState::Failed("two entities share x".into()));
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        assert_eq!(catalog.drop_index("BYA"), Some(7));
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        assert_eq!(IndexCatalog::decode(&[]).unwrap(), IndexCatalog::default());
+        assert!(IndexCatalog::decode(&[1, 1, 0]).is_err());
+    }
+}

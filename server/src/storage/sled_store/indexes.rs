@@ -1,0 +1,420 @@
+//! Declared indexes in the sled store: entries in the table's own tree (`key::index_entry`),
+//! written by the commit that writes their entities, under the same undo record, so that a crash
+//! leaves both or neither; unique values claimed under striped locks, so that two partitions
+//! never both take one; builds a partition run at a time; reclamation of dropped indexes.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::key;
+use super::table::SledTable;
+use super::undo::RowChange;
+use super::{EntityView, Rejection, StorageError};
+use crate::model::{
+    successor_of_prefix, EntityKey, EntryChanges, Index, IndexDefinition, IndexRange, IndexState,
+    IndexedWrite, KeyPosition, KeyRange,
+};
+use crate::storage::{
+    clash_within_commit, entity_sort_key, value_taken, BuildStep, IndexCatalog, IndexRefusal,
+    Indexed, Visit, Visitor,
+};
+
+/// Entities one build step reads (all of one partition).
+const BUILD_STEP: usize = 1_000;
+/// Stripes of the locks that claim unique values.
+const CLAIM_STRIPES: usize = 64;
+
+/// Striped locks under which a commit checks that a unique value is free and writes its entry:
+/// commits of different partitions adding one value serialise here, and the second finds it
+/// taken.
+#[derive(Debug)]
+pub(super) struct UniqueClaims {
+    stripes: Vec<Mutex<()>>,
+}
+
+impl Default for UniqueClaims {
+    fn default() -> Self {
+        UniqueClaims {
+            stripes: (0..CLAIM_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+}
+
+/// Held claims on unique values.
+pub(super) type Claims<'a> = Vec<MutexGuard<'a, ()>>;
+
+impl UniqueClaims {
+    /// Holds the stripes of `entries` (index id, sort key), in stripe order (no deadlock).
+    fn hold<'k>(&self, entries: impl Iterator<Item = (u64, &'k [u8])>) -> Claims<'_> {
+        let mut stripes: Vec<usize> = entries
+            .map(|(index_id, sort_key)| {
+                let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+                for byte in index_id.to_be_bytes().iter().chain(sort_key) {
+                    hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
+                }
+                (hash % CLAIM_STRIPES as u64) as usize
+            })
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|stripe| {
+                self.stripes[stripe]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+            })
+            .collect()
+    }
+}
+
+impl SledTable {
+    /// The table's indexes now.
+    pub(super) fn index_catalog(&self) -> Arc<IndexCatalog> {
+        self.indexes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Writes `catalog` durably and makes it the table's (under `index_catalog_writes`).
+    fn store_catalog(&self, catalog: IndexCatalog) -> Result<(), StorageError> {
+        self.tree.insert(key::INDEX_CATALOG, catalog.encode())?;
+        if let Some(ticket) = self.shared.durability.record_write() {
+            self.shared.durability.wait_durable(ticket)?;
+        }
+        *self.indexes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(catalog);
+        Ok(())
+    }
+
+    /// Writes the catalog of a new table, before it is visible.
+    pub(super) fn declare_at_creation(
+        &self,
+        definitions: &[IndexDefinition],
+    ) -> Result<(), StorageError> {
+        let mut catalog = IndexCatalog::default();
+        for definition in definitions {
+            let id = self.shared.db.generate_id()?;
+            catalog
+                .declare(id, definition.clone(), IndexState::Ready)
+                .map_err(|refusal| {
+                    StorageError::Corrupt(format!("unchecked index definitions: {refusal:?}"))
+                })?;
+        }
+        if !catalog.indexes.is_empty() {
+            self.tree.insert(key::INDEX_CATALOG, catalog.encode())?;
+            *self.indexes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(catalog);
+        }
+        Ok(())
+    }
+
+    /// The rows a commit's `writes` change in the indexes of `catalog`, with the claims on the
+    /// unique values it adds held; or the operation refused because a unique index holds its
+    /// values for another entity.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn entry_changes(
+        &self,
+        catalog: &IndexCatalog,
+        partition_key: &str,
+        writes: &[IndexedWrite],
+    ) -> Result<Result<(Vec<RowChange>, Claims<'_>), Rejection>, StorageError> {
+        let changes = EntryChanges::of(&catalog.indexes, partition_key, writes);
+        if let Some(rejection) = clash_within_commit(catalog, partition_key, &changes, writes) {
+            return Ok(Err(rejection));
+        }
+        let claims = self.shared.claims.hold(
+            changes
+                .added
+                .iter()
+                .filter(|(_, entry)| entry.unique)
+                .map(|(_, entry)| (entry.index_id, entry.sort_key.as_slice())),
+        );
+        let mut rows = Vec::with_capacity(changes.removed.len() + changes.added.len());
+        let released: Vec<Vec<u8>> = changes
+            .removed
+            .iter()
+            .map(|entry| key::index_entry(entry.index_id, &entry.sort_key))
+            .collect();
+        for (operation, entry) in &changes.added {
+            let entry_key = key::index_entry(entry.index_id, &entry.sort_key);
+            let write = writes
+                .iter()
+                .find(|write| write.operation == *operation)
+                .expect("an added entry's write");
+            let entity_key = key::encode(partition_key, &write.row_key);
+            let before = self.tree.get(&entry_key)?;
+            if let Some(holder) = before.as_deref() {
+                if entry.unique && holder != entity_key && !released.contains(&entry_key) {
+                    let (partition_key, row_key) = key::split(holder)?;
+                    let holder = EntityKey {
+                        partition_key: partition_key.to_owned(),
+                        row_key: row_key.to_owned(),
+                    };
+                    return Ok(Err(value_taken(
+                        catalog,
+                        *operation,
+                        &write.row_key,
+                        entry.index_id,
+                        holder,
+                    )));
+                }
+            }
+            rows.push(RowChange {
+                key: entry_key,
+                after: Some(entity_key),
+                before,
+            });
+        }
+        for entry_key in released {
+            // An entry another entity of the commit takes over is only written, once.
+            if rows.iter().any(|row| row.key == entry_key) {
+                continue;
+            }
+            let before = self.tree.get(&entry_key)?;
+            rows.push(RowChange {
+                key: entry_key,
+                after: None,
+                before,
+            });
+        }
+        Ok(Ok((rows, claims)))
+    }
+
+    /// Removes the entries of dropped index `index_id` on a thread of its own. (The id stays in
+    /// the catalog's `dropped` list, so that a reclamation a crash cut short starts again at the
+    /// next open; the list is pruned of reclaimed ids then.)
+    pub(super) fn reclaim_in_background(&self, index_id: u64) {
+        let tree = self.tree.clone();
+        let spawned = std::thread::Builder::new()
+            .name("trestle-index-reclaim".into())
+            .spawn(move || {
+                let prefix = key::index_prefix(index_id);
+                let mut removed = 0u64;
+                for item in tree.scan_prefix(&prefix).keys() {
+                    match item.and_then(|key| tree.remove(key)) {
+                        Ok(_) => removed += 1,
+                        Err(error) => {
+                            tracing::warn!(%error, index_id, "reclaiming a dropped index stopped; it resumes at the next start");
+                            return;
+                        }
+                    }
+                }
+                tracing::info!(index_id, entries = removed, "a dropped index is reclaimed");
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, index_id, "cannot start reclaiming a dropped index");
+        }
+    }
+
+    /// At open: reclaims dropped indexes again, and forgets those with no entry left.
+    pub(super) fn resume_reclaims(&self) -> Result<(), StorageError> {
+        let catalog = self.index_catalog();
+        if catalog.dropped.is_empty() {
+            return Ok(());
+        }
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut pruned = (*catalog).clone();
+        pruned.dropped.clear();
+        for &index_id in &catalog.dropped {
+            if self
+                .tree
+                .scan_prefix(key::index_prefix(index_id))
+                .next()
+                .is_some()
+            {
+                pruned.dropped.push(index_id);
+                self.reclaim_in_background(index_id);
+            }
+        }
+        self.store_catalog(pruned)
+    }
+}
+
+impl Indexed for SledTable {
+    fn indexes(&self) -> Result<IndexCatalog, StorageError> {
+        Ok((*self.index_catalog()).clone())
+    }
+
+    fn create_index(
+        &self,
+        definition: IndexDefinition,
+    ) -> Result<Result<Index, IndexRefusal>, StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(_gate) = self.gate() else {
+            return Ok(Err(IndexRefusal::TableGone));
+        };
+        self.shared.space.check()?;
+        let mut catalog = (*self.index_catalog()).clone();
+        let id = self.shared.db.generate_id()?;
+        let index = match catalog.declare(id, definition, IndexState::Building) {
+            Ok(index) => index,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        self.store_catalog(catalog)?;
+        Ok(Ok(index))
+    }
+
+    fn drop_index(&self, name: &str) -> Result<bool, StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut catalog = (*self.index_catalog()).clone();
+        let Some(index_id) = catalog.drop_index(name) else {
+            return Ok(false);
+        };
+        self.store_catalog(catalog)?;
+        self.reclaim_in_background(index_id);
+        Ok(true)
+    }
+
+    fn build_index(
+        &self,
+        index_id: u64,
+        from: Option<KeyPosition>,
+    ) -> Result<BuildStep, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Err(StorageError::IndexGone);
+        };
+        let range = match from {
+            Some(from) => KeyRange {
+                start: std::ops::Bound::Included(from),
+                end: std::ops::Bound::Unbounded,
+            },
+            None => KeyRange::all(),
+        };
+        let mut first = None;
+        self.visit_range(&range, false, &mut |entity| {
+            first = Some(entity.partition_key.to_owned());
+            Ok(Visit::Stop)
+        })?;
+        let Some(partition_key) = first else {
+            return Ok(BuildStep::Next(None));
+        };
+        let _partition = self.shared.locks.lock(self.id, partition_key.as_bytes());
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let catalog = self.index_catalog();
+        let Some(index) = catalog.indexes.iter().find(|index| index.id == index_id) else {
+            return Err(StorageError::IndexGone);
+        };
+        let mut entries = Vec::new();
+        let mut next = Some(KeyPosition::after_rows(partition_key.as_str()));
+        for item in self
+            .tree
+            .range(key::bounds(&range.within_partition(&partition_key)))
+        {
+            let (entity_key, value) = item?;
+            let (pk, rk) = key::split(&entity_key)?;
+            if entries.len() == BUILD_STEP {
+                next = Some(KeyPosition::row(pk, rk));
+                break;
+            }
+            let entity = EntityView::parse(pk, rk, &value)?;
+            if let Some(sort_key) = entity_sort_key(index, &entity)? {
+                entries.push((sort_key, entity_key.to_vec()));
+            }
+        }
+        let _claims = self.shared.claims.hold(
+            entries
+                .iter()
+                .filter(|_| index.definition.unique)
+                .map(|(sort_key, _)| (index_id, sort_key.as_slice())),
+        );
+        for (sort_key, entity_key) in entries {
+            let entry_key = key::index_entry(index_id, &sort_key);
+            if index.definition.unique {
+                if let Some(holder) = self.tree.get(&entry_key)? {
+                    if *holder != *entity_key {
+                        let (a, b) = (key::split(&holder)?, key::split(&entity_key)?);
+                        return Ok(BuildStep::Conflict(format!(
+                            "entities (PartitionKey {:?}, RowKey {:?}) and ({:?}, {:?}) have the same values",
+                            a.0, a.1, b.0, b.1
+                        )));
+                    }
+                }
+            }
+            self.tree.insert(entry_key, entity_key)?;
+        }
+        Ok(BuildStep::Next(next))
+    }
+
+    fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut catalog = (*self.index_catalog()).clone();
+        if !catalog.set_state(index_id, state) {
+            return Err(StorageError::IndexGone);
+        }
+        self.store_catalog(catalog)
+    }
+
+    /// Each entity is read after its entry, once no
+    /// commit is writing its partition, and visited only if its values are still the entry's.
+    fn visit_index(
+        &self,
+        index: &Index,
+        range: &IndexRange,
+        reverse: bool,
+        visitor: &mut Visitor<'_>,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let Some(_gate) = self.gate() else {
+            return Ok(None);
+        };
+        if range.is_empty() {
+            return Ok(None);
+        }
+        let prefix = key::index_prefix(index.id);
+        let start = key::index_entry(index.id, &range.start);
+        let end = match &range.end {
+            Some(end) => key::index_entry(index.id, end),
+            None => successor_of_prefix(&prefix).expect("an index prefix has a successor"),
+        };
+        let entries = self.tree.range(start..end);
+        let entries: Box<dyn Iterator<Item = _>> = if reverse {
+            Box::new(entries.rev())
+        } else {
+            Box::new(entries)
+        };
+        for item in entries {
+            let (entry_key, entity_key) = item?;
+            let sort_key = &entry_key[prefix.len()..];
+            let (partition_key, row_key) = key::split(&entity_key)?;
+            self.shared
+                .locks
+                .wait_for_writer(self.id, partition_key.as_bytes());
+            let Some(value) = self.tree.get(&entity_key)? else {
+                continue;
+            };
+            let entity = EntityView::parse(partition_key, row_key, &value)?;
+            if entity_sort_key(index, &entity)?.as_deref() != Some(sort_key) {
+                continue;
+            }
+            if visitor(&entity)? == Visit::Stop {
+                return Ok(Some(sort_key.to_vec()));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Starts the builds a crash or a stop interrupted and the reclaims of dropped indexes, for a
+/// table the store just opened.
+pub(super) fn resume(table: &Arc<SledTable>) -> Result<(), StorageError> {
+    table.resume_reclaims()?;
+    for index in &table.index_catalog().indexes {
+        if index.state == IndexState::Building {
+            crate::storage::build_in_background(table.clone(), index.id);
+        }
+    }
+    Ok(())
+}
