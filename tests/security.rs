@@ -546,3 +546,81 @@ async fn the_sdk_sends_its_token() {
     let error = anonymous.list_tables("").await.unwrap_err();
     assert_eq!(error.kind(), trestle_client::ErrorKind::Unauthenticated);
 }
+
+#[tokio::test]
+async fn indexes_are_managed_with_c_on_unbounded_keys_read_with_r_and_stay_in_scope() {
+    let secured = Secured::start().await;
+    let by_n = pb::CreateIndexRequest {
+        table: TABLE.into(),
+        index: Some(pb::IndexDefinition {
+            name: "ByN".into(),
+            properties: vec!["N".into()],
+            scope: pb::IndexScope::Table as i32,
+            unique: false,
+        }),
+    };
+    let mut reader = secured.unbounded("r", Some(TABLE)).await;
+    assert_error(
+        reader.create_index(by_n.clone()).await,
+        Code::PermissionDenied,
+        "AuthorizationPermissionMismatch",
+    );
+    let bounded_manager = secured
+        .scoped("c", Some(TABLE))
+        .await
+        .create_index(by_n.clone())
+        .await;
+    assert_eq!(bounded_manager.unwrap_err().code(), Code::PermissionDenied);
+    let mut manager = secured.unbounded("c", Some(TABLE)).await;
+    manager.create_index(by_n).await.unwrap();
+    let get = pb::GetTableRequest {
+        table: TABLE.into(),
+    };
+    assert_error(
+        secured
+            .unbounded("r", Some("Other"))
+            .await
+            .get_table(get.clone())
+            .await,
+        Code::PermissionDenied,
+        "AuthorizationResourceTypeMismatch",
+    );
+    let mut ready = false;
+    for _ in 0..300 {
+        let table = reader.get_table(get.clone()).await.unwrap().into_inner();
+        if table.indexes[0].state == pb::IndexState::Ready as i32 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(ready);
+    // A token bounded to partitions b..d reads only those through the index too.
+    let mut scoped = secured.scoped("r", Some(TABLE)).await;
+    let through_index = pb::QueryEntitiesRequest {
+        table: TABLE.into(),
+        index: "ByN".into(),
+        ..Default::default()
+    };
+    let page = scoped
+        .query_entities(through_index)
+        .await
+        .unwrap()
+        .into_inner();
+    let partitions: Vec<&str> = page
+        .entities
+        .iter()
+        .map(|e| e.partition_key.as_str())
+        .collect();
+    assert_eq!(partitions, ["b", "b", "b", "c", "c", "c"]);
+    assert_error(
+        reader
+            .drop_index(pb::DropIndexRequest {
+                table: TABLE.into(),
+                index: "ByN".into(),
+            })
+            .await,
+        Code::PermissionDenied,
+        "AuthorizationPermissionMismatch",
+    );
+}

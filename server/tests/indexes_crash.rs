@@ -1,6 +1,7 @@
 //! Declared indexes across SIGKILL: after random writes to a table with three indexes and a kill
-//! of the real binary, every index read after the restart equals the one recomputed from the
-//! entities; and a build the kill cut short resumes at the restart and ends `READY`, complete.
+//! of the real binary (after the writes were acknowledged, and in the middle of eight writers'
+//! load), every index read after the restart equals the one recomputed from the entities; and a
+//! build the kill cut short resumes at the restart and ends `READY`, complete.
 
 mod support;
 
@@ -69,6 +70,29 @@ async fn indexes_equal_their_entities_after_sigkill_and_restart() {
     let server = ServerProcess::start(data_dir.path());
     let mut client = server.client().await;
     model.check(&mut client).await;
+
+    // Eight writers at once, killed mid-flight: whatever landed, every index equals the one
+    // recomputed from the entities found after the restart.
+    let writers: Vec<_> = (0..8)
+        .map(|writer| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut rng = Rng::new(0xfeed + writer);
+                loop {
+                    index_model::random_unchecked_step(&mut client, &mut rng).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    server.kill_9();
+    for writer in writers {
+        writer.abort();
+    }
+    let server = ServerProcess::start(data_dir.path());
+    let mut client = server.client().await;
+    let found = Model::read_back(&mut client).await;
+    found.check(&mut client).await;
 
     let mut state = pb::IndexState::Building as i32;
     for _ in 0..600 {

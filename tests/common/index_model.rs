@@ -90,38 +90,32 @@ impl Model {
     /// Runs one random step on the server and the model; checks that the server accepted or
     /// refused it as the model says, and why.
     pub async fn step(&mut self, client: &mut ModelClient, rng: &mut Rng) {
-        let partition = PARTITIONS[rng.below(PARTITIONS.len())].to_owned();
-        let writes: Vec<Write> = if rng.below(4) == 0 {
-            let mut rows: Vec<usize> = (0..ROWS).collect();
-            (0..2 + rng.below(2))
-                .map(|_| {
-                    let row = rows.remove(rng.below(rows.len()));
-                    random_write(rng, row)
-                })
-                .collect()
-        } else {
-            let row = rng.below(ROWS);
-            vec![random_write(rng, row)]
-        };
+        let (partition, writes) = random_step(rng);
         let expected = self.apply(&partition, &writes);
-        let outcome = if writes.len() == 1 {
-            single(client, &partition, &writes[0]).await
-        } else {
-            let request = pb::SubmitTransactionRequest {
-                table: TABLE.into(),
-                partition_key: partition.clone(),
-                operations: writes
-                    .iter()
-                    .map(|w| transaction_op(&partition, w))
-                    .collect(),
-            };
-            client.submit_transaction(request).await.map(drop)
-        };
+        let outcome = send(client, &partition, &writes).await;
         let reason = outcome.err().map(|status| error_reason(&status));
         assert_eq!(
             reason, expected,
             "step on partition {partition}: {writes:?}"
         );
+    }
+
+    /// The model of what the server holds now (to check its indexes against its entities).
+    pub async fn read_back(client: &mut ModelClient) -> Model {
+        let request = pb::QueryEntitiesRequest {
+            table: TABLE.into(),
+            ..Default::default()
+        };
+        let mut entities = BTreeMap::new();
+        for entity in pages(client, request)
+            .await
+            .into_iter()
+            .flat_map(|p| p.entities)
+        {
+            let key = (entity.partition_key.clone(), entity.row_key.clone());
+            entities.insert(key, props_of(&entity));
+        }
+        Model { entities }
     }
 
     /// Applies `writes` to the model if they all hold and the unique index stays unique; returns
@@ -200,19 +194,7 @@ impl Model {
             backwards.reverse();
             assert_eq!(backwards, found, "index {name} read in reverse");
         }
-        let request = pb::QueryEntitiesRequest {
-            table: TABLE.into(),
-            ..Default::default()
-        };
-        let mut stored = BTreeMap::new();
-        for entity in pages(client, request)
-            .await
-            .into_iter()
-            .flat_map(|p| p.entities)
-        {
-            let key = (entity.partition_key.clone(), entity.row_key.clone());
-            stored.insert(key, props_of(&entity));
-        }
+        let stored = Model::read_back(client).await.entities;
         assert_eq!(stored, self.entities, "entities");
     }
 }
@@ -260,6 +242,50 @@ pub async fn read_index(
         );
     }
     keys
+}
+
+/// A random step: one write, or a transaction of 2 or 3, on one partition.
+fn random_step(rng: &mut Rng) -> (String, Vec<Write>) {
+    let partition = PARTITIONS[rng.below(PARTITIONS.len())].to_owned();
+    let writes = if rng.below(4) == 0 {
+        let mut rows: Vec<usize> = (0..ROWS).collect();
+        (0..2 + rng.below(2))
+            .map(|_| {
+                let row = rows.remove(rng.below(rows.len()));
+                random_write(rng, row)
+            })
+            .collect()
+    } else {
+        let row = rng.below(ROWS);
+        vec![random_write(rng, row)]
+    };
+    (partition, writes)
+}
+
+/// Sends a random step to the server without a model (for load that a crash interrupts).
+pub async fn random_unchecked_step(client: &mut ModelClient, rng: &mut Rng) {
+    let (partition, writes) = random_step(rng);
+    let _ = send(client, &partition, &writes).await;
+}
+
+/// Sends `writes` on `partition`: one request, or a transaction of them.
+async fn send(
+    client: &mut ModelClient,
+    partition: &str,
+    writes: &[Write],
+) -> Result<(), tonic::Status> {
+    if let [write] = writes {
+        return single(client, partition, write).await;
+    }
+    let request = pb::SubmitTransactionRequest {
+        table: TABLE.into(),
+        partition_key: partition.to_owned(),
+        operations: writes
+            .iter()
+            .map(|w| transaction_op(partition, w))
+            .collect(),
+    };
+    client.submit_transaction(request).await.map(drop)
 }
 
 fn random_write(rng: &mut Rng, row: usize) -> Write {

@@ -519,13 +519,12 @@ async fn run_workloads(
                 } else {
                     m.ops_per_s()
                 };
-                let mut row = row_of(
-                    &named(workload),
-                    m.clone(),
-                    server,
-                    ceilings.unary,
-                    entity_rate,
-                );
+                let baseline = if entity_rate {
+                    ceilings.stream
+                } else {
+                    ceilings.unary
+                };
+                let mut row = row_of(&named(workload), m.clone(), server, baseline, entity_rate);
                 let same_run = rows
                     .iter()
                     .find(|r: &&Row| r.workload == named(compared_with));

@@ -1,7 +1,14 @@
 //! Declared indexes in the sled store: entries in the table's own tree (`key::index_entry`),
-//! written by the commit that writes their entities, under the same undo record, so that a crash
-//! leaves both or neither; unique values claimed under striped locks, so that two partitions
-//! never both take one; builds a partition run at a time; reclamation of dropped indexes.
+//! written by the commit that writes their entities; unique values claimed under striped locks, so
+//! that two partitions never both take one; builds a partition run at a time; reclamation of
+//! dropped indexes.
+//!
+//! A commit of several entities writes their entries under the same undo record, so that a crash
+//! leaves all or none. A commit of one entity needs no undo record: it adds the new entries, then
+//! writes the entity, then removes the old entries, so that at every instant the entity's values
+//! have their entries, and a crash can leave only entries that no entity's values match. Readers
+//! check each entry against its entity and skip such an entry; a unique value whose entry names
+//! an entity that does not hold it is free.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -111,11 +118,14 @@ impl SledTable {
     /// unique values it adds held; or the operation refused because a unique index holds its
     /// values for another entity.
     #[allow(clippy::type_complexity)]
+    ///
+    /// The rows' before images (for an undo record) are read only with `before_images`.
     pub(super) fn entry_changes(
         &self,
         catalog: &IndexCatalog,
         partition_key: &str,
         writes: &[IndexedWrite],
+        before_images: bool,
     ) -> Result<Result<(Vec<RowChange>, Claims<'_>), Rejection>, StorageError> {
         let changes = EntryChanges::of(&catalog.indexes, partition_key, writes);
         if let Some(rejection) = clash_within_commit(catalog, partition_key, &changes, writes) {
@@ -141,9 +151,16 @@ impl SledTable {
                 .find(|write| write.operation == *operation)
                 .expect("an added entry's write");
             let entity_key = key::encode(partition_key, &write.row_key);
-            let before = self.tree.get(&entry_key)?;
+            let before = match before_images || entry.unique {
+                true => self.tree.get(&entry_key)?,
+                false => None,
+            };
             if let Some(holder) = before.as_deref() {
-                if entry.unique && holder != entity_key && !released.contains(&entry_key) {
+                if entry.unique
+                    && holder != entity_key
+                    && !released.contains(&entry_key)
+                    && self.holds(catalog, entry.index_id, &entry.sort_key, holder)?
+                {
                     let (partition_key, row_key) = key::split(holder)?;
                     let holder = EntityKey {
                         partition_key: partition_key.to_owned(),
@@ -169,7 +186,10 @@ impl SledTable {
             if rows.iter().any(|row| row.key == entry_key) {
                 continue;
             }
-            let before = self.tree.get(&entry_key)?;
+            let before = match before_images {
+                true => self.tree.get(&entry_key)?,
+                false => None,
+            };
             rows.push(RowChange {
                 key: entry_key,
                 after: None,
@@ -177,6 +197,45 @@ impl SledTable {
             });
         }
         Ok(Ok((rows, claims)))
+    }
+
+    /// Whether the entity `holder` (an encoded key) has the values of `sort_key` in index
+    /// `index_id`: an entry a crash left behind names an entity that does not.
+    fn holds(
+        &self,
+        catalog: &IndexCatalog,
+        index_id: u64,
+        sort_key: &[u8],
+        holder: &[u8],
+    ) -> Result<bool, StorageError> {
+        let Some(index) = catalog.indexes.iter().find(|index| index.id == index_id) else {
+            return Ok(false);
+        };
+        let Some(value) = self.tree.get(holder)? else {
+            return Ok(false);
+        };
+        let (partition_key, row_key) = key::split(holder)?;
+        let entity = EntityView::parse(partition_key, row_key, &value)?;
+        Ok(entity_sort_key(index, &entity)?.as_deref() == Some(sort_key))
+    }
+
+    /// Writes one entity's row and its entries without an undo record: new entries first, the
+    /// entity, then the entries it no longer has (see the module's account of crash safety).
+    pub(super) fn apply_one_with_entries(
+        &self,
+        entity: RowChange,
+        entries: Vec<RowChange>,
+    ) -> Result<(), StorageError> {
+        let (added, removed): (Vec<_>, Vec<_>) =
+            entries.into_iter().partition(|row| row.after.is_some());
+        for row in added {
+            row.write(&self.tree)?;
+        }
+        entity.write(&self.tree)?;
+        for row in removed {
+            row.write(&self.tree)?;
+        }
+        Ok(())
     }
 
     /// Removes the entries of dropped index `index_id` on a thread of its own. (The id stays in
@@ -332,7 +391,9 @@ impl Indexed for SledTable {
             let entry_key = key::index_entry(index_id, &sort_key);
             if index.definition.unique {
                 if let Some(holder) = self.tree.get(&entry_key)? {
-                    if *holder != *entity_key {
+                    if *holder != *entity_key
+                        && self.holds(&catalog, index_id, &sort_key, &holder)?
+                    {
                         let (a, b) = (key::split(&holder)?, key::split(&entity_key)?);
                         return Ok(BuildStep::Conflict(format!(
                             "entities (PartitionKey {:?}, RowKey {:?}) and ({:?}, {:?}) have the same values",

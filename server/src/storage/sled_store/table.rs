@@ -310,18 +310,21 @@ impl SledTable {
             }));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
-        let _claims = if indexed {
-            match self.entry_changes(&indexes, partition_key, &indexed_writes)? {
-                Ok((entry_changes, claims)) => {
-                    changes.extend(entry_changes);
-                    claims
-                }
+        let (mut entry_rows, mut _claims) = (Vec::new(), Vec::new());
+        if indexed {
+            let several = changes.len() > 1;
+            match self.entry_changes(&indexes, partition_key, &indexed_writes, several)? {
+                Ok((rows, claims)) => (entry_rows, _claims) = (rows, claims),
                 Err(rejection) => return Ok(Err(rejection)),
             }
+        }
+        if changes.len() == 1 && !entry_rows.is_empty() {
+            let entity = changes.pop().expect("one row");
+            self.apply_one_with_entries(entity, entry_rows)?;
         } else {
-            Vec::new()
-        };
-        self.apply(partition, partition_key, changes)?;
+            changes.extend(entry_rows);
+            self.apply(partition, partition_key, changes)?;
+        }
         Ok(Ok(Committed {
             stored: results,
             ticket: self.shared.durability.record_write(),
