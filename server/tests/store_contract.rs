@@ -551,3 +551,72 @@ fn the_postgres_store_upgrades_a_version_1_database_to_declared_indexes() {
     let index = old.create_index(definition).unwrap().unwrap();
     assert_eq!(index.state, IndexState::Building);
 }
+
+#[test]
+fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("dropped");
+    let store = open_postgres(&url, 2, true).unwrap();
+    let definition = |name: &str| {
+        IndexDefinition::new(name.into(), vec!["N".into()], IndexScope::Table, false).unwrap()
+    };
+    let name = TableName::parse("Indexed").unwrap();
+    let table = store
+        .create_table(&name, &[definition("ByN"), definition("AlsoByN")])
+        .unwrap()
+        .unwrap();
+    for chunk in 0..30 {
+        let inserts = (0..100)
+            .map(|n| {
+                let key = EntityKey::new("p".into(), format!("{chunk:02}-{n:03}")).unwrap();
+                let properties = Properties::from([("N".to_owned(), Value::Int32(n))]);
+                Operation::Insert(NewEntity::new(key, properties).unwrap())
+            })
+            .collect();
+        table
+            .commit("p", inserts, Waiting::Allowed)
+            .unwrap()
+            .ran()
+            .unwrap();
+    }
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut entries = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one("SELECT count(*) FROM trestle_index_entries", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(entries(&mut admin), 6_000);
+    assert!(table.drop_index("byn").unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while entries(&mut admin) > 3_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped index's entries stay"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(store.delete_table(&name).unwrap());
+    while entries(&mut admin) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted table's entries stay"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut pending = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one("SELECT count(*) FROM trestle_dropped_indexes", &[])
+            .unwrap()
+            .get(0)
+    };
+    while pending(&mut admin) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "purged indexes are not forgotten"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
