@@ -582,7 +582,7 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
             .unwrap();
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let mut entries = |admin: &mut postgres::Client| -> i64 {
+    let entries = |admin: &mut postgres::Client| -> i64 {
         admin
             .query_one("SELECT count(*) FROM trestle_index_entries", &[])
             .unwrap()
@@ -606,7 +606,7 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let mut pending = |admin: &mut postgres::Client| -> i64 {
+    let pending = |admin: &mut postgres::Client| -> i64 {
         admin
             .query_one("SELECT count(*) FROM trestle_dropped_indexes", &[])
             .unwrap()
