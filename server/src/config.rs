@@ -62,6 +62,8 @@ pub struct Config {
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
     pub shutdown_grace: Duration,
+    /// Also serve the Azure Table REST endpoint on this listener.
+    pub rest: crate::rest::RestListener,
 }
 
 impl Config {
@@ -77,6 +79,7 @@ impl Config {
             tls: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            rest: crate::rest::RestListener::default(),
         }
     }
 }
@@ -228,6 +231,10 @@ pub struct TokenArgs {
 /// The flags of the server itself.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// Also serve the Azure Table REST endpoint (path-style, `http://<addr>/devstoreaccount1`)
+    /// on this address; off unless given. Open mode needs a loopback address here too.
+    #[arg(long, env = "TRESTLE_REST_LISTEN")]
+    pub rest_listen: Option<SocketAddr>,
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -417,6 +424,7 @@ impl ServeArgs {
                 max_connections: self.max_connections,
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            rest: crate::rest::RestListener::default(),
         })
     }
 }

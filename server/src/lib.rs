@@ -8,7 +8,8 @@
 //! - [`engine`]: Azure Table semantics over the store (queries run by `scan`), with
 //!   [`error::TableError`];
 //! - [`auth`]: account keys and scoped tokens checked against what a request touches;
-//! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`.
+//! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`;
+//! - [`rest`]: the Azure Table REST endpoint (axum), a second protocol over the same engine.
 
 pub mod auth;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod grpc;
 pub mod model;
 pub mod query;
+pub mod rest;
 mod routes;
 pub mod scan;
 mod shutdown;
@@ -93,6 +95,7 @@ pub async fn serve(
         .await??
     };
     let engine = Arc::new(engine);
+    let rest = rest::start(&config.rest, engine.clone(), config.authenticator.clone())?;
     let routes = routes::routes(engine.clone(), &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
@@ -108,6 +111,9 @@ pub async fn serve(
     };
     // Also when the transport failed: no connection outlives `serve`.
     connections.close_all().await;
+    if let Some(rest) = rest {
+        rest.abort();
+    }
     served?;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;

@@ -127,6 +127,19 @@ async fn run(args: ServeArgs) -> ExitCode {
         tracing::error!(%error, "not serving");
         return ExitCode::FAILURE;
     }
+    if let Some(rest_addr) = args.rest_listen {
+        if let Err(error) = trestle_server::check_exposure(rest_addr, &config) {
+            tracing::error!(%error, "not serving");
+            return ExitCode::FAILURE;
+        }
+        match std::net::TcpListener::bind(rest_addr) {
+            Ok(listener) => config.rest = trestle_server::rest::RestListener::new(listener),
+            Err(error) => {
+                tracing::error!(addr = %rest_addr, %error, "cannot listen for REST");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(error) => {

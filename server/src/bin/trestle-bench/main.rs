@@ -26,6 +26,7 @@ mod bench_pb {
 }
 mod measure;
 mod postgres;
+mod rest;
 mod workloads;
 
 use std::io::{BufRead, BufReader};
@@ -58,6 +59,10 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_lookup",
     "index_range",
     "indexed_insert",
+    "rest_point_read",
+    "rest_insert",
+    "rest_batch_100",
+    "rest_scan",
     "delete_table",
     "mixed",
 ];
@@ -121,6 +126,8 @@ pub(crate) struct Row {
 struct ServerProcess {
     child: Child,
     addr: String,
+    /// The REST endpoint's address, for a `trestle-server`.
+    rest_addr: Option<String>,
     /// The server's data directory, removed with the process (none for the echo).
     data_dir: Option<PathBuf>,
 }
@@ -143,6 +150,8 @@ impl ServerProcess {
                 "127.0.0.1:0",
                 "--log-level",
                 "warn,trestle_server=info",
+                "--rest-listen",
+                "127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(&data_dir);
@@ -168,16 +177,26 @@ impl ServerProcess {
             )
         });
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let value_of = |line: &str, field: &str| {
+            line.split(field)
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned)
+        };
+        let mut rest_addr = None;
         let addr = loop {
             let line = lines.next().expect("server exited").expect("log line");
-            if let Some(rest) = line.split("addr=").nth(1) {
-                break rest.split_whitespace().next().expect("address").to_owned();
+            rest_addr = rest_addr.or_else(|| value_of(&line, "rest_endpoint="));
+            let serving = line.starts_with("addr=") || line.contains(" serving addr=");
+            if let Some(addr) = value_of(&line, "addr=").filter(|_| serving) {
+                break addr;
             }
         };
         std::thread::spawn(move || lines.for_each(drop));
         ServerProcess {
             child,
             addr,
+            rest_addr,
             data_dir,
         }
     }
@@ -431,7 +450,7 @@ async fn run_workloads(
     let needs_main = selected.iter().any(|w| {
         matches!(
             *w,
-            "point_read" | "filter_scan" | "partition_range_scan" | "mixed"
+            "point_read" | "filter_scan" | "partition_range_scan" | "mixed" | "rest_point_read"
         )
     });
     if needs_main {
@@ -449,7 +468,10 @@ async fn run_workloads(
             plan.entities() as f64 / took.as_secs_f64()
         );
     }
-    if selected.iter().any(|w| w.starts_with("scan_")) {
+    if selected
+        .iter()
+        .any(|w| w.starts_with("scan_") || *w == "rest_scan")
+    {
         workloads::load_scan_table(client, plan.scan_partition_rows).await;
     }
     if selected
@@ -503,6 +525,30 @@ async fn run_workloads(
                 rows.push(row);
                 continue;
             }
+            "rest_point_read" | "rest_insert" | "rest_batch_100" | "rest_scan" => {
+                let Some(addr) = server.as_ref().and_then(|s| s.rest_addr.clone()) else {
+                    eprintln!("skipping {workload}: no REST endpoint on a server of this run");
+                    continue;
+                };
+                let (m, entity_rate, compared_with) = match workload {
+                    "rest_point_read" => (rest::point_read(&addr, plan).await, false, "point_read"),
+                    "rest_insert" => (rest::insert(&addr, plan).await, false, "insert"),
+                    "rest_batch_100" => (rest::batch_100(&addr, plan).await, true, "tx_insert_100"),
+                    _ => (rest::scan(&addr, plan).await, true, "scan_paged"),
+                };
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named(compared_with),
+                    m,
+                    entity_rate,
+                    server_sample,
+                    ceilings,
+                    "over REST",
+                ));
+                continue;
+            }
             "index_lookup" | "index_range" | "indexed_insert" => {
                 let (m, entity_rate, compared_with) = match workload {
                     "index_lookup" => (
@@ -513,48 +559,26 @@ async fn run_workloads(
                     "index_range" => (indexed::index_range(client, plan).await, true, "scan_paged"),
                     _ => (indexed::indexed_insert(client, plan).await, false, "insert"),
                 };
-                let server = before.zip(sample());
-                let rate = if entity_rate {
-                    m.entities_per_s()
-                } else {
-                    m.ops_per_s()
-                };
-                let baseline = if entity_rate {
-                    ceilings.stream
-                } else {
-                    ceilings.unary
-                };
-                let mut row = row_of(&named(workload), m.clone(), server, baseline, entity_rate);
-                let same_run = rows
-                    .iter()
-                    .find(|r: &&Row| r.workload == named(compared_with));
-                let versus = same_run
-                    .and_then(|r| {
-                        if entity_rate {
-                            r.entities_per_s
-                        } else {
-                            r.ops_per_s
-                        }
-                    })
-                    .map_or_else(
-                        || format!("(run {compared_with} too to compare)"),
-                        |other| {
-                            format!(
-                                "{:.0}% of {compared_with}'s rate in this run",
-                                100.0 * rate / other
-                            )
-                        },
-                    );
-                row.note = match workload {
-                    "index_lookup" => format!("Email eq '...' through a unique TABLE index: {versus}"),
+                let what = match workload {
+                    "index_lookup" => "Email eq '...' through a unique TABLE index".to_owned(),
                     "index_range" => format!(
-                        "1,000-entity ranges: {:.0} entities examined/s for {:.0} returned/s; {versus}",
+                        "1,000-entity ranges, {:.0} entities examined/s for {:.0} returned/s",
                         m.extra_per_s(),
                         m.entities_per_s()
                     ),
-                    _ => format!("inserts keeping two TABLE indexes (one unique): {versus}"),
+                    _ => "inserts keeping two TABLE indexes (one unique)".to_owned(),
                 };
-                rows.push(row);
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named(compared_with),
+                    m,
+                    entity_rate,
+                    server_sample,
+                    ceilings,
+                    &what,
+                ));
                 continue;
             }
             "hot_counter" => {
@@ -624,6 +648,46 @@ async fn run_workloads(
         rows.push(row);
     }
     rows
+}
+
+/// The row of `m`, named `name`, its note saying `what` it measured and how its rate compares
+/// with the row `compared_with` of the same run.
+#[allow(clippy::too_many_arguments)]
+fn compared_row(
+    rows: &[Row],
+    name: &str,
+    compared_with: &str,
+    m: Measurement,
+    entity_rate: bool,
+    server: Option<(ProcessSample, ProcessSample)>,
+    ceilings: &Ceilings,
+    what: &str,
+) -> Row {
+    let rate_of =
+        |ops: Option<f64>, entities: Option<f64>| if entity_rate { entities } else { ops };
+    let baseline = if entity_rate {
+        ceilings.stream
+    } else {
+        ceilings.unary
+    };
+    let rate = rate_of(Some(m.ops_per_s()), Some(m.entities_per_s()));
+    let mut row = row_of(name, m, server, baseline, entity_rate);
+    let versus = rows
+        .iter()
+        .find(|r| r.workload == compared_with)
+        .and_then(|r| rate_of(r.ops_per_s, r.entities_per_s))
+        .zip(rate)
+        .map_or_else(
+            || format!("(run {compared_with} too to compare)"),
+            |(other, rate)| {
+                format!(
+                    "{:.0}% of {compared_with}'s rate in this run",
+                    100.0 * rate / other
+                )
+            },
+        );
+    row.note = format!("{what}: {versus}");
+    row
 }
 
 fn print_rows(rows: &[Row], json: bool) {

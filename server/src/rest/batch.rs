@@ -1,0 +1,215 @@
+//! `$batch`: an entity group transaction as the SDKs send it, a `multipart/mixed` body holding
+//! one changeset of `application/http` requests on one partition, answered the same way (every
+//! operation's status and ETag, or the failing operation alone with its index in the message).
+
+use http::StatusCode;
+
+use super::odata;
+use super::paths::{self, Resource};
+use crate::model::{EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
+
+/// One operation of a changeset, parsed.
+#[derive(Debug)]
+pub(crate) struct BatchOperation {
+    /// The table it names.
+    pub(crate) table: String,
+    /// The partition it acts on.
+    pub(crate) partition_key: String,
+    /// What it does.
+    pub(crate) operation: Operation,
+}
+
+fn invalid(why: impl Into<String>) -> ValidationError {
+    ValidationError::Argument(why.into())
+}
+
+/// The boundary a `multipart/mixed` content type names.
+pub(crate) fn boundary(content_type: &str) -> Option<&str> {
+    content_type.split(';').find_map(|part| {
+        part.trim()
+            .strip_prefix("boundary=")
+            .map(|b| b.trim_matches('"'))
+    })
+}
+
+/// The parts of a multipart body between `--boundary` lines.
+fn parts<'a>(body: &'a str, boundary: &str) -> Vec<&'a str> {
+    let delimiter = format!("--{boundary}");
+    let mut parts = Vec::new();
+    for chunk in body.split(delimiter.as_str()).skip(1) {
+        if chunk.starts_with("--") {
+            break;
+        }
+        parts.push(chunk.trim_start_matches("\r\n").trim_start_matches('\n'));
+    }
+    parts
+}
+
+/// Headers (up to a blank line) and what follows.
+fn split_headers(text: &str) -> (Vec<(String, String)>, &str) {
+    let (head, rest) = match text.find("\r\n\r\n") {
+        Some(at) => (&text[..at], &text[at + 4..]),
+        None => match text.find("\n\n") {
+            Some(at) => (&text[..at], &text[at + 2..]),
+            None => (text, ""),
+        },
+    };
+    let headers = head
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (headers, rest)
+}
+
+fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The operations of a `$batch` body (`content_type` names its boundary), in order.
+pub(crate) fn parse(
+    content_type: &str,
+    body: &[u8],
+) -> Result<Vec<BatchOperation>, ValidationError> {
+    let body = std::str::from_utf8(body).map_err(|_| invalid("the batch body is not UTF-8"))?;
+    let batch = boundary(content_type)
+        .ok_or_else(|| invalid("the batch's Content-Type names no multipart boundary"))?;
+    let mut operations = Vec::new();
+    for part in parts(body, batch) {
+        let (headers, content) = split_headers(part);
+        let changeset = header(&headers, "content-type")
+            .and_then(boundary)
+            .ok_or_else(|| invalid("a batch part is not a changeset (multipart/mixed)"))?;
+        for request in parts(content, changeset) {
+            operations.push(operation(request)?);
+        }
+    }
+    if operations.is_empty() {
+        return Err(invalid("the batch holds no operation"));
+    }
+    Ok(operations)
+}
+
+/// One `application/http` request of a changeset as an operation.
+fn operation(part: &str) -> Result<BatchOperation, ValidationError> {
+    let (_, http) = split_headers(part);
+    let (request_line, rest) = http
+        .split_once('\n')
+        .ok_or_else(|| invalid("a batch operation has no request line"))?;
+    let mut words = request_line.trim().split(' ');
+    let (method, url) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (headers, body) = split_headers(rest);
+    let path = match url.find("://") {
+        Some(at) => &url[url[at + 3..].find('/').map_or(url.len(), |p| at + 3 + p)..],
+        None => url,
+    };
+    let path = path.split('?').next().unwrap_or(path);
+    let (_, resource) =
+        paths::parse(path).ok_or_else(|| invalid(format!("{url} names no entity resource")))?;
+    let if_match = header(&headers, "if-match")
+        .map(IfMatch::parse)
+        .transpose()?;
+    let body = body.trim_end().as_bytes();
+    let (table, operation) = match (method, resource) {
+        ("POST", Resource::Entities(table)) => (
+            table,
+            Operation::Insert(odata::entity_from_json(body, None)?),
+        ),
+        (
+            "PUT" | "MERGE" | "PATCH",
+            Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            },
+        ) => {
+            let key = EntityKey::new(partition_key, row_key)?;
+            let entity = odata::entity_from_json(body, Some(&key))?;
+            let operation = match (if_match, method == "PUT") {
+                (Some(if_match), true) => Operation::Update(entity, if_match),
+                (Some(if_match), false) => Operation::Merge(entity, if_match),
+                (None, true) => Operation::Upsert(entity, UpsertMode::Replace),
+                (None, false) => Operation::Upsert(entity, UpsertMode::Merge),
+            };
+            (table, operation)
+        }
+        (
+            "DELETE",
+            Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            },
+        ) => {
+            let if_match = if_match.ok_or(ValidationError::IfMatchMissing)?;
+            let key = EntityKey::new(partition_key, row_key)?;
+            let delete = Operation::Delete {
+                row_key: key.row_key,
+                if_match,
+            };
+            return Ok(BatchOperation {
+                table,
+                partition_key: key.partition_key,
+                operation: delete,
+            });
+        }
+        (method, _) => {
+            return Err(invalid(format!(
+                "{method} {url} cannot be part of a batch here"
+            )))
+        }
+    };
+    let partition_key = operation
+        .partition_key()
+        .expect("entity operations carry their keys")
+        .to_owned();
+    Ok(BatchOperation {
+        table,
+        partition_key,
+        operation,
+    })
+}
+
+/// The response body of a successful changeset: each operation's status and ETag.
+pub(crate) fn success(boundary: &str, etags: &[Option<String>]) -> String {
+    let changeset = format!("changesetresponse_{boundary}");
+    let mut out = format!(
+        "--batchresponse_{boundary}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"
+    );
+    for etag in etags {
+        out.push_str(&format!(
+            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: 1.0;\r\n"
+        ));
+        if let Some(etag) = etag {
+            out.push_str(&format!("ETag: {etag}\r\n"));
+        }
+        out.push_str("\r\n");
+    }
+    out.push_str(&format!(
+        "--{changeset}--\r\n--batchresponse_{boundary}--\r\n"
+    ));
+    out
+}
+
+/// The response body of a failed changeset: the failing operation's status and Azure's error
+/// body, its message starting with the operation's index (`"1:..."`), as Azure writes it.
+pub(crate) fn failure(
+    boundary: &str,
+    status: StatusCode,
+    code: &str,
+    index: usize,
+    message: &str,
+) -> String {
+    let changeset = format!("changesetresponse_{boundary}");
+    let body = serde_json::json!({
+        "odata.error": {"code": code, "message": {"lang": "en-US", "value": format!("{index}:{message}")}}
+    });
+    format!(
+        "--batchresponse_{boundary}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 {} {}\r\nX-Content-Type-Options: nosniff\r\nDataServiceVersion: 3.0;\r\nContent-Type: application/json;odata=minimalmetadata;streaming=true;charset=utf-8\r\n\r\n{body}\r\n--{changeset}--\r\n--batchresponse_{boundary}--\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )
+}

@@ -1,0 +1,777 @@
+//! The Azure Table REST endpoint: the same engine served over Azure's HTTP protocol (path-style
+//! URLs as the emulators use them, OData JSON), so that the Azure SDKs and tools work against
+//! Trestle by changing their connection string. A second protocol layer beside `grpc`, above the
+//! engine.
+//!
+//! Served: tables (create, list with continuation, delete); entities (insert, update, merge,
+//! insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top` and
+//! continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON metadata
+//! levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and the
+//! client's request id echoed. Auth: SharedKey and SharedKeyLite with the development account in
+//! open mode, and Trestle's own `Bearer` credentials. Other requests answer `NotImplemented`.
+
+mod batch;
+mod odata;
+mod paths;
+mod shared_key;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use serde_json::{json, Map, Value as Json};
+use trestle_proto::access::Permissions;
+
+use self::odata::Metadata;
+use self::paths::Resource;
+use crate::auth::{Access, AuthError, Authenticator};
+use crate::engine::{Engine, MatchSink};
+use crate::error::{ErrorCode, TableError};
+use crate::model::{EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
+use crate::query::QuerySpec;
+use crate::storage::{EntityView, StorageError, Waiting};
+
+/// The service version the endpoint speaks.
+const VERSION: &str = "2019-02-02";
+
+/// The REST endpoint's listener, bound before serving (by `--rest-listen`, or by a test that
+/// needs its address first). Cloning shares it: the server takes it once.
+#[derive(Debug, Clone, Default)]
+pub struct RestListener(Arc<Mutex<Option<std::net::TcpListener>>>);
+
+impl RestListener {
+    /// A listener to serve the REST endpoint on.
+    pub fn new(listener: std::net::TcpListener) -> RestListener {
+        RestListener(Arc::new(Mutex::new(Some(listener))))
+    }
+
+    fn take(&self) -> Option<std::net::TcpListener> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct RestApi {
+    engine: Arc<Engine>,
+    authenticator: Authenticator,
+}
+
+/// Starts serving the REST endpoint on `listener`, if there is one; the task ends when aborted.
+pub(crate) fn start(
+    listener: &RestListener,
+    engine: Arc<Engine>,
+    authenticator: Authenticator,
+) -> Result<Option<tokio::task::JoinHandle<()>>, std::io::Error> {
+    let Some(listener) = listener.take() else {
+        return Ok(None);
+    };
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
+    let app = axum::Router::new().fallback(handle).with_state(RestApi {
+        engine,
+        authenticator,
+    });
+    Ok(Some(tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "the REST endpoint stopped");
+        }
+    })))
+}
+
+/// What a request failed with: Azure's code, an HTTP status and a message.
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(error: ValidationError) -> Failure {
+        Failure::from(TableError::Invalid(error))
+    }
+}
+
+impl From<TableError> for Failure {
+    fn from(error: TableError) -> Failure {
+        let code = error.code();
+        if code == ErrorCode::InternalError {
+            tracing::error!(%error, "a REST request failed");
+        }
+        Failure::new(status_of(code), code.as_str(), error.to_string())
+    }
+}
+
+impl From<AuthError> for Failure {
+    fn from(error: AuthError) -> Failure {
+        let code = error.code();
+        Failure::new(status_of(code), code.as_str(), error.to_string())
+    }
+}
+
+impl From<StorageError> for Failure {
+    fn from(error: StorageError) -> Failure {
+        Failure::from(TableError::Storage(error))
+    }
+}
+
+/// The HTTP status Azure answers a code with.
+fn status_of(code: ErrorCode) -> StatusCode {
+    use ErrorCode as C;
+    match code {
+        C::TableNotFound | C::ResourceNotFound | C::IndexNotFound => StatusCode::NOT_FOUND,
+        C::TableAlreadyExists
+        | C::TableBeingDeleted
+        | C::EntityAlreadyExists
+        | C::IndexAlreadyExists
+        | C::IndexValueAlreadyExists => StatusCode::CONFLICT,
+        C::UpdateConditionNotSatisfied | C::IndexNotReady => StatusCode::PRECONDITION_FAILED,
+        C::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        C::AuthenticationFailed
+        | C::AuthorizationPermissionMismatch
+        | C::AuthorizationResourceTypeMismatch
+        | C::AuthorizationFailure => StatusCode::FORBIDDEN,
+        C::ServerBusy | C::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        C::OperationTimedOut => StatusCode::GATEWAY_TIMEOUT,
+        C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+        C::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// One request, parsed enough to dispatch.
+struct Request {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A query parameter, percent-decoded (`+` stays a plus, as Azure reads it).
+    fn param(&self, name: &str) -> Option<String> {
+        self.uri.query()?.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (paths::percent_decode(key)? == name).then(|| paths::percent_decode(value))?
+        })
+    }
+
+    fn metadata(&self) -> Metadata {
+        Metadata::from_accept(self.header("accept"))
+    }
+
+    /// Whether the client asked for the written entity back (`Prefer`), with `default`.
+    fn return_content(&self, default: bool) -> bool {
+        match self.header("prefer") {
+            Some(p) if p.contains("return-no-content") => false,
+            Some(p) if p.contains("return-content") => true,
+            _ => default,
+        }
+    }
+
+    fn if_match(&self) -> Result<Option<IfMatch>, Failure> {
+        self.header("if-match")
+            .map(|v| IfMatch::parse(v).map_err(Failure::invalid))
+            .transpose()
+    }
+}
+
+async fn handle(
+    State(api): State<RestApi>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request = Request {
+        method,
+        uri,
+        headers,
+        body,
+    };
+    let mut response = match serve_request(&api, &request).await {
+        Ok(response) => response,
+        Err(failure) => error_response(&request, failure),
+    };
+    let out = response.headers_mut();
+    let request_id = request_id();
+    out.insert("x-ms-request-id", header_value(&request_id));
+    out.insert("x-ms-version", HeaderValue::from_static(VERSION));
+    if let Some(client_id) = request.headers.get("x-ms-client-request-id") {
+        out.insert("x-ms-client-request-id", client_id.clone());
+    }
+    response
+}
+
+/// A random GUID naming the request (`x-ms-request-id`).
+fn request_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
+fn header_value(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn error_response(request: &Request, failure: Failure) -> Response {
+    let body = json!({
+        "odata.error": {
+            "code": failure.code,
+            "message": {"lang": "en-US", "value": failure.message},
+        }
+    });
+    let mut response = (failure.status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert("x-ms-error-code", HeaderValue::from_static(failure.code));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(request.metadata().content_type()),
+    );
+    response
+}
+
+/// Who is asking: SharedKey(Lite) with the development account's key in open mode, or the
+/// `Bearer` credentials Trestle's gRPC service takes.
+fn authenticate(api: &RestApi, request: &Request, account: &str) -> Result<Access, Failure> {
+    let failed = |why: String| Failure::new(StatusCode::FORBIDDEN, "AuthenticationFailed", why);
+    match request.header("authorization") {
+        Some(a) if a.starts_with("SharedKey") => {
+            if !api.authenticator.is_open() {
+                return Err(failed(
+                    "SharedKey needs the development account, served in open mode only; use a Bearer token".into(),
+                ));
+            }
+            shared_key::verify(
+                a,
+                shared_key::DEV_ACCOUNT,
+                shared_key::DEV_KEY,
+                request.method.as_str(),
+                request.uri.path(),
+                request.uri.query(),
+                &request.headers,
+            )
+            .map_err(failed)?;
+            if account != shared_key::DEV_ACCOUNT {
+                return Err(failed(format!("no account {account:?} here")));
+            }
+            Ok(api.authenticator.authenticate(None)?)
+        }
+        authorization => Ok(api.authenticator.authenticate(authorization)?),
+    }
+}
+
+async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Failure> {
+    let Some((account, resource)) = paths::parse(request.uri.path()) else {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidUri",
+            format!("{} names no table resource", request.uri.path()),
+        ));
+    };
+    let access = authenticate(api, request, &account)?;
+    let base = format!(
+        "http://{}/{account}",
+        request.header("host").unwrap_or("localhost")
+    );
+    match (&request.method, resource) {
+        (&Method::POST, Resource::Tables) => create_table(api, request, &access, &base).await,
+        (&Method::GET, Resource::Tables) => list_tables(api, request, &access, &base).await,
+        (&Method::DELETE, Resource::Table(table)) => {
+            access.manage_table(&table)?;
+            blocking(api, move |engine| engine.delete_table(&table)).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (&Method::POST, Resource::Entities(table)) => {
+            insert(api, request, &access, &base, table).await
+        }
+        (
+            method,
+            Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            },
+        ) if method == Method::PUT || method == Method::PATCH || method.as_str() == "MERGE" => {
+            let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
+            let merge = method != Method::PUT;
+            write(api, request, &access, table, key, merge).await
+        }
+        (
+            &Method::DELETE,
+            Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            },
+        ) => {
+            let if_match = request
+                .if_match()?
+                .ok_or_else(|| Failure::invalid(ValidationError::IfMatchMissing))?;
+            access.entity(&table, Permissions::DELETE, &partition_key, &row_key)?;
+            let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
+            blocking(api, move |engine| {
+                let pending = engine
+                    .delete(&table, key, if_match, Waiting::Allowed)?
+                    .ran();
+                engine.wait(pending)
+            })
+            .await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (
+            &Method::GET,
+            Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            },
+        ) => {
+            access.entity(&table, Permissions::READ, &partition_key, &row_key)?;
+            get(api, request, table, partition_key, row_key, &base).await
+        }
+        (&Method::GET, Resource::Entities(table)) => {
+            query(api, request, &access, table, &base).await
+        }
+        (&Method::POST, Resource::Batch) => submit_batch(api, request, &access).await,
+        (method, _) => Err(Failure::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            format!(
+                "{method} {} is not served by Trestle's REST endpoint",
+                request.uri.path()
+            ),
+        )),
+    }
+}
+
+/// Runs `work` on the blocking pool (the engine is synchronous).
+async fn blocking<T: Send + 'static>(
+    api: &RestApi,
+    work: impl FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
+) -> Result<T, Failure> {
+    let engine = api.engine.clone();
+    tokio::task::spawn_blocking(move || work(&engine))
+        .await
+        .map_err(|e| {
+            Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                e.to_string(),
+            )
+        })?
+        .map_err(Failure::from)
+}
+
+fn json_response(status: StatusCode, metadata: Metadata, body: &Json) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(metadata.content_type()),
+    );
+    response
+}
+
+fn no_content(return_content_asked: bool) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if return_content_asked {
+        response.headers_mut().insert(
+            "preference-applied",
+            HeaderValue::from_static("return-no-content"),
+        );
+    }
+    response
+}
+
+async fn create_table(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    base: &str,
+) -> Result<Response, Failure> {
+    let body: Json = serde_json::from_slice(&request.body).map_err(|e| {
+        Failure::invalid(ValidationError::Argument(format!(
+            "the body is not JSON: {e}"
+        )))
+    })?;
+    let Some(table) = body
+        .get("TableName")
+        .and_then(Json::as_str)
+        .map(str::to_owned)
+    else {
+        return Err(Failure::invalid(ValidationError::Argument(
+            "the body has no TableName".into(),
+        )));
+    };
+    access.manage_table(&table)?;
+    let name = blocking(api, move |engine| engine.create_table(&table)).await?;
+    if !request.return_content(true) {
+        return Ok(no_content(request.header("prefer").is_some()));
+    }
+    let metadata = request.metadata();
+    let mut out = Map::new();
+    if metadata != Metadata::None {
+        out.insert(
+            "odata.metadata".into(),
+            format!("{base}/$metadata#Tables/@Element").into(),
+        );
+    }
+    out.insert("TableName".into(), name.to_string().into());
+    let mut response = json_response(StatusCode::CREATED, metadata, &Json::Object(out));
+    if request.header("prefer").is_some() {
+        response.headers_mut().insert(
+            "preference-applied",
+            HeaderValue::from_static("return-content"),
+        );
+    }
+    Ok(response)
+}
+
+async fn list_tables(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    base: &str,
+) -> Result<Response, Failure> {
+    access.list_tables()?;
+    let top = match request.param("$top") {
+        Some(top) => top.parse::<u32>().map_err(|_| {
+            Failure::invalid(ValidationError::Argument(format!(
+                "$top {top:?} is not a number"
+            )))
+        })?,
+        None => 0,
+    };
+    let after = request.param("NextTableName").unwrap_or_default();
+    let page = blocking(api, move |engine| engine.list_tables("", top, &after)).await?;
+    let metadata = request.metadata();
+    let tables: Vec<Json> = page
+        .tables
+        .iter()
+        .map(|name| json!({"TableName": name.to_string()}))
+        .collect();
+    let mut out = Map::new();
+    if metadata != Metadata::None {
+        out.insert(
+            "odata.metadata".into(),
+            format!("{base}/$metadata#Tables").into(),
+        );
+    }
+    out.insert("value".into(), Json::Array(tables));
+    let mut response = json_response(StatusCode::OK, metadata, &Json::Object(out));
+    if let Some(next) = page.next_page_token {
+        response
+            .headers_mut()
+            .insert("x-ms-continuation-nexttablename", header_value(&next));
+    }
+    Ok(response)
+}
+
+async fn insert(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    base: &str,
+    table: String,
+) -> Result<Response, Failure> {
+    let entity = odata::entity_from_json(&request.body, None).map_err(Failure::invalid)?;
+    let operation = Operation::Insert(entity);
+    let needed = crate::auth::needed_for(&operation);
+    access.entity(
+        &table,
+        needed,
+        operation.partition_key().unwrap_or(""),
+        operation.row_key(),
+    )?;
+    let content = request.return_content(true);
+    let metadata = request.metadata();
+    let (base, name) = (base.to_owned(), table.clone());
+    let (json, etag) = blocking(api, move |engine| {
+        let pending = engine.write(&table, operation, Waiting::Allowed)?.ran();
+        let stored = engine.wait(pending)?.expect("an insert stores its entity");
+        let json = odata::stored_to_json(&stored, metadata, &base, &name);
+        Ok((json, stored.etag()))
+    })
+    .await?;
+    let mut response = if content {
+        json_response(StatusCode::CREATED, metadata, &Json::Object(json))
+    } else {
+        no_content(true)
+    };
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(etag.as_str()));
+    Ok(response)
+}
+
+async fn write(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    key: EntityKey,
+    merge: bool,
+) -> Result<Response, Failure> {
+    let entity = odata::entity_from_json(&request.body, Some(&key)).map_err(Failure::invalid)?;
+    let operation = match (request.if_match()?, merge) {
+        (Some(if_match), false) => Operation::Update(entity, if_match),
+        (Some(if_match), true) => Operation::Merge(entity, if_match),
+        (None, false) => Operation::Upsert(entity, UpsertMode::Replace),
+        (None, true) => Operation::Upsert(entity, UpsertMode::Merge),
+    };
+    let needed = crate::auth::needed_for(&operation);
+    access.entity(&table, needed, &key.partition_key, &key.row_key)?;
+    let etag = blocking(api, move |engine| {
+        let pending = engine.write(&table, operation, Waiting::Allowed)?.ran();
+        Ok(engine
+            .wait(pending)?
+            .expect("a write stores its entity")
+            .etag())
+    })
+    .await?;
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(etag.as_str()));
+    Ok(response)
+}
+
+/// `$select` as property names (empty: all).
+fn selection(request: &Request) -> Vec<String> {
+    request
+        .param("$select")
+        .map(|s| {
+            s.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| {
+                    !p.is_empty() && !matches!(p.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn get(
+    api: &RestApi,
+    request: &Request,
+    table: String,
+    partition_key: String,
+    row_key: String,
+    base: &str,
+) -> Result<Response, Failure> {
+    let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
+    let metadata = request.metadata();
+    let select = selection(request);
+    let (base, name) = (base.to_owned(), table.clone());
+    let account_base = base.clone();
+    let (json, etag) = blocking(api, move |engine| {
+        let read = |entity: &EntityView<'_>| {
+            let etag = crate::model::ETag::for_timestamp(entity.timestamp);
+            Ok((
+                odata::entity_to_json(entity, metadata, &account_base, &table)?,
+                etag,
+            ))
+        };
+        Ok(engine
+            .get(&table, &key, &select, read, Waiting::Allowed)?
+            .ran())
+    })
+    .await?;
+    let mut out = json;
+    if metadata != Metadata::None {
+        out.insert(
+            "odata.metadata".into(),
+            format!("{base}/$metadata#{name}/@Element").into(),
+        );
+    }
+    let mut response = json_response(StatusCode::OK, metadata, &Json::Object(out));
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(etag.as_str()));
+    Ok(response)
+}
+
+/// Collects a page's entities as JSON.
+struct JsonPage {
+    metadata: Metadata,
+    base: String,
+    table: String,
+    entities: Vec<Json>,
+}
+
+impl MatchSink for JsonPage {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
+        let json = odata::entity_to_json(entity, self.metadata, &self.base, &self.table)?;
+        self.entities.push(Json::Object(json));
+        Ok(entity.stored_len())
+    }
+}
+
+async fn query(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    base: &str,
+) -> Result<Response, Failure> {
+    let top = match request.param("$top") {
+        Some(top) => top.parse::<u32>().map_err(|_| {
+            Failure::invalid(ValidationError::Argument(format!(
+                "$top {top:?} is not a number"
+            )))
+        })?,
+        None => 0,
+    };
+    let mut spec = QuerySpec {
+        filter: request.param("$filter").unwrap_or_default(),
+        select: selection(request),
+        page_size: top,
+        ..QuerySpec::default()
+    };
+    access.query(&table, &mut spec)?;
+    // The continuation is Trestle's own token, carried in NextPartitionKey.
+    let continuation = request.param("NextPartitionKey").unwrap_or_default();
+    let metadata = request.metadata();
+    let mut page = JsonPage {
+        metadata,
+        base: base.to_owned(),
+        table: table.clone(),
+        entities: Vec::new(),
+    };
+    let (page, info) = blocking(api, move |engine| {
+        let info = engine.query(&table, spec, &continuation, &mut page)?;
+        Ok((page, info))
+    })
+    .await?;
+    let mut out = Map::new();
+    if metadata != Metadata::None {
+        out.insert(
+            "odata.metadata".into(),
+            format!("{base}/$metadata#{}", page.table).into(),
+        );
+    }
+    out.insert("value".into(), Json::Array(page.entities));
+    let mut response = json_response(StatusCode::OK, metadata, &Json::Object(out));
+    if let Some(token) = info.continuation_token {
+        let headers = response.headers_mut();
+        headers.insert("x-ms-continuation-nextpartitionkey", header_value(&token));
+        headers.insert(
+            "x-ms-continuation-nextrowkey",
+            HeaderValue::from_static("next"),
+        );
+    }
+    Ok(response)
+}
+
+/// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
+/// response (or the failing one's, its index first in the message).
+async fn submit_batch(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+) -> Result<Response, Failure> {
+    let content_type = request.header("content-type").unwrap_or("");
+    let parsed = batch::parse(content_type, &request.body).map_err(Failure::invalid)?;
+    let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
+    let boundary = request_id();
+    let respond = |body: String| {
+        let mut response = (StatusCode::ACCEPTED, body).into_response();
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            header_value(&format!(
+                "multipart/mixed; boundary=batchresponse_{boundary}"
+            )),
+        );
+        response
+    };
+    let refuse = |index: usize, failure: Failure| {
+        respond(batch::failure(
+            &boundary,
+            failure.status,
+            failure.code,
+            index,
+            &failure.message,
+        ))
+    };
+    let mut operations = Vec::with_capacity(parsed.len());
+    for (index, operation) in parsed.into_iter().enumerate() {
+        if operation.table != table {
+            let why = format!(
+                "a batch acts on one table; operation {index} names {:?}",
+                operation.table
+            );
+            return Ok(refuse(
+                index,
+                Failure::invalid(ValidationError::Argument(why)),
+            ));
+        }
+        if operation.partition_key != partition_key {
+            let error = TableError::DifferentPartitions {
+                expected: partition_key.clone(),
+                found: operation.partition_key,
+            };
+            return Ok(refuse(index, Failure::from(error)));
+        }
+        operations.push(operation.operation);
+    }
+    if let Err((index, error)) = access.transaction(&table, &partition_key, &operations) {
+        return Ok(refuse(index, Failure::from(error)));
+    }
+    let request_bytes = request.body.len();
+    let engine = api.engine.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let pending = engine
+            .transact(
+                &table,
+                &partition_key,
+                operations,
+                request_bytes,
+                Waiting::Allowed,
+            )?
+            .ran();
+        engine.wait(pending)
+    })
+    .await
+    .map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        )
+    })?;
+    match outcome {
+        Ok(stored) => {
+            let etags: Vec<Option<String>> = stored
+                .iter()
+                .map(|entity| entity.as_ref().map(|e| e.etag().into_string()))
+                .collect();
+            Ok(respond(batch::success(&boundary, &etags)))
+        }
+        Err(error) => {
+            let index = error.operation_index().unwrap_or(0);
+            let failure = match error {
+                TableError::Operation { source, .. } => Failure::from(*source),
+                other => Failure::from(other),
+            };
+            Ok(refuse(index, failure))
+        }
+    }
+}

@@ -1,0 +1,124 @@
+// The official JS SDK (@azure/data-tables) against Trestle's REST endpoint. Run by
+// tests/azure_sdk.rs with TRESTLE_REST_ENDPOINT set to the endpoint's account URL.
+
+import assert from "node:assert/strict";
+import { TableClient, TableServiceClient, odata } from "@azure/data-tables";
+
+const DEV_KEY =
+  "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const connection =
+  "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+  `AccountKey=${DEV_KEY};TableEndpoint=${process.env.TRESTLE_REST_ENDPOINT};`;
+const options = { allowInsecureConnection: true };
+
+async function rejects(status, action) {
+  await assert.rejects(action, (error) => {
+    assert.equal(error.statusCode, status, String(error));
+    return true;
+  });
+}
+
+async function tables() {
+  const service = TableServiceClient.fromConnectionString(connection, options);
+  await service.createTable("JsTables");
+  const names = [];
+  for await (const table of service.listTables()) names.push(table.name);
+  assert.ok(names.includes("JsTables"), names.join());
+  await service.deleteTable("JsTables");
+}
+
+async function entities() {
+  const table = TableClient.fromConnectionString(connection, "JsEntities", options);
+  await table.createTable();
+  const created = await table.createEntity({ partitionKey: "p", rowKey: "1", name: "Ada", age: 36 });
+  assert.ok(created.etag);
+  await rejects(409, () => table.createEntity({ partitionKey: "p", rowKey: "1" }));
+  let got = await table.getEntity("p", "1");
+  assert.equal(got.name, "Ada");
+  assert.equal(got.age, 36);
+  const etag = got.etag;
+
+  await table.updateEntity({ partitionKey: "p", rowKey: "1", age: 37 }, "Merge");
+  got = await table.getEntity("p", "1");
+  assert.equal(got.name, "Ada");
+  assert.equal(got.age, 37);
+  await rejects(412, () =>
+    table.updateEntity({ partitionKey: "p", rowKey: "1", age: 1 }, "Replace", { etag }),
+  );
+  await table.upsertEntity({ partitionKey: "p", rowKey: "2", name: "Grace" }, "Replace");
+  await table.deleteEntity("p", "2");
+  await rejects(404, () => table.getEntity("p", "2"));
+
+  for (let n = 0; n < 12; n++) {
+    await table.createEntity({ partitionKey: "q", rowKey: String(n).padStart(2, "0"), n });
+  }
+  const found = [];
+  const filter = odata`PartitionKey eq ${"q"} and n ge ${5}`;
+  for await (const entity of table.listEntities({ queryOptions: { filter } })) found.push(entity.n);
+  assert.deepEqual(found, [5, 6, 7, 8, 9, 10, 11]);
+  let pages = 0;
+  let total = 0;
+  for await (const page of table.listEntities().byPage({ maxPageSize: 5 })) {
+    pages += 1;
+    total += page.length;
+  }
+  assert.equal(total, 13);
+  assert.equal(pages, 3);
+  await table.deleteTable();
+}
+
+async function batches() {
+  const table = TableClient.fromConnectionString(connection, "JsBatch", options);
+  await table.createTable();
+  const actions = [];
+  for (let n = 0; n < 100; n++) {
+    actions.push(["create", { partitionKey: "b", rowKey: String(n).padStart(3, "0"), n }]);
+  }
+  const result = await table.submitTransaction(actions);
+  assert.equal(result.status, 202);
+  assert.equal(result.subResponses.length, 100);
+  assert.ok(result.subResponses[0].etag);
+  // A duplicate second insert: nothing is written.
+  await rejects(409, () =>
+    table.submitTransaction([
+      ["create", { partitionKey: "b", rowKey: "new" }],
+      ["create", { partitionKey: "b", rowKey: "000" }],
+    ]),
+  );
+  await rejects(404, () => table.getEntity("b", "new"));
+  await table.deleteTable();
+}
+
+async function types() {
+  const table = TableClient.fromConnectionString(connection, "JsTypes", options);
+  await table.createTable();
+  const when = new Date(Date.UTC(2024, 1, 29, 12, 30, 45, 123));
+  await table.createEntity({
+    partitionKey: "typed",
+    rowKey: "all",
+    text: "héllo",
+    int64: { value: "9007199254740993", type: "Int64" },
+    double: { value: "1.0", type: "Double" },
+    when,
+    guid: { value: "6f9619ff-8b86-d011-b42d-00c04fc964ff", type: "Guid" },
+    bytes: new Uint8Array([0, 1, 254, 255]),
+    flag: true,
+  });
+  const got = await table.getEntity("typed", "all", { disableTypeConversion: true });
+  assert.equal(got.text.value, "héllo");
+  assert.deepEqual(got.int64, { value: "9007199254740993", type: "Int64" });
+  assert.equal(got.double.type, "Double");
+  assert.equal(Number(got.double.value), 1);
+  assert.equal(got.when.type, "DateTime");
+  assert.equal(new Date(got.when.value).getTime(), when.getTime());
+  assert.deepEqual(got.guid, { value: "6f9619ff-8b86-d011-b42d-00c04fc964ff", type: "Guid" });
+  assert.equal(got.bytes.type, "Binary");
+  assert.equal(got.bytes.value, "AAH+/w==");
+  await table.deleteTable();
+}
+
+await tables();
+await entities();
+await batches();
+await types();
+console.log("js sdk: ok");

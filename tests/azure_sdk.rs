@@ -1,0 +1,152 @@
+//! The Azure Table REST endpoint under the official SDKs: `tests/azure-sdk/python_tables.py`
+//! (azure-data-tables, from PyPI) and `tests/azure-sdk/js_tables.mjs` (@azure/data-tables, from
+//! npm) run against a real server, and an entity crosses between the protocols with its types,
+//! ETag and Timestamp intact. `.ci/run` installs both SDKs (a venv in `target/azure-sdk-venv`,
+//! `npm ci` in `tests/azure-sdk`); elsewhere a missing SDK skips its part with a message, unless
+//! `TRESTLE_REQUIRE_AZURE_SDKS=1`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::TestServer;
+use trestle_client::{DateTime, Properties, Value};
+
+const SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/azure-sdk");
+
+/// A server with the REST endpoint; its account URL.
+async fn server() -> (TestServer, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = format!("http://{}/devstoreaccount1", listener.local_addr().unwrap());
+    let server = TestServer::start_with(move |config| {
+        config.rest = trestle_server::rest::RestListener::new(listener);
+    })
+    .await;
+    (server, rest)
+}
+
+fn required() -> bool {
+    std::env::var("TRESTLE_REQUIRE_AZURE_SDKS").is_ok_and(|v| v == "1")
+}
+
+/// The Python with azure-data-tables: `TRESTLE_AZURE_PYTHON`, or the venv `.ci/run` makes.
+fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("TRESTLE_AZURE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/azure-sdk-venv/bin/python")
+        });
+    let usable = Command::new(&candidate)
+        .args(["-c", "import azure.data.tables"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    usable.then_some(candidate)
+}
+
+fn node_sdk_installed() -> bool {
+    Path::new(SDK_DIR)
+        .join("node_modules/@azure/data-tables")
+        .exists()
+        && Command::new("node").arg("--version").output().is_ok()
+}
+
+/// Runs `program args` with the endpoint in its environment; its stdout, or a panic with both
+/// streams.
+async fn run(program: &Path, args: &[&str], endpoint: &str) -> String {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(SDK_DIR)
+        .env("TRESTLE_REST_ENDPOINT", endpoint);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("run the SDK's script");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}\n{}",
+        program.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc() {
+    let Some(python) = python() else {
+        assert!(!required(), "azure-data-tables is not installed");
+        eprintln!("skipped: no Python with azure-data-tables (set TRESTLE_AZURE_PYTHON)");
+        return;
+    };
+    let (server, endpoint) = server().await;
+    // Written over gRPC, for the Python SDK to read with its types.
+    let from_grpc = server.sdk().await.table("FromGrpc");
+    from_grpc.create().await.unwrap();
+    let typed = Properties::default()
+        .with("Int64", Value::Int64(-(1 << 60)))
+        .with("Double", Value::Double(2.0))
+        .with(
+            "When",
+            "1999-12-31T23:59:59.9999999Z".parse::<DateTime>().unwrap(),
+        )
+        .with(
+            "Guid",
+            Value::Guid("00112233-4455-6677-8899-aabbccddeeff".parse().unwrap()),
+        )
+        .with("Bytes", Value::Binary(b"grpc".to_vec()));
+    from_grpc
+        .insert(("typed", "from-grpc"), &typed)
+        .await
+        .unwrap();
+
+    let out = run(&python, &["python_tables.py"], &endpoint).await;
+    assert!(out.contains("python sdk: ok"), "{out}");
+
+    // Read over gRPC with the Rust SDK: the same types, ETag and Timestamp.
+    let table = server.sdk().await.table("CrossProtocol");
+    let entity = table.get::<Properties>(("typed", "all")).await.unwrap();
+    let value = |name: &str| entity.value.0.get(name).cloned();
+    assert_eq!(value("Text"), Some(Value::String("héllo".into())));
+    assert_eq!(value("Int32"), Some(Value::Int32(i32::MAX)));
+    assert_eq!(value("Int64"), Some(Value::Int64((1 << 53) + 1)));
+    assert_eq!(value("Double"), Some(Value::Double(1.0)));
+    assert_eq!(value("Bool"), Some(Value::Bool(true)));
+    let when = "2024-02-29T12:30:45.123456Z".parse::<DateTime>().unwrap();
+    assert_eq!(value("When"), Some(Value::DateTime(when)));
+    assert_eq!(
+        value("Guid"),
+        Some(Value::Guid(
+            "6f9619ff-8b86-d011-b42d-00c04fc964ff".parse().unwrap()
+        ))
+    );
+    assert_eq!(value("Bytes"), Some(Value::Binary(vec![0, 1, 0xfe, 0xff])));
+    let etag_line = out.lines().find_map(|l| l.strip_prefix("etag ")).unwrap();
+    assert_eq!(entity.etag.as_str(), etag_line);
+    let timestamp_line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("timestamp "))
+        .unwrap();
+    let timestamp = entity.timestamp.to_rfc3339();
+    assert_eq!(
+        timestamp[..26],
+        timestamp_line.replace("+00:00", "Z")[..26],
+        "the Timestamp to the microsecond Python keeps"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_js_sdk_works_unchanged() {
+    if !node_sdk_installed() {
+        assert!(
+            !required(),
+            "@azure/data-tables is not installed in tests/azure-sdk"
+        );
+        eprintln!("skipped: no @azure/data-tables (run `npm ci` in tests/azure-sdk)");
+        return;
+    }
+    let (_server, endpoint) = server().await;
+    let out = run(Path::new("node"), &["js_tables.mjs"], &endpoint).await;
+    assert!(out.contains("js sdk: ok"), "{out}");
+}
