@@ -171,6 +171,18 @@ impl Request {
         })
     }
 
+    /// `$top` (0, the server's page size, when absent).
+    fn top(&self) -> Result<u32, Failure> {
+        match self.param("$top") {
+            Some(top) => top.parse::<u32>().map_err(|_| {
+                Failure::invalid(ValidationError::Argument(format!(
+                    "$top {top:?} is not a number"
+                )))
+            }),
+            None => Ok(0),
+        }
+    }
+
     fn metadata(&self) -> Metadata {
         Metadata::from_accept(self.header("accept"))
     }
@@ -452,14 +464,7 @@ async fn list_tables(
     base: &str,
 ) -> Result<Response, Failure> {
     access.list_tables()?;
-    let top = match request.param("$top") {
-        Some(top) => top.parse::<u32>().map_err(|_| {
-            Failure::invalid(ValidationError::Argument(format!(
-                "$top {top:?} is not a number"
-            )))
-        })?,
-        None => 0,
-    };
+    let top = request.top()?;
     let after = request.param("NextTableName").unwrap_or_default();
     let page = blocking(api, move |engine| engine.list_tables("", top, &after)).await?;
     let metadata = request.metadata();
@@ -632,14 +637,7 @@ async fn query(
     table: String,
     base: &str,
 ) -> Result<Response, Failure> {
-    let top = match request.param("$top") {
-        Some(top) => top.parse::<u32>().map_err(|_| {
-            Failure::invalid(ValidationError::Argument(format!(
-                "$top {top:?} is not a number"
-            )))
-        })?,
-        None => 0,
-    };
+    let top = request.top()?;
     let mut spec = QuerySpec {
         filter: request.param("$filter").unwrap_or_default(),
         select: selection(request),
