@@ -134,6 +134,11 @@ impl AccountKey {
         URL_SAFE_NO_PAD.encode(&self.secret)
     }
 
+    /// The secret in standard padded base64: the `AccountKey` of an Azure connection string.
+    pub fn secret_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.secret)
+    }
+
     /// Whether `presented` is exactly this key's secret text: the same length and the same bytes,
     /// compared in constant time. Never through a key derived from it: HMAC pads a short key with
     /// zero bytes, so the secret with zero bytes appended would derive the same key.
@@ -217,6 +222,14 @@ impl KeyRing {
     /// The key called `id`.
     pub fn get(&self, id: &str) -> Option<&AccountKey> {
         self.keys.iter().find(|k| k.id == id)
+    }
+
+    /// Whether `signature` is the HMAC-SHA256 of `message` under one of the keys (as Azure's
+    /// SharedKey and shared access signatures are made); each is checked in constant time.
+    pub fn signed(&self, message: &[u8], signature: &[u8]) -> bool {
+        self.keys
+            .iter()
+            .any(|key| hmac::verify(&key.signing, message, signature).is_ok())
     }
 
     /// The key whose secret is `presented`, checking every key in constant time.

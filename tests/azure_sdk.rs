@@ -12,6 +12,8 @@ use std::process::Command;
 
 use common::TestServer;
 use trestle_client::{DateTime, Properties, Value};
+use trestle_proto::access::{self, Grant, KeyRing, Permissions};
+use trestle_server::auth::Authenticator;
 
 const SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/azure-sdk");
 
@@ -51,14 +53,15 @@ fn node_sdk_installed() -> bool {
         && Command::new("node").arg("--version").output().is_ok()
 }
 
-/// Runs `program args` with the endpoint in its environment; its stdout, or a panic with both
-/// streams.
-async fn run(program: &Path, args: &[&str], endpoint: &str) -> String {
+/// Runs `program args` with the endpoint (and `env`) in its environment; its stdout, or a panic
+/// with both streams.
+async fn run(program: &Path, args: &[&str], endpoint: &str, env: &[(&str, &str)]) -> String {
     let mut command = Command::new(program);
     command
         .args(args)
         .current_dir(SDK_DIR)
-        .env("TRESTLE_REST_ENDPOINT", endpoint);
+        .env("TRESTLE_REST_ENDPOINT", endpoint)
+        .envs(env.iter().copied());
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
@@ -101,7 +104,7 @@ async fn the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc() {
         .await
         .unwrap();
 
-    let out = run(&python, &["python_tables.py"], &endpoint).await;
+    let out = run(&python, &["python_tables.py"], &endpoint, &[]).await;
     assert!(out.contains("python sdk: ok"), "{out}");
 
     // Read over gRPC with the Rust SDK: the same types, ETag and Timestamp.
@@ -137,6 +140,34 @@ async fn the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_file_the_sdk_signs_with_its_keys_and_not_the_development_key() {
+    let Some(python) = python() else {
+        assert!(!required(), "azure-data-tables is not installed");
+        eprintln!("skipped: no Python with azure-data-tables (set TRESTLE_AZURE_PYTHON)");
+        return;
+    };
+    let keys = KeyRing::generate().unwrap();
+    let account_key = keys.signing_key().secret_base64();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}/devstoreaccount1", listener.local_addr().unwrap());
+    let server_keys = keys.clone();
+    let _server = TestServer::start_with(move |config| {
+        config.authenticator = Authenticator::with_keys(server_keys);
+        config.rest = trestle_server::rest::RestListener::new(listener);
+    })
+    .await;
+    let mut grant = Grant::new(Permissions::READ, 600);
+    grant.table = Some("PyKeyed".into());
+    let read_token = access::mint(keys.signing_key(), &grant);
+    let env = [
+        ("TRESTLE_ACCOUNT_KEY", account_key.as_str()),
+        ("TRESTLE_READ_TOKEN", read_token.as_str()),
+    ];
+    let out = run(&python, &["python_tables.py", "keyed"], &endpoint, &env).await;
+    assert!(out.contains("python sdk, keyed: ok"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_js_sdk_works_unchanged() {
     if !node_sdk_installed() {
         assert!(
@@ -147,6 +178,6 @@ async fn the_js_sdk_works_unchanged() {
         return;
     }
     let (_server, endpoint) = server().await;
-    let out = run(Path::new("node"), &["js_tables.mjs"], &endpoint).await;
+    let out = run(Path::new("node"), &["js_tables.mjs"], &endpoint, &[]).await;
     assert!(out.contains("js sdk: ok"), "{out}");
 }

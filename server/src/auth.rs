@@ -63,6 +63,11 @@ impl Authenticator {
         self.keys.is_none()
     }
 
+    /// The account keys, in keyed mode (the REST endpoint checks Azure's signatures with them).
+    pub fn keys(&self) -> Option<&KeyRing> {
+        self.keys.as_ref()
+    }
+
     /// What the `authorization` header value `authorization` grants.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Access, AuthError> {
         let Some(keys) = &self.keys else {

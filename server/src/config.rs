@@ -196,6 +196,16 @@ pub enum Command {
     },
     /// Print a scoped access token signed with the key file's first key.
     Token(TokenArgs),
+    /// Print the Azure connection string of the REST endpoint with the key file's first key, for
+    /// the Azure SDKs and tools.
+    ConnectionString {
+        /// The key file whose first key the connection string carries.
+        #[arg(long)]
+        key_file: PathBuf,
+        /// The REST endpoint as clients reach it (`--rest-listen`'s address).
+        #[arg(long, default_value = "http://127.0.0.1:10002")]
+        endpoint: String,
+    },
 }
 
 /// `trestle-server token`.

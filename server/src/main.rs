@@ -25,6 +25,9 @@ fn main() -> ExitCode {
     let outcome = match args.command {
         Some(Command::Keygen { out }) => keygen(&out),
         Some(Command::Token(token_args)) => token(&token_args),
+        Some(Command::ConnectionString { key_file, endpoint }) => {
+            connection_string(&key_file, &endpoint)
+        }
         None => return serve(args.serve),
     };
     match outcome {
@@ -69,6 +72,14 @@ fn token(args: &TokenArgs) -> Result<(), String> {
     };
     let token = access::mint(keys.signing_key(), &grant);
     writeln!(std::io::stdout(), "{token}").map_err(|e| e.to_string())
+}
+
+/// Prints the REST endpoint's Azure connection string with the key file's first key.
+fn connection_string(key_file: &std::path::Path, endpoint: &str) -> Result<(), String> {
+    let keys = trestle_server::config::load_key_file(key_file).map_err(|e| e.to_string())?;
+    let key = keys.signing_key().secret_base64();
+    let text = trestle_server::rest::connection_string(endpoint, &key);
+    writeln!(std::io::stdout(), "{text}").map_err(|e| e.to_string())
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

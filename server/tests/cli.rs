@@ -88,6 +88,47 @@ async fn keygen_then_token_then_serve_with_the_key_file() {
 }
 
 #[test]
+fn connection_string_carries_the_first_key_as_azure_sdks_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("trestle.keys");
+    let key_path = key_file.to_str().unwrap();
+    let (status, _, stderr) = run_tool(&["keygen", "--out", key_path]);
+    assert!(status.success(), "{stderr}");
+    let written = std::fs::read_to_string(&key_file).unwrap();
+    let secret = written
+        .lines()
+        .find(|l| !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap();
+    // The same 32 bytes in standard, padded base64.
+    let account_key = format!("{}=", secret.replace('-', "+").replace('_', "/"));
+
+    let (status, stdout, stderr) = run_tool(&["connection-string", "--key-file", key_path]);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={account_key};\
+             TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;"
+        )
+    );
+    let (status, stdout, _) = run_tool(&[
+        "connection-string",
+        "--key-file",
+        key_path,
+        "--endpoint",
+        "http://tables.internal:8080/",
+    ]);
+    assert!(status.success());
+    assert!(stdout.contains(";TableEndpoint=http://tables.internal:8080/devstoreaccount1;"));
+    let (status, _, stderr) = run_tool(&["connection-string", "--key-file", "/nonexistent"]);
+    assert!(
+        !status.success() && stderr.contains("/nonexistent"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn open_mode_is_refused_on_a_non_loopback_address() {
     let dir = tempfile::tempdir().unwrap();
     let (status, printed) = ServerProcess::run_to_exit(dir.path(), &["--listen", "0.0.0.0:0"]);

@@ -2,7 +2,15 @@
 // tests/azure_sdk.rs with TRESTLE_REST_ENDPOINT set to the endpoint's account URL.
 
 import assert from "node:assert/strict";
-import { TableClient, TableServiceClient, odata } from "@azure/data-tables";
+import {
+  AzureNamedKeyCredential,
+  AzureSASCredential,
+  TableClient,
+  TableServiceClient,
+  generateAccountSas,
+  generateTableSas,
+  odata,
+} from "@azure/data-tables";
 
 const DEV_KEY =
   "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
@@ -117,8 +125,40 @@ async function types() {
   await table.deleteTable();
 }
 
+// SAS made by the SDK: the granted reads work, writes and other partitions are refused.
+async function sharedAccessSignatures() {
+  const table = TableClient.fromConnectionString(connection, "JsSas", options);
+  await table.createTable();
+  for (const pk of ["a", "b"]) await table.createEntity({ partitionKey: pk, rowKey: "1", n: 1 });
+  const credential = new AzureNamedKeyCredential("devstoreaccount1", DEV_KEY);
+  const expiresOn = new Date(Date.now() + 3600_000);
+  const endpoint = process.env.TRESTLE_REST_ENDPOINT;
+  const sas = generateTableSas("JsSas", credential, {
+    permissions: { query: true },
+    expiresOn,
+    startPartitionKey: "b",
+    endPartitionKey: "b",
+  });
+  const limited = new TableClient(endpoint, "JsSas", new AzureSASCredential(sas), options);
+  assert.equal((await limited.getEntity("b", "1")).n, 1);
+  await rejects(403, () => limited.getEntity("a", "1"));
+  await rejects(403, () => limited.createEntity({ partitionKey: "b", rowKey: "2" }));
+  const accountSas = generateAccountSas(credential, {
+    permissions: { read: true, list: true },
+    resourceTypes: "co",
+    expiresOn,
+  });
+  const account = new TableServiceClient(endpoint, new AzureSASCredential(accountSas), options);
+  const names = [];
+  for await (const t of account.listTables()) names.push(t.name);
+  assert.ok(names.includes("JsSas"), names.join());
+  await rejects(403, () => account.createTable("JsSasNew"));
+  await table.deleteTable();
+}
+
 await tables();
 await entities();
 await batches();
 await types();
+await sharedAccessSignatures();
 console.log("js sdk: ok");

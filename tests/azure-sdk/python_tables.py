@@ -1,7 +1,9 @@
 """The official Python SDK (azure-data-tables) against Trestle's REST endpoint.
 
 Run by tests/azure_sdk.rs with TRESTLE_REST_ENDPOINT set to the endpoint's account URL. Leaves
-table CrossProtocol with entity (typed, "all") for the Rust side to read over gRPC.
+table CrossProtocol with entity (typed, "all") for the Rust side to read over gRPC. With the
+argument `keyed`, runs against a server with a key file instead: TRESTLE_ACCOUNT_KEY is its key
+as a connection string carries it, and the development key must be refused.
 """
 
 import datetime
@@ -9,7 +11,10 @@ import os
 import sys
 import uuid
 
+import requests
+
 from azure.core import MatchConditions
+from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
@@ -17,22 +22,43 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.data.tables import (
+    AccountSasPermissions,
     EdmType,
     EntityProperty,
+    ResourceTypes,
+    TableAccessPolicy,
+    TableClient,
     TableServiceClient,
     TableTransactionError,
     UpdateMode,
+    generate_account_sas,
+    generate_table_sas,
 )
 
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def connect():
-    endpoint = os.environ["TRESTLE_REST_ENDPOINT"]
+ENDPOINT = os.environ["TRESTLE_REST_ENDPOINT"]
+HOUR = datetime.timedelta(hours=1)
+
+
+def connect(key=DEV_KEY):
     return TableServiceClient.from_connection_string(
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-        f"AccountKey={DEV_KEY};TableEndpoint={endpoint};"
+        f"AccountKey={key};TableEndpoint={ENDPOINT};"
     )
+
+
+def refused(code, action):
+    """Runs action, which must fail with HTTP 403 and Azure's error code `code`."""
+    try:
+        action()
+    except HttpResponseError as error:
+        assert error.status_code == 403, (error.status_code, str(error))
+        given = error.response.headers.get("x-ms-error-code")
+        assert given == code, (given, code, str(error))
+        return
+    raise AssertionError(f"expected a refusal with {code}")
 
 
 def expect(error, action):
@@ -172,12 +198,153 @@ def types(service):
     assert grpc["Bytes"] == b"grpc", grpc
 
 
+def shared_access_signatures(service, key):
+    """Service and account SAS made by the SDK: what they grant works, the rest is refused."""
+    table = service.create_table("PySas")
+    for pk in "abc":
+        for rk in range(1, 8):
+            table.create_entity({"PartitionKey": pk, "RowKey": str(rk), "N": rk})
+    credential = AzureNamedKeyCredential("devstoreaccount1", key)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def table_client(sas, name="PySas"):
+        return TableClient(ENDPOINT, name, credential=AzureSasCredential(sas))
+
+    # Read rows 2..5 of partition b only.
+    rows = generate_table_sas(
+        credential, "PySas", permission="r", expiry=now + HOUR,
+        start_pk="b", start_rk="2", end_pk="b", end_rk="5",
+    )
+    limited = table_client(rows)
+    assert limited.get_entity("b", "3")["N"] == 3
+    refused("AuthorizationFailure", lambda: limited.get_entity("b", "6"))
+    refused("AuthorizationFailure", lambda: limited.get_entity("a", "3"))
+    found = sorted(e["RowKey"] for e in limited.query_entities("PartitionKey eq 'b'"))
+    assert found == ["2", "3", "4", "5"], found
+    refused(
+        "AuthorizationPermissionMismatch",
+        lambda: limited.create_entity({"PartitionKey": "b", "RowKey": "4x"}),
+    )
+    refused("AuthorizationPermissionMismatch", lambda: limited.delete_entity("b", "3"))
+
+    # Add and update in partitions a..b; upsert needs both.
+    writes = generate_table_sas(
+        credential, "PySas", permission="au", expiry=now + HOUR, start_pk="a", end_pk="b"
+    )
+    writer = table_client(writes)
+    writer.upsert_entity({"PartitionKey": "a", "RowKey": "9", "N": 9})
+    refused("AuthorizationFailure", lambda: writer.create_entity({"PartitionKey": "c", "RowKey": "9"}))
+    refused("AuthorizationPermissionMismatch", lambda: writer.get_entity("a", "9"))
+    assert table.get_entity("a", "9")["N"] == 9
+
+    # Another table, an expired SAS, a start in the future and a tampered signature.
+    service.create_table("PySasOther")
+    refused("AuthorizationResourceTypeMismatch", lambda: table_client(rows, "PySasOther").get_entity("b", "3"))
+    expired = generate_table_sas(credential, "PySas", permission="r", expiry=now - HOUR)
+    refused("AuthenticationFailed", lambda: table_client(expired).get_entity("b", "3"))
+    later = generate_table_sas(credential, "PySas", permission="r", start=now + HOUR, expiry=now + 2 * HOUR)
+    refused("AuthenticationFailed", lambda: table_client(later).get_entity("b", "3"))
+    tampered = rows.replace("sp=r", "sp=rd")
+    refused("AuthenticationFailed", lambda: table_client(tampered).get_entity("b", "3"))
+    policy = generate_table_sas(credential, "PySas", policy_id="readers")
+    refused("AuthenticationFailed", lambda: table_client(policy).get_entity("b", "3"))
+
+    # An account SAS: list tables and read entities, nothing else.
+    readers = generate_account_sas(
+        credential,
+        resource_types=ResourceTypes(container=True, object=True),
+        permission=AccountSasPermissions(read=True, list=True),
+        expiry=now + HOUR,
+    )
+    account = TableServiceClient(ENDPOINT, credential=AzureSasCredential(readers))
+    assert "PySas" in [t.name for t in account.list_tables()]
+    assert len(list(account.get_table_client("PySas").list_entities())) == 22
+    refused("AuthorizationPermissionMismatch", lambda: account.create_table("PySasNew"))
+    refused(
+        "AuthorizationPermissionMismatch",
+        lambda: account.get_table_client("PySas").create_entity({"PartitionKey": "d", "RowKey": "1"}),
+    )
+    owners = generate_account_sas(
+        credential,
+        resource_types=ResourceTypes(container=True, object=True),
+        permission=AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True),
+        expiry=now + HOUR,
+    )
+    owner = TableServiceClient(ENDPOINT, credential=AzureSasCredential(owners))
+    owner.create_table("PySasNew").create_entity({"PartitionKey": "d", "RowKey": "1"})
+    owner.delete_table("PySasNew")
+    for name in ("PySas", "PySasOther"):
+        service.delete_table(name)
+
+
+def settings(service):
+    """The setup calls: what Azure answers for an account with no settings, or NotImplemented."""
+    properties = service.get_service_properties()
+    assert properties["analytics_logging"].read is False, properties
+    try:
+        service.set_service_properties(cors=[])
+        raise AssertionError("setting service properties should be NotImplemented")
+    except HttpResponseError as error:
+        assert error.response.headers.get("x-ms-error-code") == "NotImplemented", str(error)
+    table = service.create_table("PyAcl")
+    assert table.get_table_access_policy() == {}
+    table.set_table_access_policy({})
+    try:
+        policy = TableAccessPolicy(permission="r", expiry=datetime.datetime.now() + HOUR)
+        table.set_table_access_policy({"readers": policy})
+        raise AssertionError("a stored access policy should be NotImplemented")
+    except HttpResponseError as error:
+        assert error.response.headers.get("x-ms-error-code") == "NotImplemented", str(error)
+    expect(ResourceNotFoundError, lambda: service.get_table_client("NoAcl").get_table_access_policy())
+    service.delete_table("PyAcl")
+
+
+def keyed():
+    """A server with a key file: its key works, in connection strings and SAS; the dev key not."""
+    key = os.environ["TRESTLE_ACCOUNT_KEY"]
+    service = connect(key)
+    table = service.create_table("PyKeyed")
+    table.create_entity({"PartitionKey": "k", "RowKey": "1", "N": 1})
+    assert table.get_entity("k", "1")["N"] == 1
+    refused("AuthenticationFailed", lambda: list(connect(DEV_KEY).list_tables()))
+    shared_access_signatures(service, key)
+    credential = AzureNamedKeyCredential("devstoreaccount1", DEV_KEY)
+    forged = generate_table_sas(
+        credential, "PyKeyed", permission="r",
+        expiry=datetime.datetime.now(datetime.timezone.utc) + HOUR,
+    )
+    forged_client = TableClient(ENDPOINT, "PyKeyed", credential=AzureSasCredential(forged))
+    refused("AuthenticationFailed", lambda: forged_client.get_entity("k", "1"))
+
+    # Trestle's own scoped token (read, table PyKeyed) as a Bearer credential, over plain HTTP.
+    def get(path, token):
+        headers = {"Accept": "application/json;odata=nometadata", "x-ms-version": "2019-02-02"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return requests.get(f"{ENDPOINT}/{path}", headers=headers, timeout=10)
+
+    token = os.environ["TRESTLE_READ_TOKEN"]
+    got = get("PyKeyed(PartitionKey='k',RowKey='1')", token)
+    assert got.status_code == 200 and got.json()["N"] == 1, got.text
+    other = get("Tables", token)
+    assert other.status_code == 403, other.text
+    anonymous = get("PyKeyed(PartitionKey='k',RowKey='1')", None)
+    assert anonymous.headers["x-ms-error-code"] == "AuthenticationFailed", anonymous.text
+    service.delete_table("PyKeyed")
+
+
 def main():
+    if sys.argv[1:] == ["keyed"]:
+        keyed()
+        print("python sdk, keyed: ok")
+        return
     service = connect()
     tables(service)
     entities(service)
     batches(service)
     types(service)
+    shared_access_signatures(service, DEV_KEY)
+    settings(service)
     print("python sdk: ok")
 
 

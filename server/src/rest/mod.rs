@@ -7,18 +7,25 @@
 //! insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top` and
 //! continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON metadata
 //! levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and the
-//! client's request id echoed. Auth: SharedKey and SharedKeyLite with the development account in
-//! open mode, and Trestle's own `Bearer` credentials. Other requests answer `NotImplemented`.
+//! client's request id echoed; the table-ACL and service-properties calls answer as Azure does for
+//! an account with none set. Auth: SharedKey and SharedKeyLite (the development key in open mode,
+//! the key file's keys otherwise), service and account shared access signatures (mapped onto
+//! Trestle's scoped grants), and Trestle's own `Bearer` credentials. Other requests answer
+//! `NotImplemented`.
 
 mod batch;
 mod odata;
 mod paths;
+mod sas;
+mod settings;
 mod shared_key;
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use serde_json::{json, Map, Value as Json};
@@ -26,12 +33,26 @@ use trestle_proto::access::Permissions;
 
 use self::odata::Metadata;
 use self::paths::Resource;
+use self::shared_key::AccountKeys;
 use crate::auth::{Access, AuthError, Authenticator};
 use crate::engine::{Engine, MatchSink};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Waiting};
+
+/// The one account the endpoint serves, named as the emulators name theirs.
+pub const ACCOUNT: &str = "devstoreaccount1";
+
+/// The Azure connection string of the endpoint at `endpoint` (`http://host:port`) for the account
+/// key `account_key` (standard base64).
+pub fn connection_string(endpoint: &str, account_key: &str) -> String {
+    let endpoint = endpoint.trim_end_matches('/');
+    format!(
+        "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={account_key};\
+         TableEndpoint={endpoint}/{ACCOUNT};"
+    )
+}
 
 /// The service version the endpoint speaks.
 const VERSION: &str = "2019-02-02";
@@ -56,6 +77,7 @@ impl RestListener {
 struct RestApi {
     engine: Arc<Engine>,
     authenticator: Authenticator,
+    keys: AccountKeys,
 }
 
 /// Starts serving the REST endpoint on `listener`, if there is one; the task ends when aborted.
@@ -70,10 +92,13 @@ pub(crate) fn start(
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
+    let keys = AccountKeys::of(&authenticator);
     let app = axum::Router::new().fallback(handle).with_state(RestApi {
         engine,
         authenticator,
+        keys,
     });
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     Ok(Some(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "the REST endpoint stopped");
@@ -152,6 +177,7 @@ fn status_of(code: ErrorCode) -> StatusCode {
 
 /// One request, parsed enough to dispatch.
 struct Request {
+    peer: IpAddr,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -205,12 +231,14 @@ impl Request {
 
 async fn handle(
     State(api): State<RestApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let request = Request {
+        peer: peer.ip(),
         method,
         uri,
         headers,
@@ -261,31 +289,51 @@ fn error_response(request: &Request, failure: Failure) -> Response {
     response
 }
 
-/// Who is asking: SharedKey(Lite) with the development account's key in open mode, or the
-/// `Bearer` credentials Trestle's gRPC service takes.
+/// Who is asking: a shared access signature (`sig` among the query parameters), a SharedKey or
+/// SharedKeyLite signature under one of the account's keys, or the `Bearer` credentials
+/// Trestle's gRPC service takes (none needed in open mode).
 fn authenticate(api: &RestApi, request: &Request, account: &str) -> Result<Access, Failure> {
     let failed = |why: String| Failure::new(StatusCode::FORBIDDEN, "AuthenticationFailed", why);
+    let served_account = || {
+        if account == ACCOUNT {
+            Ok(())
+        } else {
+            Err(failed(format!(
+                "this server's account is {:?}, not {account:?}",
+                ACCOUNT
+            )))
+        }
+    };
+    if request.param("sig").is_some() {
+        served_account()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let presented = sas::Presented {
+            account,
+            peer: request.peer,
+            now,
+        };
+        let grant =
+            sas::grant(|name| request.param(name), &api.keys, &presented).map_err(|refusal| {
+                Failure::new(StatusCode::FORBIDDEN, refusal.code, refusal.message)
+            })?;
+        return Ok(Access::Scoped(grant));
+    }
     match request.header("authorization") {
         Some(a) if a.starts_with("SharedKey") => {
-            if !api.authenticator.is_open() {
-                return Err(failed(
-                    "SharedKey needs the development account, served in open mode only; use a Bearer token".into(),
-                ));
-            }
+            served_account()?;
             shared_key::verify(
                 a,
-                shared_key::DEV_ACCOUNT,
-                shared_key::DEV_KEY,
+                account,
+                &api.keys,
                 request.method.as_str(),
                 request.uri.path(),
                 request.uri.query(),
                 &request.headers,
             )
             .map_err(failed)?;
-            if account != shared_key::DEV_ACCOUNT {
-                return Err(failed(format!("no account {account:?} here")));
-            }
-            Ok(api.authenticator.authenticate(None)?)
+            Ok(Access::Full)
         }
         authorization => Ok(api.authenticator.authenticate(authorization)?),
     }
@@ -304,6 +352,9 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
         "http://{}/{account}",
         request.header("host").unwrap_or("localhost")
     );
+    if let Some(setting) = request.param("comp") {
+        return settings::serve(api, request, &access, resource, &setting).await;
+    }
     match (&request.method, resource) {
         (&Method::POST, Resource::Tables) => create_table(api, request, &access, &base).await,
         (&Method::GET, Resource::Tables) => list_tables(api, request, &access, &base).await,
@@ -364,15 +415,21 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
             query(api, request, &access, table, &base).await
         }
         (&Method::POST, Resource::Batch) => submit_batch(api, request, &access).await,
-        (method, _) => Err(Failure::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            format!(
-                "{method} {} is not served by Trestle's REST endpoint",
-                request.uri.path()
-            ),
-        )),
+        _ => Err(not_implemented(request, "")),
     }
+}
+
+/// `NotImplemented` for a request the endpoint does not serve, and why (`because`, if known).
+fn not_implemented(request: &Request, because: &str) -> Failure {
+    let mut message = format!(
+        "{} {} is not served by Trestle's REST endpoint",
+        request.method,
+        request.uri.path()
+    );
+    if !because.is_empty() {
+        message = format!("{message}: {because}");
+    }
+    Failure::new(StatusCode::NOT_IMPLEMENTED, "NotImplemented", message)
 }
 
 /// Runs `work` on the blocking pool (the engine is synchronous).
@@ -394,7 +451,11 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn json_response(status: StatusCode, metadata: Metadata, body: &Json) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    json_text_response(status, metadata, body.to_string())
+}
+
+fn json_text_response(status: StatusCode, metadata: Metadata, body: String) -> Response {
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(metadata.content_type()),
@@ -508,16 +569,16 @@ async fn insert(
     )?;
     let content = request.return_content(true);
     let metadata = request.metadata();
-    let (base, name) = (base.to_owned(), table.clone());
+    let base = base.to_owned();
     let (json, etag) = blocking(api, move |engine| {
         let pending = engine.write(&table, operation, Waiting::Allowed)?.ran();
         let stored = engine.wait(pending)?.expect("an insert stores its entity");
-        let json = odata::stored_to_json(&stored, metadata, &base, &name);
-        Ok((json, stored.etag()))
+        let writer = odata::EntityJson::element(metadata, &base, &table);
+        Ok((writer.stored(&stored), stored.etag()))
     })
     .await?;
     let mut response = if content {
-        json_response(StatusCode::CREATED, metadata, &Json::Object(json))
+        json_text_response(StatusCode::CREATED, metadata, json)
     } else {
         no_content(true)
     };
@@ -585,47 +646,48 @@ async fn get(
     let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
     let metadata = request.metadata();
     let select = selection(request);
-    let (base, name) = (base.to_owned(), table.clone());
-    let account_base = base.clone();
+    let base = base.to_owned();
     let (json, etag) = blocking(api, move |engine| {
+        let writer = odata::EntityJson::element(metadata, &base, &table);
         let read = |entity: &EntityView<'_>| {
-            let etag = crate::model::ETag::for_timestamp(entity.timestamp);
-            Ok((
-                odata::entity_to_json(entity, metadata, &account_base, &table)?,
-                etag,
-            ))
+            let mut json = String::new();
+            writer.write_view(&mut json, entity)?;
+            Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
         };
         Ok(engine
             .get(&table, &key, &select, read, Waiting::Allowed)?
             .ran())
     })
     .await?;
-    let mut out = json;
-    if metadata != Metadata::None {
-        out.insert(
-            "odata.metadata".into(),
-            format!("{base}/$metadata#{name}/@Element").into(),
-        );
-    }
-    let mut response = json_response(StatusCode::OK, metadata, &Json::Object(out));
+    let mut response = json_text_response(StatusCode::OK, metadata, json);
     response
         .headers_mut()
         .insert(http::header::ETAG, header_value(etag.as_str()));
     Ok(response)
 }
 
-/// Collects a page's entities as JSON.
+/// Writes a page's entities into the response body as they are read: `{..."value":[` first,
+/// then each entity's object.
 struct JsonPage {
     metadata: Metadata,
     base: String,
     table: String,
-    entities: Vec<Json>,
+    body: String,
+    empty: bool,
 }
 
 impl MatchSink for JsonPage {
     fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
-        let json = odata::entity_to_json(entity, self.metadata, &self.base, &self.table)?;
-        self.entities.push(Json::Object(json));
+        if !std::mem::take(&mut self.empty) {
+            self.body.push(',');
+        }
+        let writer = odata::EntityJson {
+            metadata: self.metadata,
+            base: &self.base,
+            table: &self.table,
+            context: None,
+        };
+        writer.write_view(&mut self.body, entity)?;
         Ok(entity.stored_len())
     }
 }
@@ -648,26 +710,28 @@ async fn query(
     // The continuation is Trestle's own token, carried in NextPartitionKey.
     let continuation = request.param("NextPartitionKey").unwrap_or_default();
     let metadata = request.metadata();
+    let mut body = String::from("{");
+    if metadata != Metadata::None {
+        body.push_str("\"odata.metadata\":");
+        body.push_str(&Json::String(format!("{base}/$metadata#{table}")).to_string());
+        body.push(',');
+    }
+    body.push_str("\"value\":[");
     let mut page = JsonPage {
         metadata,
         base: base.to_owned(),
         table: table.clone(),
-        entities: Vec::new(),
+        body,
+        empty: true,
     };
     let (page, info) = blocking(api, move |engine| {
         let info = engine.query(&table, spec, &continuation, &mut page)?;
         Ok((page, info))
     })
     .await?;
-    let mut out = Map::new();
-    if metadata != Metadata::None {
-        out.insert(
-            "odata.metadata".into(),
-            format!("{base}/$metadata#{}", page.table).into(),
-        );
-    }
-    out.insert("value".into(), Json::Array(page.entities));
-    let mut response = json_response(StatusCode::OK, metadata, &Json::Object(out));
+    let mut body = page.body;
+    body.push_str("]}");
+    let mut response = json_text_response(StatusCode::OK, metadata, body);
     if let Some(token) = info.continuation_token {
         let headers = response.headers_mut();
         headers.insert("x-ms-continuation-nextpartitionkey", header_value(&token));

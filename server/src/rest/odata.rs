@@ -3,7 +3,9 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use serde_json::{Map, Number, Value as Json};
+use std::fmt::Write as _;
+
+use serde_json::{Number, Value as Json};
 use uuid::Uuid;
 
 use crate::model::{
@@ -159,111 +161,274 @@ fn parse_datetime(text: &str) -> Option<i64> {
     trestle_proto::datetime::parse(&format!("{body}{fraction}"))
 }
 
-/// The JSON of an entity read in place, at `metadata`; `table` and `base` (the account's URL)
-/// name it in full metadata.
-pub(crate) fn entity_to_json(
-    entity: &EntityView<'_>,
-    metadata: Metadata,
-    base: &str,
-    table: &str,
-) -> Result<Map<String, Json>, StorageError> {
-    let keys = (entity.partition_key, entity.row_key, entity.timestamp);
-    to_json(keys, entity.properties(), metadata, base, table)
+/// Where an entity's JSON goes, and what names it: `base` (the account's URL) and `table` name
+/// it in full metadata; `context`, when given, leads it as `odata.metadata` (a response of one
+/// entity rather than an element of `value`).
+pub(crate) struct EntityJson<'a> {
+    pub(crate) metadata: Metadata,
+    pub(crate) base: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) context: Option<String>,
 }
 
-/// The JSON of an entity as a write stored it.
-pub(crate) fn stored_to_json(
-    entity: &StoredEntity,
-    metadata: Metadata,
-    base: &str,
-    table: &str,
-) -> Map<String, Json> {
-    let keys = (
-        entity.key.partition_key.as_str(),
-        entity.key.row_key.as_str(),
-        entity.timestamp,
-    );
-    let properties = entity
-        .properties
-        .iter()
-        .map(|(name, value)| Ok((name.as_str(), value.borrowed())));
-    to_json(keys, properties, metadata, base, table).expect("owned properties read without fault")
-}
+impl<'a> EntityJson<'a> {
+    /// The writer of a response of one entity of `table`: `odata.metadata` leads it unless
+    /// `metadata` is none.
+    pub(crate) fn element(metadata: Metadata, base: &'a str, table: &'a str) -> EntityJson<'a> {
+        let context =
+            (metadata != Metadata::None).then(|| format!("{base}/$metadata#{table}/@Element"));
+        EntityJson {
+            metadata,
+            base,
+            table,
+            context,
+        }
+    }
 
-fn to_json<'a>(
-    (partition_key, row_key, timestamp): (&str, &str, Ticks),
-    properties: impl Iterator<Item = Result<(&'a str, ValueRef<'a>), StorageError>>,
-    metadata: Metadata,
-    base: &str,
-    table: &str,
-) -> Result<Map<String, Json>, StorageError> {
-    let mut out = Map::new();
-    let etag = ETag::for_timestamp(timestamp);
-    if metadata != Metadata::None {
-        if metadata == Metadata::Full {
+    /// Writes the JSON object of an entity read in place to `out`.
+    pub(crate) fn write_view(
+        &self,
+        out: &mut String,
+        entity: &EntityView<'_>,
+    ) -> Result<(), StorageError> {
+        let keys = (entity.partition_key, entity.row_key, entity.timestamp);
+        self.write(out, keys, entity.properties())
+    }
+
+    /// The JSON object of an entity as a write stored it.
+    pub(crate) fn stored(&self, entity: &StoredEntity) -> String {
+        let keys = (
+            entity.key.partition_key.as_str(),
+            entity.key.row_key.as_str(),
+            entity.timestamp,
+        );
+        let properties = entity
+            .properties
+            .iter()
+            .map(|(name, value)| Ok((name.as_str(), value.borrowed())));
+        let mut out = String::new();
+        self.write(&mut out, keys, properties)
+            .expect("owned properties read without fault");
+        out
+    }
+
+    /// Writes the object straight from the entity's values: no JSON tree in between.
+    fn write<'v>(
+        &self,
+        out: &mut String,
+        (partition_key, row_key, timestamp): (&str, &str, Ticks),
+        properties: impl Iterator<Item = Result<(&'v str, ValueRef<'v>), StorageError>>,
+    ) -> Result<(), StorageError> {
+        let mut object = JsonObject::open(out);
+        if let Some(context) = &self.context {
+            object.string("odata.metadata", context);
+        }
+        if self.metadata == Metadata::Full {
             let id = format!(
-                "{base}/{table}(PartitionKey='{}',RowKey='{}')",
+                "{}/{}(PartitionKey='{}',RowKey='{}')",
+                self.base,
+                self.table,
                 quote_key(partition_key),
                 quote_key(row_key)
             );
-            out.insert(
-                "odata.type".into(),
-                Json::String(format!("account.{table}")),
-            );
-            out.insert("odata.id".into(), Json::String(id.clone()));
-            out.insert("odata.editLink".into(), Json::String(id));
+            object.string("odata.type", &format!("account.{}", self.table));
+            object.string("odata.id", &id);
+            object.string("odata.editLink", &id);
         }
-        out.insert("odata.etag".into(), Json::String(etag.into_string()));
-    }
-    out.insert("PartitionKey".into(), partition_key.into());
-    out.insert("RowKey".into(), row_key.into());
-    if metadata != Metadata::None {
-        out.insert("Timestamp@odata.type".into(), "Edm.DateTime".into());
-    }
-    out.insert(
-        "Timestamp".into(),
-        trestle_proto::datetime::format(timestamp.0).into(),
-    );
-    for property in properties {
-        let (name, value) = property?;
-        let (json, annotation) = value_to_json(value);
-        let annotate = match metadata {
-            Metadata::None => false,
-            // A double is annotated too: JavaScript reads `1.0` as a whole number, Int32.
-            Metadata::Minimal => !matches!(annotation, "Edm.String" | "Edm.Boolean" | "Edm.Int32"),
-            Metadata::Full => true,
-        };
-        if annotate {
-            out.insert(format!("{name}@odata.type"), annotation.into());
+        if self.metadata != Metadata::None {
+            object.string("odata.etag", ETag::for_timestamp(timestamp).as_str());
         }
-        out.insert(name.to_owned(), json);
+        object.string("PartitionKey", partition_key);
+        object.string("RowKey", row_key);
+        if self.metadata != Metadata::None {
+            object.string("Timestamp@odata.type", "Edm.DateTime");
+        }
+        object.key("Timestamp", "");
+        write_value(object.out, ValueRef::DateTime(timestamp));
+        for property in properties {
+            let (name, value) = property?;
+            let annotation = edm_type(value);
+            let annotate = match self.metadata {
+                Metadata::None => false,
+                // A double is annotated too: JavaScript reads `1.0` as a whole number, Int32.
+                Metadata::Minimal => {
+                    !matches!(annotation, "Edm.String" | "Edm.Boolean" | "Edm.Int32")
+                }
+                Metadata::Full => true,
+            };
+            if annotate {
+                object.key(name, "@odata.type");
+                push_json_string(object.out, annotation);
+            }
+            object.key(name, "");
+            write_value(object.out, value);
+        }
+        object.out.push('}');
+        Ok(())
     }
-    Ok(out)
 }
 
-/// A value's JSON and its EDM type.
-fn value_to_json(value: ValueRef<'_>) -> (Json, &'static str) {
+/// A JSON object being written: its members, comma-separated.
+struct JsonObject<'o> {
+    out: &'o mut String,
+    first: bool,
+}
+
+impl<'o> JsonObject<'o> {
+    fn open(out: &'o mut String) -> JsonObject<'o> {
+        out.push('{');
+        JsonObject { out, first: true }
+    }
+
+    /// Starts the member named `name` followed by `suffix` (both already free of quotes).
+    fn key(&mut self, name: &str, suffix: &str) {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        push_json_string(self.out, name);
+        if !suffix.is_empty() {
+            self.out.pop();
+            self.out.push_str(suffix);
+            self.out.push('"');
+        }
+        self.out.push(':');
+    }
+
+    fn string(&mut self, name: &str, value: &str) {
+        self.key(name, "");
+        push_json_string(self.out, value);
+    }
+}
+
+/// `text` as a JSON string.
+fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    let mut clean_from = 0;
+    for (at, byte) in text.bytes().enumerate() {
+        let escaped = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&text[clean_from..at]);
+        if escaped.is_empty() {
+            let _ = write!(out, "\\u{byte:04x}");
+        } else {
+            out.push_str(escaped);
+        }
+        clean_from = at + 1;
+    }
+    out.push_str(&text[clean_from..]);
+    out.push('"');
+}
+
+/// A value's EDM type.
+fn edm_type(value: ValueRef<'_>) -> &'static str {
     match value {
-        ValueRef::String(s) => (Json::String(s.to_owned()), "Edm.String"),
-        ValueRef::Bool(b) => (Json::Bool(b), "Edm.Boolean"),
-        ValueRef::Int32(v) => (Json::Number(v.into()), "Edm.Int32"),
-        ValueRef::Int64(v) => (Json::String(v.to_string()), "Edm.Int64"),
+        ValueRef::String(_) => "Edm.String",
+        ValueRef::Bool(_) => "Edm.Boolean",
+        ValueRef::Int32(_) => "Edm.Int32",
+        ValueRef::Int64(_) => "Edm.Int64",
+        ValueRef::Double(_) => "Edm.Double",
+        ValueRef::DateTime(_) => "Edm.DateTime",
+        ValueRef::Guid(_) => "Edm.Guid",
+        ValueRef::Binary(_) => "Edm.Binary",
+    }
+}
+
+/// A value's JSON: Int64 as a string (JSON numbers lose integers past 2^53), doubles that JSON
+/// cannot write as Azure's names for them.
+fn write_value(out: &mut String, value: ValueRef<'_>) {
+    match value {
+        ValueRef::String(s) => push_json_string(out, s),
+        ValueRef::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        ValueRef::Int32(v) => {
+            let _ = write!(out, "{v}");
+        }
+        ValueRef::Int64(v) => {
+            let _ = write!(out, "\"{v}\"");
+        }
         ValueRef::Double(v) => match Number::from_f64(v) {
-            Some(n) => (Json::Number(n), "Edm.Double"),
-            None if v.is_nan() => (Json::String("NaN".into()), "Edm.Double"),
-            None if v > 0.0 => (Json::String("Infinity".into()), "Edm.Double"),
-            None => (Json::String("-Infinity".into()), "Edm.Double"),
+            Some(n) => {
+                let _ = write!(out, "{n}");
+            }
+            None if v.is_nan() => out.push_str("\"NaN\""),
+            None if v > 0.0 => out.push_str("\"Infinity\""),
+            None => out.push_str("\"-Infinity\""),
         },
-        ValueRef::DateTime(t) => (
-            Json::String(trestle_proto::datetime::format(t.0)),
-            "Edm.DateTime",
-        ),
-        ValueRef::Guid(g) => (Json::String(g.hyphenated().to_string()), "Edm.Guid"),
-        ValueRef::Binary(b) => (Json::String(STANDARD.encode(b)), "Edm.Binary"),
+        ValueRef::DateTime(t) => {
+            out.push('"');
+            trestle_proto::datetime::format_into(t.0, ":", out);
+            out.push('"');
+        }
+        ValueRef::Guid(g) => {
+            let mut buffer = Uuid::encode_buffer();
+            push_json_string(out, g.hyphenated().encode_lower(&mut buffer));
+        }
+        ValueRef::Binary(b) => {
+            out.push('"');
+            STANDARD.encode_string(b, out);
+            out.push('"');
+        }
     }
 }
 
 /// A key as it appears quoted in a URL: `'` doubled.
 pub(crate) fn quote_key(key: &str) -> String {
     key.replace('\'', "''")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewEntity;
+
+    #[test]
+    fn entities_are_written_as_json_that_reads_back_with_their_types() {
+        let mut properties = Properties::new();
+        properties.insert("Text".into(), Value::String("a \"q\"\\\n\u{1}é".into()));
+        properties.insert("Big".into(), Value::Int64(i64::MIN));
+        properties.insert("Half".into(), Value::Double(0.5));
+        properties.insert("One".into(), Value::Double(1.0));
+        properties.insert("Inf".into(), Value::Double(f64::INFINITY));
+        properties.insert("Small".into(), Value::Int32(-7));
+        properties.insert("Yes".into(), Value::Bool(true));
+        properties.insert("Bytes".into(), Value::Binary(vec![0, 255]));
+        properties.insert("Id".into(), Value::Guid(Uuid::from_u128(1)));
+        let key = EntityKey::new("p\"".into(), "r'".into()).unwrap();
+        let entity = NewEntity::new(key, properties).unwrap();
+        let stored = StoredEntity {
+            key: entity.key.clone(),
+            properties: entity.properties.clone(),
+            timestamp: Ticks(1),
+        };
+        for metadata in [Metadata::None, Metadata::Minimal, Metadata::Full] {
+            let writer = EntityJson {
+                metadata,
+                base: "http://h/a",
+                table: "T",
+                context: Some("http://h/a/$metadata#T/@Element".into()),
+            };
+            let json: Json = serde_json::from_str(&writer.stored(&stored)).unwrap();
+            let body = serde_json::to_vec(&json).unwrap();
+            let back = entity_from_json(&body, None).unwrap();
+            assert_eq!(back.key, entity.key);
+            assert_eq!(json["Text"], "a \"q\"\\\n\u{1}é");
+            assert_eq!(json["Timestamp"], "1970-01-01T00:00:00.0000001Z");
+            if metadata == Metadata::None {
+                continue;
+            }
+            assert_eq!(back.properties, entity.properties, "{metadata:?}");
+            assert_eq!(json["odata.metadata"], "http://h/a/$metadata#T/@Element");
+            assert_eq!(
+                json["Small@odata.type"].is_string(),
+                metadata == Metadata::Full
+            );
+        }
+    }
 }

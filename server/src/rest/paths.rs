@@ -5,6 +5,8 @@
 /// What a path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Resource {
+    /// The account itself (service properties: `/<account>/?restype=service&comp=properties`).
+    Service,
     /// The table collection.
     Tables,
     /// An entity group transaction (`$batch`).
@@ -26,7 +28,9 @@ pub(crate) fn parse(path: &str) -> Option<(String, Resource)> {
     let path = path.strip_prefix('/')?;
     let (account, rest) = path.split_once('/')?;
     let rest = percent_decode(rest)?;
-    let resource = if rest == "Tables" || rest == "Tables()" {
+    let resource = if rest.is_empty() {
+        Resource::Service
+    } else if rest == "Tables" || rest == "Tables()" {
         Resource::Tables
     } else if rest == "$batch" {
         Resource::Batch
@@ -109,6 +113,7 @@ mod tests {
     fn paths_name_their_resources() {
         let parsed = |p| parse(p).map(|(_, r)| r);
         assert_eq!(parsed("/devstoreaccount1/Tables"), Some(Resource::Tables));
+        assert_eq!(parsed("/devstoreaccount1/"), Some(Resource::Service));
         assert_eq!(
             parsed("/devstoreaccount1/Tables('Orders')"),
             Some(Resource::Table("Orders".into()))

@@ -1,23 +1,60 @@
 //! Azure's SharedKey and SharedKeyLite signatures of Table requests: the string the client
-//! signed, rebuilt from the request, and its HMAC-SHA256 under the account key.
+//! signed, rebuilt from the request, and its HMAC-SHA256 under one of the account's keys (the
+//! development key in open mode, the key file's keys otherwise).
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use http::HeaderMap;
 use ring::hmac;
+use trestle_proto::access::KeyRing;
 
-/// The account open mode serves, as the emulators do.
-pub(crate) const DEV_ACCOUNT: &str = "devstoreaccount1";
+use crate::auth::Authenticator;
+
 /// The development account's well-known key (public: it protects nothing).
 pub(crate) const DEV_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
+/// The keys requests to the account are signed with.
+#[derive(Debug, Clone)]
+pub(crate) enum AccountKeys {
+    /// Open mode: the development account's well-known key.
+    Development(hmac::Key),
+    /// Keyed mode: every key of the key file (standard base64 of its secret is the `AccountKey`).
+    Ring(KeyRing),
+}
+
+impl AccountKeys {
+    /// The keys of a server authenticating with `authenticator`.
+    pub(crate) fn of(authenticator: &Authenticator) -> AccountKeys {
+        match authenticator.keys() {
+            Some(ring) => AccountKeys::Ring(ring.clone()),
+            None => {
+                let key = STANDARD
+                    .decode(DEV_KEY)
+                    .expect("the development key is base64");
+                AccountKeys::Development(hmac::Key::new(hmac::HMAC_SHA256, &key))
+            }
+        }
+    }
+
+    /// Whether `signature` (base64) is the HMAC-SHA256 of `message` under one of the keys.
+    pub(crate) fn signed(&self, message: &[u8], signature: &str) -> bool {
+        let Ok(signature) = STANDARD.decode(signature) else {
+            return false;
+        };
+        match self {
+            AccountKeys::Development(key) => hmac::verify(key, message, &signature).is_ok(),
+            AccountKeys::Ring(ring) => ring.signed(message, &signature),
+        }
+    }
+}
+
 /// Whether `authorization` (`SharedKey account:signature` or `SharedKeyLite ...`) signs this
-/// request with `key` (base64) for `account`; `Err` says why not.
+/// request with one of `keys` for `account`; `Err` says why not.
 pub(crate) fn verify(
     authorization: &str,
     account: &str,
-    key: &str,
+    keys: &AccountKeys,
     method: &str,
     raw_path: &str,
     query: Option<&str>,
@@ -59,25 +96,20 @@ pub(crate) fn verify(
         "SharedKeyLite" => format!("{date}\n{resource}"),
         other => return Err(format!("unknown authorization scheme {other:?}")),
     };
-    let key = STANDARD
-        .decode(key)
-        .map_err(|_| "the account key is not base64".to_owned())?;
-    let given = STANDARD
-        .decode(signature)
-        .map_err(|_| "the signature is not base64".to_owned())?;
-    hmac::verify(
-        &hmac::Key::new(hmac::HMAC_SHA256, &key),
-        to_sign.as_bytes(),
-        &given,
-    )
-    .map_err(|_| {
-        "the signature does not match the request (check the account key and the clock)".to_owned()
-    })
+    if keys.signed(to_sign.as_bytes(), signature) {
+        Ok(())
+    } else {
+        Err(
+            "the signature does not match the request (check the account key and the clock)"
+                .to_owned(),
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rest::ACCOUNT;
 
     #[test]
     fn a_signature_made_as_the_sdks_make_it_verifies() {
@@ -94,8 +126,8 @@ mod tests {
         let check = |method, path| {
             verify(
                 &authorization,
-                DEV_ACCOUNT,
-                DEV_KEY,
+                ACCOUNT,
+                &AccountKeys::of(&Authenticator::open()),
                 method,
                 path,
                 None,
