@@ -74,6 +74,15 @@ def tables(service):
     expect(ResourceExistsError, lambda: service.create_table("pytables"))
     names = [t.name for t in service.list_tables()]
     assert "PyTables" in names, names
+    service.create_table("PyTablesToo")
+    named = [t.name for t in service.query_tables("TableName eq @name", parameters={"name": "PyTables"})]
+    assert named == ["PyTables"], named
+    ranged = [t.name for t in service.query_tables("TableName ge 'PyTables' and TableName lt 'PyTablet'")]
+    assert ranged == ["PyTables", "PyTablesToo"], ranged
+    paged = service.query_tables("TableName ge 'Py'", results_per_page=1).by_page()
+    assert sum(len(list(page)) for page in paged) >= 2
+    expect(HttpResponseError, lambda: list(service.query_tables("TableName eq")))
+    service.delete_table("PyTablesToo")
     service.delete_table("PyTables")
     assert "PyTables" not in [t.name for t in service.list_tables()]
     return table

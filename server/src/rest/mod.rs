@@ -37,8 +37,8 @@ use self::shared_key::AccountKeys;
 use crate::auth::{Access, AuthError, Authenticator};
 use crate::engine::{Engine, MatchSink};
 use crate::error::{ErrorCode, TableError};
-use crate::model::{EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
-use crate::query::QuerySpec;
+use crate::model::{EntityKey, IfMatch, Operation, Ticks, UpsertMode, ValidationError, ValueRef};
+use crate::query::{Expr, QuerySpec, Record};
 use crate::storage::{EntityView, StorageError, Waiting};
 
 /// The one account the endpoint serves, named as the emulators name theirs.
@@ -527,12 +527,30 @@ async fn list_tables(
     access.list_tables()?;
     let top = request.top()?;
     let after = request.param("NextTableName").unwrap_or_default();
+    // `$filter` reads the one property a table has, `TableName`; a page holds the matches among
+    // the `$top` tables it examined (possibly none, with a continuation to follow).
+    let filter = match request.param("$filter") {
+        Some(text) if !text.trim().is_empty() => Some(Expr::parse(&text).map_err(|error| {
+            Failure::invalid(ValidationError::Filter {
+                filter: text.clone(),
+                offset: error.offset,
+                message: error.message,
+            })
+        })?),
+        _ => None,
+    };
     let page = blocking(api, move |engine| engine.list_tables("", top, &after)).await?;
     let metadata = request.metadata();
     let tables: Vec<Json> = page
         .tables
         .iter()
-        .map(|name| json!({"TableName": name.to_string()}))
+        .map(ToString::to_string)
+        .filter(|name| {
+            filter
+                .as_ref()
+                .is_none_or(|f| f.matches(&TableRecord(name)))
+        })
+        .map(|name| json!({ "TableName": name }))
         .collect();
     let mut out = Map::new();
     if metadata != Metadata::None {
@@ -549,6 +567,27 @@ async fn list_tables(
             .insert("x-ms-continuation-nexttablename", header_value(&next));
     }
     Ok(response)
+}
+
+/// A table as a `$filter` of Query Tables sees it: one string property, `TableName`.
+struct TableRecord<'a>(&'a str);
+
+impl Record for TableRecord<'_> {
+    fn partition_key(&self) -> &str {
+        ""
+    }
+
+    fn row_key(&self) -> &str {
+        ""
+    }
+
+    fn timestamp(&self) -> Ticks {
+        Ticks(0)
+    }
+
+    fn property(&self, name: &str) -> Option<ValueRef<'_>> {
+        (name == "TableName").then_some(ValueRef::String(self.0))
+    }
 }
 
 async fn insert(
