@@ -8,6 +8,8 @@
 //! - [`engine`]: Azure Table semantics over the store (queries run by `scan`), with
 //!   [`error::TableError`];
 //! - [`auth`]: account keys and scoped tokens checked against what a request touches;
+//! - [`executor`]: how every protocol runs storage work (inline or on the blocking pool) and
+//!   waits for a write to be durable;
 //! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`;
 //! - [`rest`]: the Azure Table REST endpoint (axum), a second protocol over the same engine.
 
@@ -16,6 +18,7 @@ pub mod config;
 mod connections;
 pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod grpc;
 pub mod model;
 pub mod query;
@@ -95,8 +98,9 @@ pub async fn serve(
         .await??
     };
     let engine = Arc::new(engine);
-    let rest = rest::start(&config.rest, engine.clone(), config.authenticator.clone())?;
-    let routes = routes::routes(engine.clone(), &config).await?;
+    let executor = executor::Executor::new(engine.clone());
+    let rest = rest::start(&config.rest, executor.clone(), config.authenticator.clone())?;
+    let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");

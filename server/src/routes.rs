@@ -1,19 +1,19 @@
 //! What `serve` serves and how: the services (the table service, health, reflection) and the
 //! transport they run on (HTTP/2 limits, keepalive, TLS).
 
-use std::sync::Arc;
-
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 use tonic::transport::Server;
 
+use crate::executor::Executor;
 use crate::grpc::service::table_service_server::TableServiceServer;
-use crate::{grpc, Config, Engine, ServeError};
+use crate::{grpc, Config, ServeError};
 
-/// The services over `engine`: `trestle.v1.TableService`, gRPC health (reporting it serving) and
-/// server reflection (v1 and v1alpha), the last two behind a credential if configured so.
-pub(crate) async fn routes(engine: Arc<Engine>, config: &Config) -> Result<Routes, ServeError> {
-    let api = grpc::TableApi::new(engine, config.authenticator.clone(), &config.limits);
+/// The services over the engine `executor` runs: `trestle.v1.TableService`, gRPC health
+/// (reporting it serving) and server reflection (v1 and v1alpha), the last two behind a
+/// credential if configured so.
+pub(crate) async fn routes(executor: Executor, config: &Config) -> Result<Routes, ServeError> {
+    let api = grpc::TableApi::new(executor, config.authenticator.clone(), &config.limits);
     let table_service =
         TableServiceServer::new(api).max_decoding_message_size(config.limits.max_message_bytes);
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -39,11 +39,10 @@ pub use stream::ScanStream;
 use crate::auth::{needed_for, Access, Authenticator};
 use crate::config::Limits;
 use crate::connections::ConnectionInfo;
-use crate::engine::{Engine, Pending};
+use crate::engine::Pending;
 use crate::error::TableError;
 use crate::model::{IfMatch, Operation};
 use crate::query::QuerySpec;
-use crate::storage::Ticket;
 use executor::Executor;
 use stream::{Holds, ScanSlot, StreamLimits};
 
@@ -51,8 +50,6 @@ use stream::{Holds, ScanSlot, StreamLimits};
 #[derive(Debug, Clone)]
 pub struct TableApi {
     executor: Executor,
-    /// The highest durable ticket, published by the store's flusher.
-    durable: tokio::sync::watch::Receiver<Ticket>,
     authenticator: Authenticator,
     /// One permit per request in flight (a stream holds its permit until it ends).
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -69,17 +66,16 @@ struct Admitted {
 }
 
 impl TableApi {
-    /// Serves `engine`, letting in what `authenticator` accepts, within `limits` (requests in
-    /// flight, and what streamed scans may hold).
-    pub fn new(engine: Arc<Engine>, authenticator: Authenticator, limits: &Limits) -> TableApi {
+    /// Serves the engine `executor` runs, letting in what `authenticator` accepts, within
+    /// `limits` (requests in flight, and what streamed scans may hold).
+    pub fn new(
+        executor: crate::executor::Executor,
+        authenticator: Authenticator,
+        limits: &Limits,
+    ) -> TableApi {
         let max_in_flight = limits.max_in_flight;
-        let (publish, durable) = tokio::sync::watch::channel(engine.durable());
-        engine.on_durable(Box::new(move |ticket| {
-            publish.send_replace(ticket);
-        }));
         TableApi {
-            executor: Executor::new(engine),
-            durable,
+            executor: Executor::new(executor),
             authenticator,
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
             max_in_flight,
@@ -116,17 +112,9 @@ impl TableApi {
         })
     }
 
-    /// Acknowledges a write once the group commit has made it durable, waiting without holding a
-    /// thread.
+    /// Acknowledges a write once the group commit has made it durable.
     async fn durable<T>(&self, pending: Pending<T>) -> Result<T, Status> {
-        if let Some(ticket) = pending.ticket {
-            let mut durable = self.durable.clone();
-            durable
-                .wait_for(|durable| *durable >= ticket)
-                .await
-                .map_err(|_| Status::unavailable("the server is shutting down"))?;
-        }
-        Ok(pending.value)
+        self.executor.durable(pending).await
     }
 
     async fn write_entity(

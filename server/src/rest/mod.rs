@@ -35,11 +35,14 @@ use self::odata::Metadata;
 use self::paths::Resource;
 use self::shared_key::AccountKeys;
 use crate::auth::{Access, AuthError, Authenticator};
-use crate::engine::{Engine, MatchSink};
+use crate::engine::MatchSink;
 use crate::error::{ErrorCode, TableError};
-use crate::model::{EntityKey, IfMatch, Operation, Ticks, UpsertMode, ValidationError, ValueRef};
+use crate::executor::{Executor, WorkError};
+use crate::model::{
+    EntityKey, IfMatch, Operation, StoredEntity, Ticks, UpsertMode, ValidationError, ValueRef,
+};
 use crate::query::{Expr, QuerySpec, Record};
-use crate::storage::{EntityView, StorageError, Waiting};
+use crate::storage::{EntityView, StorageError};
 
 /// The one account the endpoint serves, named as the emulators name theirs.
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -75,7 +78,7 @@ impl RestListener {
 
 #[derive(Debug, Clone)]
 struct RestApi {
-    engine: Arc<Engine>,
+    executor: Executor,
     authenticator: Authenticator,
     keys: AccountKeys,
 }
@@ -83,7 +86,7 @@ struct RestApi {
 /// Starts serving the REST endpoint on `listener`, if there is one; the task ends when aborted.
 pub(crate) fn start(
     listener: &RestListener,
-    engine: Arc<Engine>,
+    executor: Executor,
     authenticator: Authenticator,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, std::io::Error> {
     let Some(listener) = listener.take() else {
@@ -94,7 +97,7 @@ pub(crate) fn start(
     tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
     let keys = AccountKeys::of(&authenticator);
     let app = axum::Router::new().fallback(handle).with_state(RestApi {
-        engine,
+        executor,
         authenticator,
         keys,
     });
@@ -142,6 +145,24 @@ impl From<AuthError> for Failure {
     fn from(error: AuthError) -> Failure {
         let code = error.code();
         Failure::new(status_of(code), code.as_str(), error.to_string())
+    }
+}
+
+impl From<WorkError> for Failure {
+    fn from(error: WorkError) -> Failure {
+        match error {
+            WorkError::Table(error) => Failure::from(error),
+            WorkError::Panicked => Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                error.to_string(),
+            ),
+            WorkError::ShuttingDown => Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServerBusy",
+                error.to_string(),
+            ),
+        }
     }
 }
 
@@ -360,7 +381,9 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
         (&Method::GET, Resource::Tables) => list_tables(api, request, &access, &base).await,
         (&Method::DELETE, Resource::Table(table)) => {
             access.manage_table(&table)?;
-            blocking(api, move |engine| engine.delete_table(&table)).await?;
+            api.executor
+                .blocking(move |engine| engine.delete_table(&table))
+                .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (&Method::POST, Resource::Entities(table)) => {
@@ -391,13 +414,13 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
                 .ok_or_else(|| Failure::invalid(ValidationError::IfMatchMissing))?;
             access.entity(&table, Permissions::DELETE, &partition_key, &row_key)?;
             let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
-            blocking(api, move |engine| {
-                let pending = engine
-                    .delete(&table, key, if_match, Waiting::Allowed)?
-                    .ran();
-                engine.wait(pending)
-            })
-            .await?;
+            let pending = api
+                .executor
+                .short((key, if_match), move |engine, (key, if_match), waiting| {
+                    engine.delete(&table, key, if_match, waiting)
+                })
+                .await?;
+            api.executor.durable(pending).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (
@@ -430,24 +453,6 @@ fn not_implemented(request: &Request, because: &str) -> Failure {
         message = format!("{message}: {because}");
     }
     Failure::new(StatusCode::NOT_IMPLEMENTED, "NotImplemented", message)
-}
-
-/// Runs `work` on the blocking pool (the engine is synchronous).
-async fn blocking<T: Send + 'static>(
-    api: &RestApi,
-    work: impl FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
-) -> Result<T, Failure> {
-    let engine = api.engine.clone();
-    tokio::task::spawn_blocking(move || work(&engine))
-        .await
-        .map_err(|e| {
-            Failure::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                e.to_string(),
-            )
-        })?
-        .map_err(Failure::from)
 }
 
 fn json_response(status: StatusCode, metadata: Metadata, body: &Json) -> Response {
@@ -495,7 +500,10 @@ async fn create_table(
         )));
     };
     access.manage_table(&table)?;
-    let name = blocking(api, move |engine| engine.create_table(&table)).await?;
+    let name = api
+        .executor
+        .blocking(move |engine| engine.create_table(&table))
+        .await?;
     if !request.return_content(true) {
         return Ok(no_content(request.header("prefer").is_some()));
     }
@@ -539,7 +547,10 @@ async fn list_tables(
         })?),
         _ => None,
     };
-    let page = blocking(api, move |engine| engine.list_tables("", top, &after)).await?;
+    let page = api
+        .executor
+        .blocking(move |engine| engine.list_tables("", top, &after))
+        .await?;
     let metadata = request.metadata();
     let tables: Vec<Json> = page
         .tables
@@ -608,23 +619,39 @@ async fn insert(
     )?;
     let content = request.return_content(true);
     let metadata = request.metadata();
-    let base = base.to_owned();
-    let (json, etag) = blocking(api, move |engine| {
-        let pending = engine.write(&table, operation, Waiting::Allowed)?.ran();
-        let stored = engine.wait(pending)?.expect("an insert stores its entity");
-        let writer = odata::EntityJson::element(metadata, &base, &table);
-        Ok((writer.stored(&stored), stored.etag()))
-    })
-    .await?;
+    let stored = write_durably(api, &table, operation).await?;
     let mut response = if content {
+        let json = odata::EntityJson::element(metadata, base, &table).stored(&stored);
         json_text_response(StatusCode::CREATED, metadata, json)
     } else {
         no_content(true)
     };
     response
         .headers_mut()
-        .insert(http::header::ETAG, header_value(etag.as_str()));
+        .insert(http::header::ETAG, header_value(stored.etag().as_str()));
     Ok(response)
+}
+
+/// Applies one write and answers once it is durable: the entity as stored.
+async fn write_durably(
+    api: &RestApi,
+    table: &str,
+    operation: Operation,
+) -> Result<StoredEntity, Failure> {
+    let table = table.to_owned();
+    let pending = api
+        .executor
+        .short(operation, move |engine, operation, waiting| {
+            engine.write(&table, operation, waiting)
+        })
+        .await?;
+    api.executor.durable(pending).await?.ok_or_else(|| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the write stored no entity",
+        )
+    })
 }
 
 async fn write(
@@ -644,14 +671,7 @@ async fn write(
     };
     let needed = crate::auth::needed_for(&operation);
     access.entity(&table, needed, &key.partition_key, &key.row_key)?;
-    let etag = blocking(api, move |engine| {
-        let pending = engine.write(&table, operation, Waiting::Allowed)?.ran();
-        Ok(engine
-            .wait(pending)?
-            .expect("a write stores its entity")
-            .etag())
-    })
-    .await?;
+    let etag = write_durably(api, &table, operation).await?.etag();
     let mut response = StatusCode::NO_CONTENT.into_response();
     response
         .headers_mut()
@@ -685,19 +705,18 @@ async fn get(
     let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
     let metadata = request.metadata();
     let select = selection(request);
-    let base = base.to_owned();
-    let (json, etag) = blocking(api, move |engine| {
-        let writer = odata::EntityJson::element(metadata, &base, &table);
-        let read = |entity: &EntityView<'_>| {
-            let mut json = String::new();
-            writer.write_view(&mut json, entity)?;
-            Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
-        };
-        Ok(engine
-            .get(&table, &key, &select, read, Waiting::Allowed)?
-            .ran())
-    })
-    .await?;
+    let (base, name) = (base.to_owned(), table.clone());
+    let read = move |entity: &EntityView<'_>| {
+        let mut json = String::new();
+        odata::EntityJson::element(metadata, &base, &name).write_view(&mut json, entity)?;
+        Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
+    };
+    let (json, etag) = api
+        .executor
+        .short(read, move |engine, read, waiting| {
+            engine.get(&table, &key, &select, read, waiting)
+        })
+        .await?;
     let mut response = json_text_response(StatusCode::OK, metadata, json);
     response
         .headers_mut()
@@ -763,11 +782,13 @@ async fn query(
         body,
         empty: true,
     };
-    let (page, info) = blocking(api, move |engine| {
-        let info = engine.query(&table, spec, &continuation, &mut page)?;
-        Ok((page, info))
-    })
-    .await?;
+    let (page, info) = api
+        .executor
+        .blocking(move |engine| {
+            let info = engine.query(&table, spec, &continuation, &mut page)?;
+            Ok((page, info))
+        })
+        .await?;
     let mut body = page.body;
     body.push_str("]}");
     let mut response = json_text_response(StatusCode::OK, metadata, body);
@@ -837,27 +858,16 @@ async fn submit_batch(
         return Ok(refuse(index, Failure::from(error)));
     }
     let request_bytes = request.body.len();
-    let engine = api.engine.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        let pending = engine
-            .transact(
-                &table,
-                &partition_key,
-                operations,
-                request_bytes,
-                Waiting::Allowed,
-            )?
-            .ran();
-        engine.wait(pending)
-    })
-    .await
-    .map_err(|e| {
-        Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            e.to_string(),
-        )
-    })?;
+    let committed = api
+        .executor
+        .short(operations, move |engine, operations, waiting| {
+            engine.transact(&table, &partition_key, operations, request_bytes, waiting)
+        })
+        .await;
+    let outcome = match committed {
+        Ok(pending) => api.executor.durable(pending).await,
+        Err(error) => Err(error),
+    };
     match outcome {
         Ok(stored) => {
             let etags: Vec<Option<String>> = stored
@@ -866,7 +876,7 @@ async fn submit_batch(
                 .collect();
             Ok(respond(batch::success(&boundary, &etags)))
         }
-        Err(error) => {
+        Err(WorkError::Table(error)) => {
             let index = error.operation_index().unwrap_or(0);
             let failure = match error {
                 TableError::Operation { source, .. } => Failure::from(*source),
@@ -874,5 +884,6 @@ async fn submit_batch(
             };
             Ok(refuse(index, failure))
         }
+        Err(other) => Ok(refuse(0, Failure::from(other))),
     }
 }

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 
 use super::paths::Resource;
-use super::{blocking, not_implemented, Failure, Request, RestApi};
+use super::{not_implemented, Failure, Request, RestApi};
 use crate::auth::Access;
 
 /// Azure's table service properties with logging, metrics and CORS off.
@@ -53,7 +53,9 @@ pub(super) async fn serve(
                      each shared access signature instead",
                 ));
             }
-            blocking(api, move |engine| engine.get_table(&table)).await?;
+            api.executor
+                .blocking(move |engine| engine.get_table(&table))
+                .await?;
             Ok(if method == Method::GET {
                 xml(NO_POLICIES)
             } else {

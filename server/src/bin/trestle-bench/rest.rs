@@ -257,8 +257,7 @@ pub(crate) async fn scan(addr: &str, plan: &Plan) -> Measurement {
             loop {
                 let answer = connections.call(worker, "GET", &path, &[], b"").await;
                 assert_eq!(answer.status, 200);
-                let page: serde_json::Value = serde_json::from_slice(&answer.body).expect("JSON");
-                entities += page["value"].as_array().map_or(0, |v| v.len() as u64);
+                entities += count_entities(&answer.body);
                 match answer.continuation {
                     Some(token) => {
                         path = format!("{base}&NextPartitionKey={token}&NextRowKey=next")
@@ -269,4 +268,13 @@ pub(crate) async fn scan(addr: &str, plan: &Plan) -> Measurement {
         }
     })
     .await
+}
+
+/// The entities of a page of query results, checked to be JSON as a client reads it but not
+/// built (the server's cost is the figure, and a JSON tree per entity would make the client, on
+/// the same two cores, the bottleneck): each entity has one `"PartitionKey":` member.
+fn count_entities(body: &[u8]) -> u64 {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).expect("a page of JSON");
+    let member = b"\"PartitionKey\":";
+    body.windows(member.len()).filter(|w| *w == member).count() as u64
 }

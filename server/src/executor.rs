@@ -1,0 +1,178 @@
+//! How a request's storage work runs, whichever protocol it came in by (gRPC or REST): one
+//! executor with two modes, one way to finish, and one way to wait for durability.
+//!
+//! - **Short** (a point read, a write, a transaction of at most 100 operations on one
+//!   partition): on the calling runtime worker when the store is local and the work need not wait
+//!   for a lock, sparing two thread hand-offs that cost more than the work; when it would wait (a
+//!   commit or scan holds the partition), or the store is remote, it is handed to the blocking
+//!   pool instead. A runtime worker is never parked behind a lock.
+//! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
+//!   a flush): on the blocking pool; the task runs to completion even if the client goes away.
+//!
+//! Every mode finishes the same way ([`finish`]): a failure is logged once (faults as errors,
+//! refusals of bad input at debug level); a panic is [`WorkError::Panicked`] and takes nothing
+//! else down. A write is acknowledged once the group commit has made it durable
+//! ([`Executor::durable`]), awaited without holding a thread.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use crate::engine::{Engine, Pending};
+use crate::error::{ErrorCode, TableError};
+use crate::storage::{Attempt, Ticket, Waiting};
+
+/// Why storage work gave no value.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    /// The engine refused it or failed (already logged).
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// The work panicked (logged; the message says nothing of it).
+    #[error("internal error; the server log has the details")]
+    Panicked,
+    /// The server is shutting down: durability will not be announced any more.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// Runs storage work for every protocol.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    engine: Arc<Engine>,
+    /// The highest durable ticket, published by the store's flusher.
+    durable: tokio::sync::watch::Receiver<Ticket>,
+}
+
+impl Executor {
+    /// An executor over `engine`; it takes the engine's durability announcements, so make one
+    /// per engine and share it.
+    pub fn new(engine: Arc<Engine>) -> Executor {
+        let (publish, durable) = tokio::sync::watch::channel(engine.durable());
+        engine.on_durable(Box::new(move |ticket| {
+            publish.send_replace(ticket);
+        }));
+        Executor { engine, durable }
+    }
+
+    /// Short mode: `op` on `input`, first inline and not allowed to wait (if the store is
+    /// local), then on the blocking pool with the input it gave back, if it would have waited.
+    pub async fn short<T, I, F>(&self, input: I, op: F) -> Result<T, WorkError>
+    where
+        T: Send + 'static,
+        I: Send + 'static,
+        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
+    {
+        let input = if self.engine.calls_are_local() {
+            let inline = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                op(&self.engine, input, Waiting::NotAllowed)
+            }));
+            match finish(inline.map_err(drop))? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::WouldWait(input) => input,
+            }
+        } else {
+            input
+        };
+        self.blocking(move |engine| op(engine, input, Waiting::Allowed).map(Attempt::ran))
+            .await
+    }
+
+    /// Blocking mode: `op` on the blocking pool.
+    pub async fn blocking<T, F>(&self, op: F) -> Result<T, WorkError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
+    {
+        let engine = self.engine.clone();
+        let outcome = tokio::task::spawn_blocking(move || op(&engine)).await;
+        finish(outcome.map_err(drop))
+    }
+
+    /// The value of `pending` once the group commit has made it durable, waiting without holding
+    /// a thread.
+    pub async fn durable<T>(&self, pending: Pending<T>) -> Result<T, WorkError> {
+        if let Some(ticket) = pending.ticket {
+            let mut durable = self.durable.clone();
+            durable
+                .wait_for(|durable| *durable >= ticket)
+                .await
+                .map_err(|_| WorkError::ShuttingDown)?;
+        }
+        Ok(pending.value)
+    }
+}
+
+/// The one way work finishes: its value, or its failure logged once (`outcome` is `Err` if the
+/// work panicked).
+fn finish<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, WorkError> {
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            if error.code() == ErrorCode::InternalError {
+                tracing::error!(%error, "request failed");
+            } else {
+                tracing::debug!(%error, reason = error.code().as_str(), "request refused");
+            }
+            Err(WorkError::Table(error))
+        }
+        Err(()) => {
+            tracing::error!("a request panicked");
+            Err(WorkError::Panicked)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StoreOptions;
+
+    #[tokio::test]
+    async fn a_panic_in_any_mode_is_an_internal_error_and_the_service_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
+        let executor = Executor::new(engine);
+        let failed = executor
+            .blocking(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
+            .await
+            .unwrap_err();
+        assert!(matches!(failed, WorkError::Panicked));
+        assert!(!failed.to_string().contains("a bug"), "panic text leaked");
+        let failed_short = executor
+            .short((), |_, (), _| -> Result<Attempt<(), ()>, TableError> {
+                panic!("a bug in a short handler")
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(failed_short, WorkError::Panicked));
+        let created = executor
+            .blocking(|engine| engine.create_table("After"))
+            .await;
+        assert!(created.is_ok());
+    }
+
+    #[tokio::test]
+    async fn short_work_that_would_wait_is_handed_to_the_blocking_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
+        let executor = Executor::new(engine);
+        let modes = std::sync::Mutex::new(Vec::new());
+        let modes = Arc::new(modes);
+        let seen = modes.clone();
+        let value = executor
+            .short(7, move |_, input, waiting| {
+                seen.lock().unwrap().push(waiting);
+                Ok(match waiting {
+                    Waiting::NotAllowed => Attempt::WouldWait(input),
+                    Waiting::Allowed => Attempt::Done(input * 6),
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(value, 42);
+        assert_eq!(
+            *modes.lock().unwrap(),
+            [Waiting::NotAllowed, Waiting::Allowed]
+        );
+    }
+}
