@@ -46,7 +46,7 @@ fn parts<'a>(body: &'a str, boundary: &str) -> Vec<&'a str> {
 }
 
 /// Headers (up to a blank line) and what follows.
-fn split_headers(text: &str) -> (Vec<(String, String)>, &str) {
+fn split_headers(text: &str) -> (Vec<(&str, &str)>, &str) {
     let (head, rest) = match text.find("\r\n\r\n") {
         Some(at) => (&text[..at], &text[at + 4..]),
         None => match text.find("\n\n") {
@@ -57,16 +57,17 @@ fn split_headers(text: &str) -> (Vec<(String, String)>, &str) {
     let headers = head
         .lines()
         .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .map(|(name, value)| (name.trim(), value.trim()))
         .collect();
     (headers, rest)
 }
 
-fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+/// The value of header `name` (case-insensitive, as HTTP's header names are).
+fn header<'h>(headers: &[(&str, &'h str)], name: &str) -> Option<&'h str> {
     headers
         .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v)
 }
 
 /// The operations of a `$batch` body (`content_type` names its boundary), in order.

@@ -70,20 +70,34 @@ pub(crate) fn entity_from_json(
             text("RowKey")?.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
         )?,
     };
-    let mut properties = Properties::new();
+    // The annotations first (few: minimal metadata annotates only what JSON cannot tell), then
+    // the properties, moved out of the object.
+    let mut annotations: Vec<(String, String)> = Vec::new();
     for (name, value) in &object {
+        if let Some(property) = name.strip_suffix("@odata.type") {
+            let Json::String(annotation) = value else {
+                return Err(invalid(format!("{name} must be a string")));
+            };
+            annotations.push((property.to_owned(), annotation.clone()));
+        }
+    }
+    let mut properties = Properties::new();
+    for (name, value) in object {
         if name.contains('@')
             || name.starts_with("odata.")
             || matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
         {
             continue;
         }
-        let annotation = match object.get(&format!("{name}@odata.type")) {
-            Some(Json::String(t)) => Some(t.as_str()),
-            Some(_) => return Err(invalid(format!("{name}@odata.type must be a string"))),
-            None => None,
+        let annotation = annotations
+            .iter()
+            .find(|(property, _)| *property == name)
+            .map(|(_, annotation)| annotation.as_str());
+        let value = match (annotation, value) {
+            (None | Some("Edm.String"), Json::String(text)) => Value::String(text),
+            (annotation, value) => typed(&name, &value, annotation)?,
         };
-        properties.insert(name.clone(), typed(name, value, annotation)?);
+        properties.insert(name, value);
     }
     NewEntity::new(key, properties)
 }
