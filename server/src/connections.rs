@@ -285,6 +285,11 @@ pub(crate) struct Closable<S> {
 }
 
 impl<S> Closable<S> {
+    /// What requests on this connection see of it.
+    pub(crate) fn info(&self) -> &ConnectionInfo {
+        &self.info
+    }
+
     /// The error every read and write returns once the connection is closed; until then `None`,
     /// and `cx` is woken when it is closed.
     fn closed_error(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {

@@ -9,6 +9,9 @@
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
 //!   a flush): on the blocking pool; the task runs to completion even if the client goes away.
 //!
+//! Every request, of either protocol, first takes one of `--max-in-flight` permits
+//! ([`Executor::admit`]); past them it is turned away as busy.
+//!
 //! Every mode finishes the same way ([`finish`]): a failure is logged once (faults as errors,
 //! refusals of bad input at debug level); a panic is [`WorkError::Panicked`] and takes nothing
 //! else down. A write is acknowledged once the group commit has made it durable
@@ -33,6 +36,11 @@ pub enum WorkError {
     /// The server is shutting down: durability will not be announced any more.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// `max_in_flight` requests are running already.
+    #[error(
+        "the server is at its limit of {max_in_flight} requests in flight; retry with backoff"
+    )]
+    Busy { max_in_flight: usize },
 }
 
 /// Runs storage work for every protocol.
@@ -41,17 +49,35 @@ pub struct Executor {
     engine: Arc<Engine>,
     /// The highest durable ticket, published by the store's flusher.
     durable: tokio::sync::watch::Receiver<Ticket>,
+    /// One permit per request in flight, whichever its protocol.
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max_in_flight: usize,
 }
 
 impl Executor {
-    /// An executor over `engine`; it takes the engine's durability announcements, so make one
-    /// per engine and share it.
-    pub fn new(engine: Arc<Engine>) -> Executor {
+    /// An executor over `engine` admitting `max_in_flight` requests at once; it takes the
+    /// engine's durability announcements, so make one per engine and share it.
+    pub fn new(engine: Arc<Engine>, max_in_flight: usize) -> Executor {
         let (publish, durable) = tokio::sync::watch::channel(engine.durable());
         engine.on_durable(Box::new(move |ticket| {
             publish.send_replace(ticket);
         }));
-        Executor { engine, durable }
+        Executor {
+            engine,
+            durable,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
+            max_in_flight,
+        }
+    }
+
+    /// Lets one more request in: a permit to hold until it ends, or [`WorkError::Busy`].
+    pub fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, WorkError> {
+        self.in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| WorkError::Busy {
+                max_in_flight: self.max_in_flight,
+            })
     }
 
     /// Short mode: `op` on `input`, first inline and not allowed to wait (if the store is
@@ -131,7 +157,7 @@ mod tests {
     async fn a_panic_in_any_mode_is_an_internal_error_and_the_service_goes_on() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
-        let executor = Executor::new(engine);
+        let executor = Executor::new(engine, 8);
         let failed = executor
             .blocking(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
             .await
@@ -155,7 +181,7 @@ mod tests {
     async fn short_work_that_would_wait_is_handed_to_the_blocking_pool() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
-        let executor = Executor::new(engine);
+        let executor = Executor::new(engine, 8);
         let modes = std::sync::Mutex::new(Vec::new());
         let modes = Arc::new(modes);
         let seen = modes.clone();

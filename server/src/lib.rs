@@ -98,8 +98,13 @@ pub async fn serve(
         .await??
     };
     let engine = Arc::new(engine);
-    let executor = executor::Executor::new(engine.clone());
-    let rest = rest::start(&config.rest, executor.clone(), config.authenticator.clone())?;
+    let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
+    let rest = rest::start(
+        &config.rest,
+        executor.clone(),
+        config.authenticator.clone(),
+        &config.limits,
+    )?;
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
@@ -116,7 +121,7 @@ pub async fn serve(
     // Also when the transport failed: no connection outlives `serve`.
     connections.close_all().await;
     if let Some(rest) = rest {
-        rest.abort();
+        rest.stop().await;
     }
     served?;
     tracing::info!("stopped accepting; flushing");

@@ -23,6 +23,11 @@ impl Executor {
         Executor(shared)
     }
 
+    /// A request's in-flight permit ([`executor::Executor::admit`]), or `ServerBusy`.
+    pub(crate) fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.0.admit().map_err(to_status)
+    }
+
     /// Short mode ([`executor::Executor::short`]).
     pub(crate) async fn short<T, I, F>(&self, input: I, op: F) -> Result<T, Status>
     where
@@ -74,5 +79,6 @@ fn to_status(error: WorkError) -> Status {
         WorkError::Table(error) => status::to_status(&error),
         WorkError::Panicked => status::internal(),
         WorkError::ShuttingDown => Status::unavailable("the server is shutting down"),
+        WorkError::Busy { max_in_flight } => status::server_busy(max_in_flight),
     }
 }

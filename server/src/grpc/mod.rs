@@ -22,7 +22,6 @@ pub mod service {
     include!(concat!(env!("OUT_DIR"), "/trestle.v1.rs"));
 }
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use prost::Message;
@@ -51,9 +50,6 @@ use stream::{Holds, ScanSlot, StreamLimits};
 pub struct TableApi {
     executor: Executor,
     authenticator: Authenticator,
-    /// One permit per request in flight (a stream holds its permit until it ends).
-    in_flight: Arc<tokio::sync::Semaphore>,
-    max_in_flight: usize,
     /// What streamed scans may hold.
     streams: StreamLimits,
 }
@@ -73,12 +69,9 @@ impl TableApi {
         authenticator: Authenticator,
         limits: &Limits,
     ) -> TableApi {
-        let max_in_flight = limits.max_in_flight;
         TableApi {
             executor: Executor::new(executor),
             authenticator,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
-            max_in_flight,
             streams: StreamLimits::new(
                 limits.stream_stall,
                 limits.max_streams_per_connection,
@@ -89,11 +82,7 @@ impl TableApi {
 
     /// Lets a request in: a free in-flight slot (else `ServerBusy`), then a valid credential.
     fn admit<T>(&self, request: &Request<T>) -> Result<Admitted, Status> {
-        let permit = self
-            .in_flight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| status::server_busy(self.max_in_flight))?;
+        let permit = self.executor.admit()?;
         let metadata = request.metadata();
         let authorization = metadata
             .get("authorization")

@@ -14,27 +14,32 @@
 //! `NotImplemented`.
 
 mod batch;
+mod connections;
 mod odata;
 mod paths;
 mod sas;
 mod settings;
 mod shared_key;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use serde_json::{json, Map, Value as Json};
 use trestle_proto::access::Permissions;
 
+use self::connections::{Accepted, Peer};
 use self::odata::Metadata;
 use self::paths::Resource;
 use self::shared_key::AccountKeys;
 use crate::auth::{Access, AuthError, Authenticator};
+use crate::config::Limits;
+use crate::connections::{ConnectionTimeouts, Connections};
 use crate::engine::MatchSink;
 use crate::error::{ErrorCode, TableError};
 use crate::executor::{Executor, WorkError};
@@ -83,12 +88,32 @@ struct RestApi {
     keys: AccountKeys,
 }
 
-/// Starts serving the REST endpoint on `listener`, if there is one; the task ends when aborted.
+/// The REST endpoint being served.
+#[derive(Debug)]
+pub(crate) struct RestServer {
+    task: tokio::task::JoinHandle<()>,
+    connections: Arc<Connections>,
+}
+
+impl RestServer {
+    /// Stops accepting, then closes every connection still open and waits until each is gone.
+    pub(crate) async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        if let Some(connections) = Arc::into_inner(self.connections) {
+            connections.close_all().await;
+        }
+    }
+}
+
+/// Starts serving the REST endpoint on `listener`, if there is one, within `limits` (open
+/// connections, idle time, request size).
 pub(crate) fn start(
     listener: &RestListener,
     executor: Executor,
     authenticator: Authenticator,
-) -> Result<Option<tokio::task::JoinHandle<()>>, std::io::Error> {
+    limits: &Limits,
+) -> Result<Option<RestServer>, std::io::Error> {
     let Some(listener) = listener.take() else {
         return Ok(None);
     };
@@ -96,17 +121,32 @@ pub(crate) fn start(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
     let keys = AccountKeys::of(&authenticator);
-    let app = axum::Router::new().fallback(handle).with_state(RestApi {
-        executor,
-        authenticator,
-        keys,
-    });
-    let app = app.into_make_service_with_connect_info::<SocketAddr>();
-    Ok(Some(tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
+    let app = axum::Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(limits.max_message_bytes))
+        .with_state(RestApi {
+            executor,
+            authenticator,
+            keys,
+        });
+    let connections = Arc::new(Connections::new(
+        limits.max_connections,
+        ConnectionTimeouts {
+            handshake: None,
+            idle: limits.idle_timeout,
+        },
+    ));
+    let accepted = Accepted {
+        listener,
+        connections: connections.clone(),
+    };
+    let app = app.into_make_service_with_connect_info::<Peer>();
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(accepted, app).await {
             tracing::error!(%error, "the REST endpoint stopped");
         }
-    })))
+    });
+    Ok(Some(RestServer { task, connections }))
 }
 
 /// What a request failed with: Azure's code, an HTTP status and a message.
@@ -157,7 +197,7 @@ impl From<WorkError> for Failure {
                 "InternalError",
                 error.to_string(),
             ),
-            WorkError::ShuttingDown => Failure::new(
+            WorkError::ShuttingDown | WorkError::Busy { .. } => Failure::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServerBusy",
                 error.to_string(),
@@ -252,20 +292,43 @@ impl Request {
 
 async fn handle(
     State(api): State<RestApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let _open = peer.begin_request();
+    let (body, too_large) = match body {
+        Ok(body) => (body, None),
+        Err(rejection) => (Bytes::new(), Some(rejection)),
+    };
     let request = Request {
-        peer: peer.ip(),
+        peer: peer.address.ip(),
         method,
         uri,
         headers,
         body,
     };
-    let mut response = match serve_request(&api, &request).await {
+    let served = match too_large {
+        None => match api.executor.admit() {
+            Ok(_in_flight) => serve_request(&api, &request).await,
+            Err(busy) => Err(Failure::from(busy)),
+        },
+        Some(rejection) => Err(Failure::new(
+            rejection.status(),
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                "RequestBodyTooLarge"
+            } else {
+                "InvalidInput"
+            },
+            format!(
+                "the request body could not be read: {}",
+                rejection.body_text()
+            ),
+        )),
+    };
+    let mut response = match served {
         Ok(response) => response,
         Err(failure) => error_response(&request, failure),
     };

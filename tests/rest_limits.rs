@@ -1,0 +1,175 @@
+//! What no client of the REST endpoint can make the server hold, over raw TCP: connections past
+//! the cap are closed at once, idle ones after the idle timeout, an oversized body is refused
+//! with Azure's reason, and shutdown closes the connections still open.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A server with the REST endpoint, configured by `configure`; its REST address.
+async fn server(
+    configure: impl FnOnce(&mut trestle_server::Config) + Send + 'static,
+) -> (TestServer, std::net::SocketAddr) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = listener.local_addr().unwrap();
+    let server = TestServer::start_with(move |config| {
+        config.rest = trestle_server::rest::RestListener::new(listener);
+        configure(config);
+    })
+    .await;
+    (server, rest)
+}
+
+/// Sends one request on `socket` (kept alive) and reads its answer: the status, the head and
+/// the body.
+async fn exchange(socket: &mut TcpStream, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nx-ms-version: 2019-02-02\r\n\
+         Accept: application/json;odata=nometadata\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    socket.write_all(body).await.unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let read = socket.read(&mut buf).await.unwrap();
+        assert!(read > 0, "the server closed the connection mid-answer");
+        received.extend_from_slice(&buf[..read]);
+        let text = String::from_utf8_lossy(&received).into_owned();
+        let Some(end) = text.find("\r\n\r\n") else {
+            continue;
+        };
+        let length = text[..end]
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap())
+            })
+            .unwrap_or(0);
+        if received.len() >= end + 4 + length {
+            let status = text[9..12].parse().unwrap();
+            return (status, text);
+        }
+    }
+}
+
+/// Whether the server closes `socket` within `within`.
+async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    matches!(
+        tokio::time::timeout(within, socket.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_closed_at_once_and_idle_ones_after_the_timeout() {
+    let (_server, rest) = server(|config| {
+        config.limits.max_connections = 3;
+        config.limits.idle_timeout = Duration::from_millis(1_500);
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut socket = TcpStream::connect(rest).await.unwrap();
+        let (status, _) = exchange(&mut socket, "GET", "/devstoreaccount1/Tables", b"").await;
+        assert_eq!(status, 200);
+        held.push(socket);
+    }
+    let mut over = TcpStream::connect(rest).await.unwrap();
+    assert!(closed_within(&mut over, Duration::from_millis(500)).await);
+
+    // Kept alive but silent: closed once idle, and then new clients are served again.
+    let started = Instant::now();
+    for socket in &mut held {
+        assert!(closed_within(socket, Duration::from_secs(4)).await);
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "closed before idle"
+    );
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, _) = exchange(&mut socket, "GET", "/devstoreaccount1/Tables", b"").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_message_limit_is_refused_with_azures_reason() {
+    let (_server, rest) = server(|config| config.limits.max_message_bytes = 64 * 1024).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, _) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        br#"{"TableName":"Sized"}"#,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let big = format!(
+        r#"{{"PartitionKey":"p","RowKey":"r","Text":"{}"}}"#,
+        "x".repeat(100 * 1024)
+    );
+    let (status, answer) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Sized",
+        big.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer.contains("x-ms-error-code: RequestBodyTooLarge"),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_the_rest_connections_still_open() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = listener.local_addr().unwrap();
+    let mut config = trestle_server::Config::new(data_dir.path());
+    config.rest = trestle_server::rest::RestListener::new(listener);
+    config.shutdown_grace = Duration::from_millis(200);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(trestle_server::serve(grpc, config, async {
+        let _ = stopped.await;
+    }));
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, _) = exchange(&mut socket, "GET", "/devstoreaccount1/Tables", b"").await;
+    assert_eq!(status, 200);
+
+    stop.send(()).unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("serve returns although a REST connection is open");
+    served.unwrap().unwrap();
+    assert!(closed_within(&mut socket, Duration::from_secs(1)).await);
+    // The store was released: it opens again.
+    trestle_server::Engine::open(data_dir.path(), Default::default()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_in_flight_limit_are_turned_away_as_busy() {
+    // No permit at all: every request is one too many, on either protocol.
+    let (server, rest) = server(|config| config.limits.max_in_flight = 0).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, answer) = exchange(&mut socket, "GET", "/devstoreaccount1/Tables", b"").await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(answer.contains("x-ms-error-code: ServerBusy"), "{answer}");
+    let refused = server
+        .client()
+        .await
+        .list_tables(trestle_proto::pb::ListTablesRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+}
