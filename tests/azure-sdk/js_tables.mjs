@@ -108,6 +108,8 @@ async function types() {
     int64: { value: "9007199254740993", type: "Int64" },
     double: { value: "1.0", type: "Double" },
     when,
+    // 100 ns precision, which a JavaScript Date cannot hold: sent and read back as text.
+    ticks: { value: "2024-02-29T12:30:45.1234567Z", type: "DateTime" },
     guid: { value: "6f9619ff-8b86-d011-b42d-00c04fc964ff", type: "Guid" },
     bytes: new Uint8Array([0, 1, 254, 255]),
     flag: true,
@@ -119,6 +121,13 @@ async function types() {
   assert.equal(Number(got.double.value), 1);
   assert.equal(got.when.type, "DateTime");
   assert.equal(new Date(got.when.value).getTime(), when.getTime());
+  assert.deepEqual(got.ticks, { value: "2024-02-29T12:30:45.1234567Z", type: "DateTime" });
+  const filtered = table.listEntities({
+    queryOptions: { filter: "ticks gt datetime'2024-02-29T12:30:45.1234566Z'" },
+  });
+  let matched = 0;
+  for await (const entity of filtered) matched += entity.rowKey === "all" ? 1 : 0;
+  assert.equal(matched, 1, "a DateTime literal compares at 100 ns");
   assert.deepEqual(got.guid, { value: "6f9619ff-8b86-d011-b42d-00c04fc964ff", type: "Guid" });
   assert.equal(got.bytes.type, "Binary");
   assert.equal(got.bytes.value, "AAH+/w==");
