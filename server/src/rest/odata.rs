@@ -52,13 +52,10 @@ pub(crate) fn entity_from_json(
     keys: Option<&EntityKey>,
 ) -> Result<NewEntity, ValidationError> {
     let invalid = |why: String| ValidationError::Argument(why);
-    let json: Json =
-        serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not JSON: {e}")))?;
-    let Json::Object(object) = json else {
-        return Err(invalid("the body is not a JSON object".into()));
-    };
-    let text = |name: &str| match object.get(name) {
-        Some(Json::String(s)) => Ok(Some(s.clone())),
+    let Members(members) = serde_json::from_slice(body)
+        .map_err(|e| invalid(format!("the body is not a JSON object: {e}")))?;
+    let text = |name: &str| match members.iter().find(|(member, _)| member == name) {
+        Some((_, Json::String(s))) => Ok(Some(s.clone())),
         None => Ok(None),
         Some(_) => Err(invalid(format!("{name} must be a string"))),
     };
@@ -71,9 +68,9 @@ pub(crate) fn entity_from_json(
         )?,
     };
     // The annotations first (few: minimal metadata annotates only what JSON cannot tell), then
-    // the properties, moved out of the object.
+    // the properties, moved out of the members.
     let mut annotations: Vec<(String, String)> = Vec::new();
-    for (name, value) in &object {
+    for (name, value) in &members {
         if let Some(property) = name.strip_suffix("@odata.type") {
             let Json::String(annotation) = value else {
                 return Err(invalid(format!("{name} must be a string")));
@@ -82,7 +79,7 @@ pub(crate) fn entity_from_json(
         }
     }
     let mut properties = Properties::new();
-    for (name, value) in object {
+    for (name, value) in members {
         if name.contains('@')
             || name.starts_with("odata.")
             || matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
@@ -97,9 +94,42 @@ pub(crate) fn entity_from_json(
             (None | Some("Edm.String"), Json::String(text)) => Value::String(text),
             (annotation, value) => typed(&name, &value, annotation)?,
         };
+        if properties.contains_key(&name) {
+            return Err(invalid(format!("property {name:?} appears twice")));
+        }
         properties.insert(name, value);
     }
     NewEntity::new(key, properties)
+}
+
+/// A JSON object's members as written, in order: read without building a map of them.
+struct Members(Vec<(String, Json)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Members, D::Error> {
+        struct ObjectVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ObjectVisitor {
+            type Value = Members;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(member) = map.next_entry::<String, Json>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+
+        deserializer.deserialize_map(ObjectVisitor)
+    }
 }
 
 /// One property's value from its JSON and its `@odata.type`.
@@ -401,6 +431,25 @@ pub(crate) fn quote_key(key: &str) -> String {
 mod tests {
     use super::*;
     use crate::model::NewEntity;
+
+    #[test]
+    fn bodies_that_are_not_one_entity_are_refused_with_the_reason() {
+        let refused = |body: &str| {
+            entity_from_json(body.as_bytes(), None)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(refused("[1]").contains("not a JSON object"));
+        assert!(refused(r#"{"PartitionKey":"p","RowKey":"r","A":1,"A":2}"#).contains("twice"));
+        assert!(refused(r#"{"PartitionKey":"p"}"#).contains("no RowKey"));
+        assert!(
+            refused(r#"{"PartitionKey":"p","RowKey":"r","A":1,"A@odata.type":7}"#)
+                .contains("must be a string")
+        );
+        assert!(refused(r#"{"PartitionKey":"p","RowKey":"r","A":[1]}"#).contains("\"A\""));
+        let ok = entity_from_json(br#"{"PartitionKey":"p","RowKey":"r","A":"x"}"#, None).unwrap();
+        assert_eq!(ok.properties["A"], Value::String("x".into()));
+    }
 
     #[test]
     fn entities_are_written_as_json_that_reads_back_with_their_types() {
