@@ -100,6 +100,11 @@ struct Args {
     /// database to use.
     #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
     store: Option<String>,
+    /// Also run the selected `rest_*` workloads against Azurite's table endpoint at this address
+    /// (`host:port`, e.g. `127.0.0.1:10002` of `azurite-table --inMemoryPersistence`), over data
+    /// loaded the same way, and print each beside Trestle's row of the same run.
+    #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
+    azurite: Option<String>,
     /// Internal: serve only the echo baseline and print its address. The benchmark runs its
     /// baseline in a process of its own this way, as the server it is compared with runs.
     #[arg(long, hide = true)]
@@ -407,12 +412,72 @@ async fn main() {
             .await,
         );
     }
+    if let Some(addr) = &args.azurite {
+        let azurite = azurite_rows(&rest::Endpoint::azurite(addr), &selected, &plan, &rows).await;
+        rows.extend(azurite);
+    }
     if let Some(url) = &postgres_url {
         let ceilings =
             tokio::task::block_in_place(|| postgres::ceilings(url, &selected, &plan, &rows));
         rows.extend(ceilings);
     }
     print_rows(&rows, args.json);
+}
+
+/// The selected `rest_*` workloads run against Azurite at `azurite`, each row noting how many
+/// times its rate Trestle's row of the same workload (in `rows`) served.
+async fn azurite_rows(
+    azurite: &rest::Endpoint,
+    selected: &[&str],
+    plan: &Plan,
+    rows: &[Row],
+) -> Vec<Row> {
+    let wanted = |workload| selected.contains(&workload);
+    let scan_rows = if wanted("rest_scan") {
+        plan.scan_partition_rows
+    } else {
+        0
+    };
+    let started = std::time::Instant::now();
+    rest::load(azurite, plan, wanted("rest_point_read"), scan_rows).await;
+    eprintln!("loaded Azurite in {:.1} s", started.elapsed().as_secs_f64());
+    let mut azurite_rows = Vec::new();
+    for workload in [
+        "rest_point_read",
+        "rest_insert",
+        "rest_batch_100",
+        "rest_scan",
+    ] {
+        if !wanted(workload) {
+            continue;
+        }
+        let name = format!("azurite: {workload}");
+        announce(&name, plan);
+        let (m, entity_rate) = match workload {
+            "rest_point_read" => (rest::point_read(azurite, plan).await, false),
+            "rest_insert" => (rest::insert(azurite, plan).await, false),
+            "rest_batch_100" => (rest::batch_100(azurite, plan).await, true),
+            _ => (rest::scan(azurite, plan).await, true),
+        };
+        let mut row = row_of(&name, m, None, None, entity_rate);
+        let rate = |row: &Row| {
+            if entity_rate {
+                row.entities_per_s
+            } else {
+                row.ops_per_s
+            }
+        };
+        let trestle = rows.iter().find(|r| r.workload == workload).and_then(rate);
+        row.note = match trestle.zip(rate(&row)) {
+            Some((trestle, azurite)) => format!(
+                "not durable; Trestle's {workload}: {:.1}x this rate in this run",
+                trestle / azurite
+            ),
+            None => "not durable".to_owned(),
+        };
+        azurite_rows.push(row);
+    }
+    azurite_rows
 }
 
 /// Where the workloads run: a client, the server it talks to (if this run started it), and the
@@ -530,6 +595,7 @@ async fn run_workloads(
                     eprintln!("skipping {workload}: no REST endpoint on a server of this run");
                     continue;
                 };
+                let addr = rest::Endpoint::open(&addr);
                 let (m, entity_rate, compared_with) = match workload {
                     "rest_point_read" => (rest::point_read(&addr, plan).await, false, "point_read"),
                     "rest_insert" => (rest::insert(&addr, plan).await, false, "insert"),

@@ -31,7 +31,7 @@ impl Plan {
 /// The main table: `partitions` × `rows_per_partition`, keys `p0000`/`r0000`.
 pub(crate) const MAIN_TABLE: &str = "Bench";
 pub(crate) const SCAN_TABLE: &str = "ScanBench";
-const SCAN_PARTITION: &str = "s";
+pub(crate) const SCAN_PARTITION: &str = "s";
 
 fn int32(v: i32) -> pb::Value {
     pb::Value {
