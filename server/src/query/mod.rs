@@ -77,12 +77,7 @@ impl QuerySpec {
         }
         self.page_size = page_size(self.page_size)?;
         if !self.filter.trim().is_empty() {
-            let expr = Expr::parse(&self.filter).map_err(|error| ValidationError::Filter {
-                filter: self.filter.clone(),
-                offset: error.offset,
-                message: error.message,
-            })?;
-            self.filter_expr = Some(expr);
+            self.filter_expr = Some(parse_filter(&self.filter)?);
         }
         if let Some(scope) = self.scope.take() {
             self.filter_expr = Some(match self.filter_expr.take() {
@@ -121,6 +116,15 @@ impl QuerySpec {
             .field(self.index.to_ascii_lowercase().as_bytes());
         hash.0
     }
+}
+
+/// Parses the OData filter `filter`, or says where and why it is invalid.
+pub fn parse_filter(filter: &str) -> Result<Expr, ValidationError> {
+    Expr::parse(filter).map_err(|error| ValidationError::Filter {
+        filter: filter.to_owned(),
+        offset: error.offset,
+        message: error.message,
+    })
 }
 
 /// A requested page size: 0 means the maximum, above the maximum is refused.

@@ -46,7 +46,7 @@ use crate::executor::{Executor, WorkError};
 use crate::model::{
     EntityKey, IfMatch, Operation, StoredEntity, Ticks, UpsertMode, ValidationError, ValueRef,
 };
-use crate::query::{Expr, QuerySpec, Record};
+use crate::query::{self, QuerySpec, Record};
 use crate::storage::{EntityView, StorageError};
 
 /// The one account the endpoint serves, named as the emulators name theirs.
@@ -197,9 +197,14 @@ impl From<WorkError> for Failure {
                 "InternalError",
                 error.to_string(),
             ),
-            WorkError::ShuttingDown | WorkError::Busy { .. } => Failure::new(
+            WorkError::ShuttingDown => Failure::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "ServerBusy",
+                ErrorCode::ServiceUnavailable.as_str(),
+                error.to_string(),
+            ),
+            WorkError::Busy { .. } => Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServerBusy.as_str(),
                 error.to_string(),
             ),
         }
@@ -299,7 +304,7 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let _open = peer.begin_request();
-    let (body, too_large) = match body {
+    let (body, unreadable) = match body {
         Ok(body) => (body, None),
         Err(rejection) => (Bytes::new(), Some(rejection)),
     };
@@ -310,7 +315,7 @@ async fn handle(
         headers,
         body,
     };
-    let served = match too_large {
+    let served = match unreadable {
         None => match api.executor.admit() {
             Ok(_in_flight) => serve_request(&api, &request).await,
             Err(busy) => Err(Failure::from(busy)),
@@ -601,13 +606,9 @@ async fn list_tables(
     // `$filter` reads the one property a table has, `TableName`; a page holds the matches among
     // the `$top` tables it examined (possibly none, with a continuation to follow).
     let filter = match request.param("$filter") {
-        Some(text) if !text.trim().is_empty() => Some(Expr::parse(&text).map_err(|error| {
-            Failure::invalid(ValidationError::Filter {
-                filter: text.clone(),
-                offset: error.offset,
-                message: error.message,
-            })
-        })?),
+        Some(text) if !text.trim().is_empty() => {
+            Some(query::parse_filter(&text).map_err(Failure::invalid)?)
+        }
         _ => None,
     };
     let page = api
