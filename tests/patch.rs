@@ -376,3 +376,93 @@ async fn the_sdk_patches_entities_and_transactions() {
         .unwrap_err();
     assert!(missing.is_not_found(), "{missing:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_and_min_keep_extremes_beside_concurrent_increments_and_a_condition_guards_a_patch() {
+    use trestle_client::{ErrorCode, Filter, Patch, Properties, Value};
+    let server = TestServer::start().await;
+    let client = server.sdk().await;
+    let devices = client.table("Devices");
+    devices.create().await.unwrap();
+
+    // 8 writers report readings while 8 others count them: none conflicts, none is lost.
+    let mut tasks = Vec::new();
+    for writer in 0..16 {
+        let devices = devices.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..25 {
+                let patch = if writer % 2 == 0 {
+                    let reading = f64::from(writer * 25 + n);
+                    Patch::new()
+                        .max("MaxTemp", reading)
+                        .min("MinTemp", reading)
+                        .upsert()
+                } else {
+                    Patch::new().increment("Readings", 1i64).upsert()
+                };
+                devices
+                    .patch::<Properties>(("d1", "state"), &patch)
+                    .await
+                    .expect("max, min and increments never conflict");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let state = devices
+        .get::<Properties>(("d1", "state"))
+        .await
+        .unwrap()
+        .value;
+    assert_eq!(
+        state.get("MaxTemp"),
+        Some(&Value::Double(14.0 * 25.0 + 24.0))
+    );
+    assert_eq!(state.get("MinTemp"), Some(&Value::Double(0.0)));
+    assert_eq!(state.get("Readings"), Some(&Value::Int64(200)));
+
+    // A condition over the entity as stored: true, the patch applies; false, it is refused and
+    // nothing changes.
+    let raise = Patch::new()
+        .set("Alarm", true)
+        .condition(Filter::raw("MaxTemp gt 300.0 and Readings ge 200L"));
+    let alarmed = devices
+        .patch::<Properties>(("d1", "state"), &raise)
+        .await
+        .unwrap();
+    assert_eq!(alarmed.value.get("Alarm"), Some(&Value::Bool(true)));
+    let guarded = Patch::new()
+        .set("MaxTemp", 0.0)
+        .condition(Filter::raw("MaxTemp lt 45.0"));
+    let refused = devices
+        .patch::<Properties>(("d1", "state"), &guarded)
+        .await
+        .unwrap_err();
+    assert!(refused.is_precondition_failed(), "{refused:?}");
+    assert_eq!(refused.code(), Some(ErrorCode::UpdateConditionNotSatisfied));
+    assert!(refused.to_string().contains("MaxTemp lt 45.0"), "{refused}");
+    let after = devices.get::<Properties>(("d1", "state")).await.unwrap();
+    assert_eq!(after.etag, alarmed.etag, "a refused patch changes nothing");
+
+    // A bad condition or a max of another type is bad input.
+    let bad = devices
+        .patch::<Properties>(
+            ("d1", "state"),
+            &Patch::new()
+                .set("X", 1)
+                .condition(Filter::raw("MaxTemp lt")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Some(ErrorCode::InvalidInput), "{bad:?}");
+    let mismatch = devices
+        .patch::<Properties>(("d1", "state"), &Patch::new().max("MaxTemp", 5i64))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        mismatch.code(),
+        Some(ErrorCode::InvalidInput),
+        "{mismatch:?}"
+    );
+}

@@ -163,6 +163,12 @@ impl ClientBuilder {
     /// Connects; an `https://` endpoint is reached over TLS, checked against the configured
     /// authority or else the system's roots.
     pub async fn connect(self) -> Result<Client> {
+        if !self.endpoint.contains("://") {
+            return Err(Error::invalid(format!(
+                "endpoint '{}' has no scheme: write http://{} (or https:// for TLS)",
+                self.endpoint, self.endpoint
+            )));
+        }
         let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
             .map_err(|e| Error::invalid(format!("endpoint '{}': {e}", self.endpoint)))?
             .timeout(self.timeout)
@@ -180,7 +186,10 @@ impl ClientBuilder {
             )),
             None => Credential(None),
         };
-        let channel = endpoint.connect().await.map_err(Error::from_transport)?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|error| Error::from_transport(&self.endpoint, error))?;
         Ok(Client {
             inner: TableServiceClient::with_interceptor(channel, credential)
                 .max_decoding_message_size(16 << 20),

@@ -96,9 +96,22 @@ pub(crate) fn entity_from_pb(
     ))
 }
 
-/// The wire entity for a key and a serializable value.
+/// The wire entity for a key and a serializable value; a mapping error names the field and the
+/// entity's keys.
 pub(crate) fn wire<T: Serialize + ?Sized>(key: &EntityKey, value: &T) -> Result<pb::Entity> {
-    Ok(entity_to_pb(key, to_properties(value)?))
+    let properties = to_properties(value).map_err(|error| {
+        Error::new(
+            ErrorKind::Mapping,
+            format!(
+                "entity (PartitionKey '{}', RowKey '{}') cannot be stored from {}: {}",
+                key.partition_key,
+                key.row_key,
+                std::any::type_name::<T>(),
+                error.0
+            ),
+        )
+    })?;
+    Ok(entity_to_pb(key, properties))
 }
 
 pub(crate) fn upsert_mode(mode: UpsertMode) -> pb::UpsertMode {
@@ -153,6 +166,8 @@ pub(crate) fn patch_steps(patch: &crate::patch::Patch) -> Vec<pb::PatchStep> {
                     property: property.clone(),
                 }),
                 Step::SetIfAbsent(property, value) => Wire::SetIfAbsent(set(property, value)),
+                Step::Max(property, value) => Wire::Max(set(property, value)),
+                Step::Min(property, value) => Wire::Min(set(property, value)),
             }),
         })
         .collect()
@@ -164,5 +179,14 @@ pub(crate) fn patch_if_match(patch: &crate::patch::Patch) -> String {
         .if_match
         .as_ref()
         .map(|if_match| if_match.to_wire())
+        .unwrap_or_default()
+}
+
+/// A patch's condition on the wire (empty for none).
+pub(crate) fn patch_condition(patch: &crate::patch::Patch) -> String {
+    patch
+        .condition
+        .as_ref()
+        .map(|filter| filter.as_str().to_owned())
         .unwrap_or_default()
 }

@@ -190,9 +190,23 @@ impl Error {
 }
 
 impl Error {
-    /// The SDK error for a failed connection.
-    pub(crate) fn from_transport(error: tonic::transport::Error) -> Error {
-        let mut error = Error::new(ErrorKind::Unavailable, format!("cannot connect: {error}"));
+    /// The SDK error for a failed connection to `endpoint`: the endpoint, and the whole chain of
+    /// causes (refused, a name that does not resolve, a TLS failure), not tonic's bare
+    /// "transport error".
+    pub(crate) fn from_transport(endpoint: &str, error: tonic::transport::Error) -> Error {
+        let mut causes = vec![error.to_string()];
+        let mut cause = std::error::Error::source(&error);
+        while let Some(inner) = cause {
+            let text = inner.to_string();
+            if !causes.iter().any(|known| known.contains(&text)) {
+                causes.push(text);
+            }
+            cause = inner.source();
+        }
+        let mut error = Error::new(
+            ErrorKind::Unavailable,
+            format!("cannot connect to {endpoint}: {}", causes.join(": ")),
+        );
         error.connect_failed = true;
         error
     }

@@ -100,8 +100,8 @@ impl IndexInfo {
     fn from_wire(index: pb::Index) -> IndexInfo {
         let definition = index.definition.unwrap_or_default();
         let scope = match pb::IndexScope::try_from(definition.scope) {
-            Ok(pb::IndexScope::Partition) => IndexScope::Partition,
-            _ => IndexScope::Table,
+            Ok(pb::IndexScope::Table) => IndexScope::Table,
+            _ => IndexScope::Partition,
         };
         let state = match pb::IndexState::try_from(index.state) {
             Ok(pb::IndexState::Ready) => IndexState::Ready,

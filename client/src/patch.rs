@@ -1,7 +1,9 @@
 //! [`Patch`]: changes the server applies to a stored entity inside its commit, in order, so that
-//! a counter or a flag changes without a read-modify-write round trip, and without conflicts.
+//! a counter, a flag or a running maximum changes without a read-modify-write round trip, and
+//! without conflicts; optionally only while the entity meets a condition.
 
 use crate::entity::IfMatch;
+use crate::query::Filter;
 use crate::value::Value;
 
 /// One change of a [`Patch`].
@@ -11,6 +13,8 @@ pub(crate) enum Step {
     Set(String, Value),
     Remove(String),
     SetIfAbsent(String, Value),
+    Max(String, Value),
+    Min(String, Value),
 }
 
 /// Steps applied in order to one entity by [`TableClient::patch`](crate::TableClient::patch) or
@@ -18,11 +22,15 @@ pub(crate) enum Step {
 /// fails for a concurrent change: 64 clients incrementing one counter all count.
 ///
 /// ```
-/// use trestle_client::Patch;
+/// use trestle_client::{Filter, Patch};
 /// let visit = Patch::new()
 ///     .increment("Visits", 1i64)
 ///     .set("LastPage", "/pricing")
 ///     .set_if_absent("FirstSeen", "2026-11-24");
+/// // A device's highest temperature, raised only while it is under the alarm threshold.
+/// let reading = Patch::new()
+///     .max("MaxTemp", 41.5)
+///     .condition(Filter::lt("MaxTemp", 45.0));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[must_use]
@@ -30,6 +38,7 @@ pub struct Patch {
     pub(crate) steps: Vec<Step>,
     pub(crate) if_match: Option<IfMatch>,
     pub(crate) upsert: bool,
+    pub(crate) condition: Option<Filter>,
 }
 
 impl Patch {
@@ -61,6 +70,28 @@ impl Patch {
     pub fn set_if_absent(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
         self.steps
             .push(Step::SetIfAbsent(property.into(), value.into()));
+        self
+    }
+
+    /// Keeps the larger of the property and `value` (an `i32`, `i64`, `f64` or
+    /// [`DateTime`](crate::DateTime); the property of the same type); a missing property takes
+    /// `value`. Never conflicts with concurrent patches of the entity.
+    pub fn max(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps.push(Step::Max(property.into(), value.into()));
+        self
+    }
+
+    /// Keeps the smaller of the property and `value`, as [`Patch::max`].
+    pub fn min(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps.push(Step::Min(property.into(), value.into()));
+        self
+    }
+
+    /// Applies only while the entity meets `filter` (tested in its commit; an empty entity for an
+    /// upsert that finds none); otherwise `is_precondition_failed()` and nothing changes. Needs
+    /// read permission as well as update.
+    pub fn condition(mut self, filter: Filter) -> Patch {
+        self.condition = Some(filter);
         self
     }
 

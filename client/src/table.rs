@@ -5,7 +5,7 @@ use serde::Serialize;
 use trestle_proto::pb;
 
 use crate::client::Client;
-use crate::convert::{patch_if_match, patch_steps, typed, upsert_mode, wire};
+use crate::convert::{patch_condition, patch_if_match, patch_steps, typed, upsert_mode, wire};
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 use crate::error::{ErrorCode, Result};
 use crate::patch::Patch;
@@ -177,7 +177,7 @@ impl TableClient {
     ///
     /// # Errors
     /// `is_not_found()` if it does not exist (unless [`Patch::upsert`]); `is_precondition_failed()`
-    /// if [`Patch::if_match`] no longer holds; `ErrorCode::InvalidInput` for an increment of another
+    /// if [`Patch::if_match`] or [`Patch::condition`] no longer holds; `ErrorCode::InvalidInput` for an increment of another
     /// type, `OutOfRangeInput` for one that overflows, and every entity limit. A refused patch
     /// changes nothing.
     pub async fn patch<T: DeserializeOwned>(
@@ -194,6 +194,7 @@ impl TableClient {
             if_match: patch_if_match(patch),
             upsert: patch.upsert,
             return_no_content: false,
+            condition: patch_condition(patch),
         };
         let stored = self
             .client

@@ -7,7 +7,7 @@ use trestle_proto::pb;
 use trestle_proto::pb::transaction_operation::Operation;
 
 use crate::client::Client;
-use crate::convert::{patch_if_match, patch_steps, upsert_mode, wire};
+use crate::convert::{patch_condition, patch_if_match, patch_steps, upsert_mode, wire};
 use crate::entity::{ETag, EntityKey, IfMatch, UpsertMode};
 use crate::error::{Error, ErrorCode, ErrorKind, Result};
 use crate::patch::Patch;
@@ -205,6 +205,7 @@ impl Transaction {
             operations: patch_steps(patch),
             if_match: patch_if_match(patch),
             upsert: patch.upsert,
+            condition: patch_condition(patch),
         })))
     }
 

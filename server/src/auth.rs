@@ -204,7 +204,9 @@ impl Access {
         Ok(())
     }
 
-    fn on_table(&self, table: &str, needed: Permissions) -> Result<(), AuthError> {
+    /// `needed` on some entities of `table`: what can be checked of an entity operation before
+    /// its keys are known (they come from a body not yet parsed).
+    pub fn on_table(&self, table: &str, needed: Permissions) -> Result<(), AuthError> {
         let Access::Scoped(grant) = self else {
             return Ok(());
         };
@@ -244,10 +246,20 @@ pub fn needed_for(operation: &Operation) -> Permissions {
     match operation {
         Operation::Insert(_) => Permissions::ADD,
         Operation::Update(..) | Operation::Merge(..) => Permissions::UPDATE,
-        Operation::Upsert(..) | Operation::Patch { upsert: true, .. } => {
-            Permissions::ADD.union(Permissions::UPDATE)
+        Operation::Upsert(..) => Permissions::ADD.union(Permissions::UPDATE),
+        Operation::Patch {
+            upsert, condition, ..
+        } => {
+            let mut needed = Permissions::UPDATE;
+            if *upsert {
+                needed = needed.union(Permissions::ADD);
+            }
+            // A condition tells the caller something of the entity's values.
+            if condition.is_some() {
+                needed = needed.union(Permissions::READ);
+            }
+            needed
         }
-        Operation::Patch { upsert: false, .. } => Permissions::UPDATE,
         Operation::Delete { .. } => Permissions::DELETE,
         Operation::Check { .. } => Permissions::READ,
     }

@@ -37,6 +37,13 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Connections open at once, by default; one over it is closed as soon as it is accepted.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
+/// Default MiB of request bodies the REST endpoint may hold buffered at once, all requests together.
+pub const DEFAULT_REST_BODY_BUFFER_MIB: usize = 256;
+/// Default time a REST request's body may take to arrive.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default distance a SharedKey request's date may be from the server's clock (Azure's 15
+/// minutes).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
 /// How long a shutdown waits, by default, for open calls to finish.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -96,6 +103,46 @@ pub struct DatabaseStore {
     pub ca_pem: Option<Vec<u8>>,
 }
 
+impl DatabaseStore {
+    /// The connection string with its password hidden, for logs.
+    pub fn redacted_url(&self) -> String {
+        redact_password(&self.url)
+    }
+}
+
+/// `url` (a `postgres://` URL or libpq's `key=value` form) with any password replaced by `***`.
+fn redact_password(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let authority = match authority.rsplit_once('@') {
+            Some((user_info, host)) => match user_info.split_once(':') {
+                Some((user, _)) => format!("{user}:***@{host}"),
+                None => authority.to_owned(),
+            },
+            None => authority.to_owned(),
+        };
+        let tail = tail
+            .split('&')
+            .map(|part| match part.split_once("password=") {
+                Some((before, _)) => format!("{before}password=***"),
+                None => part.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        return format!("{scheme}://{authority}{tail}");
+    }
+    url.split_whitespace()
+        .map(|pair| {
+            if pair.starts_with("password=") {
+                "password=***"
+            } else {
+                pair
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Connections to the database, by default.
 pub const DEFAULT_STORE_POOL_SIZE: usize = 16;
 
@@ -139,6 +186,12 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Bytes of request bodies the REST endpoint may hold buffered at once, all requests together.
+    pub rest_body_buffer_bytes: usize,
+    /// How long a REST request's body may take to arrive once its headers have.
+    pub body_timeout: Duration,
+    /// How far a SharedKey-signed request's date may be from the server's clock.
+    pub max_clock_skew: Duration,
 }
 
 impl Default for Limits {
@@ -155,6 +208,9 @@ impl Default for Limits {
             keepalive_interval: DEFAULT_KEEPALIVE_INTERVAL,
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            rest_body_buffer_bytes: DEFAULT_REST_BODY_BUFFER_MIB * 1024 * 1024,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
         }
     }
 }
@@ -343,6 +399,21 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_connections: usize,
+    /// MiB of request bodies the REST endpoint may hold buffered at once, all requests together;
+    /// a request whose body would pass it is refused with 503 `ServerBusy`.
+    #[arg(long, default_value_t = DEFAULT_REST_BODY_BUFFER_MIB,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65536))]
+    pub rest_body_buffer_mib: usize,
+    /// Seconds a REST request's body may take to arrive once its headers have; past it the
+    /// request is refused and its connection closed.
+    #[arg(long, default_value_t = DEFAULT_BODY_TIMEOUT.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub body_timeout_secs: u64,
+    /// Seconds a SharedKey-signed REST request's date may be from the server's clock (Azure
+    /// allows 15 minutes); outside it the request is refused with `AuthenticationFailed`.
+    #[arg(long, default_value_t = DEFAULT_MAX_CLOCK_SKEW.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub max_clock_skew_secs: u64,
     /// Seconds a shutdown waits for open calls (a stream whose reader stopped, say) before closing
     /// their connections; acknowledged writes are durable either way.
     #[arg(long, env = "TRESTLE_SHUTDOWN_GRACE_SECS", default_value_t = DEFAULT_SHUTDOWN_GRACE.as_secs())]
@@ -432,9 +503,33 @@ impl ServeArgs {
                 keepalive_interval: Duration::from_secs(self.keepalive_secs),
                 keepalive_timeout: Duration::from_secs(self.keepalive_timeout_secs),
                 max_connections: self.max_connections,
+                rest_body_buffer_bytes: self.rest_body_buffer_mib * 1024 * 1024,
+                body_timeout: Duration::from_secs(self.body_timeout_secs),
+                max_clock_skew: Duration::from_secs(self.max_clock_skew_secs),
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             rest: crate::rest::RestListener::default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_password;
+
+    #[test]
+    fn logged_database_urls_hide_the_password() {
+        assert_eq!(
+            redact_password("postgres://trestle:secret@db:5432/trestle?sslmode=require"),
+            "postgres://trestle:***@db:5432/trestle?sslmode=require"
+        );
+        assert_eq!(
+            redact_password("postgres://trestle@db/trestle?password=secret"),
+            "postgres://trestle@db/trestle?password=***"
+        );
+        assert_eq!(
+            redact_password("host=db user=trestle password=secret dbname=trestle"),
+            "host=db user=trestle password=*** dbname=trestle"
+        );
     }
 }

@@ -550,7 +550,12 @@ fn rejection_error(table: &dyn Table, partition_key: &str, reason: RejectReason)
             partition_key,
             row_key,
         },
+        Refusal::PatchConditionFalse { condition } => TableError::PatchConditionFalse {
+            partition_key,
+            row_key,
+            condition,
+        },
         Refusal::Invalid(invalid) => TableError::Invalid(invalid),
-        Refusal::IndexValueTaken { index, holder } => TableError::IndexValueTaken { index, holder },
+        Refusal::IndexValueTaken { index, .. } => TableError::IndexValueTaken { index },
     }
 }

@@ -50,6 +50,18 @@ pub enum TableError {
         partition_key: String,
         row_key: String,
     },
+    /// A patch's condition is false of the entity.
+    #[error(
+        "the patch's condition {} is false for entity (PartitionKey {}, RowKey {})",
+        quoted(condition),
+        quoted(partition_key),
+        quoted(row_key)
+    )]
+    PatchConditionFalse {
+        partition_key: String,
+        row_key: String,
+        condition: String,
+    },
     /// The table has no such index.
     #[error("table {} has no index {}", quoted(table), quoted(index))]
     IndexNotFound { table: String, index: String },
@@ -66,17 +78,13 @@ pub enum TableError {
     /// The index cannot answer queries (yet).
     #[error("index {} cannot answer queries: {why}", quoted(index))]
     IndexNotReady { index: String, why: String },
-    /// A unique index holds the values for another entity.
+    /// A unique index holds the values for another entity. The message never names that entity:
+    /// the caller's grant need not cover it.
     #[error(
-        "unique index {} already holds these values for entity (PartitionKey {}, RowKey {})",
-        quoted(index),
-        quoted(&holder.partition_key),
-        quoted(&holder.row_key)
+        "unique index {} already holds these values for another entity",
+        quoted(index)
     )]
-    IndexValueTaken {
-        index: String,
-        holder: crate::model::EntityKey,
-    },
+    IndexValueTaken { index: String },
     /// A transaction with no operations.
     #[error("a transaction needs at least one operation")]
     EmptyTransaction,
@@ -119,7 +127,9 @@ impl TableError {
             TableError::TableBeingDeleted(_) => ErrorCode::TableBeingDeleted,
             TableError::EntityNotFound { .. } => ErrorCode::ResourceNotFound,
             TableError::EntityAlreadyExists { .. } => ErrorCode::EntityAlreadyExists,
-            TableError::ConditionNotSatisfied { .. } => ErrorCode::UpdateConditionNotSatisfied,
+            TableError::ConditionNotSatisfied { .. } | TableError::PatchConditionFalse { .. } => {
+                ErrorCode::UpdateConditionNotSatisfied
+            }
             TableError::IndexNotFound { .. } => ErrorCode::IndexNotFound,
             TableError::IndexAlreadyExists { .. } => ErrorCode::IndexAlreadyExists,
             TableError::TooManyIndexes { .. } => ErrorCode::TooManyIndexes,
@@ -149,6 +159,19 @@ impl TableError {
         }
     }
 
+    /// What a client is told: the error's own words, capped at [`MAX_MESSAGE_BYTES`], except for
+    /// internal faults and an unreachable database, whose detail stays in the server log. Both
+    /// protocols answer with this text.
+    pub fn client_message(&self) -> String {
+        match self.code() {
+            ErrorCode::InternalError => "internal error; the server log has the details".to_owned(),
+            ErrorCode::ServiceUnavailable => "the store's database cannot be reached; retry with \
+                                              backoff (the server log has the details)"
+                .to_owned(),
+            _ => bounded_message(self.to_string()),
+        }
+    }
+
     /// Attributes the error to operation `index` of a transaction.
     pub fn at_operation(self, index: usize) -> TableError {
         TableError::Operation {
@@ -156,6 +179,24 @@ impl TableError {
             source: Box::new(self),
         }
     }
+}
+
+/// The longest error message either protocol sends. Inputs are already quoted in bounded form
+/// ([`crate::model::quoted`]); this is the backstop that keeps any message, however built, well
+/// under the metadata limits of gRPC clients (8 KiB for grpc-core) and small on REST.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `message`, cut at a character boundary to at most [`MAX_MESSAGE_BYTES`].
+pub fn bounded_message(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES - '…'.len_utf8();
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
 }
 
 fn validation_code(invalid: &ValidationError) -> ErrorCode {
@@ -179,5 +220,18 @@ fn validation_code(invalid: &ValidationError) -> ErrorCode {
         | ValidationError::EntityMissing
         | ValidationError::Filter { .. }
         | ValidationError::Argument(_) => ErrorCode::InvalidInput,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_bounded_at_a_character_boundary() {
+        let long = bounded_message("é".repeat(100_000));
+        assert!(long.len() <= MAX_MESSAGE_BYTES, "{}", long.len());
+        assert!(long.ends_with('…'));
+        assert_eq!(bounded_message("short".into()), "short");
     }
 }

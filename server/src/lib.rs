@@ -108,7 +108,11 @@ pub async fn serve(
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), tls = config.tls.is_some(), "serving");
+    let store = match &config.database {
+        Some(database) => format!("postgres {}", database.redacted_url()),
+        None => format!("sled {}", config.data_dir.display()),
+    };
+    tracing::info!(%addr, %store, tls = config.tls.is_some(), "serving");
     let (shutdown, grace_over) = shutdown::with_grace(shutdown, config.shutdown_grace);
     let serving = routes::transport(&config)?
         .layer(grpc::EdgeLayer)

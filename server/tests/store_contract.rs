@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use trestle_server::model::{
     CheckCondition, ETag, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState, KeyPosition,
-    KeyRange, NewEntity, Operation, PatchStep, Properties, StoredEntity, TableName, Ticks,
-    UpsertMode, Value,
+    KeyRange, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity, TableName,
+    Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
     read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
@@ -129,6 +129,12 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
                     if_match(rng, current)
                 },
                 upsert,
+                // Sometimes only while the counter is small: refused as the store finds it.
+                condition: (rng.below(3) == 0).then(|| {
+                    PatchCondition::new("N lt 50L".into(), |entity| {
+                        matches!(entity.properties.get("N"), Some(Value::Int64(n)) if *n < 50)
+                    })
+                }),
             }
         }
         _ => Operation::Check {

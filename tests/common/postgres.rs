@@ -51,7 +51,11 @@ impl Postgres {
                 std::env::var_os("TRESTLE_REQUIRE_POSTGRES").is_none(),
                 "PostgreSQL's initdb is not on PATH"
             );
-            eprintln!("skipping: PostgreSQL's initdb is not on PATH");
+            // Straight to standard error: the harness would swallow an `eprintln!`.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"SKIPPED a PostgreSQL test: PostgreSQL's initdb is not on PATH\n",
+            );
             return None;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -42,30 +42,46 @@ impl ::serde::de::Error for MappingError {
     }
 }
 
+/// In human-readable formats (JSON, YAML, TOML) a DateTime is RFC 3339 text, as Azure writes it;
+/// elsewhere (Trestle's own mapping, binary formats) its 100 ns ticks.
 impl ::serde::Serialize for DateTime {
     fn serialize<S: ::serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_newtype_struct(DATETIME_TOKEN, &self.ticks())
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&self.to_rfc3339())
+        } else {
+            serializer.serialize_newtype_struct(DATETIME_TOKEN, &self.ticks())
+        }
     }
 }
 
+/// Reads RFC 3339 text or ticks, whichever the format holds.
 impl<'de> ::serde::Deserialize<'de> for DateTime {
     fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Accepts the ticks directly, inside the marker newtype, or as the `{marker: ticks}` map
-        /// that buffering deserializers (internally tagged enums) turn the newtype into.
-        struct Ticks;
-        impl<'de> ::serde::de::Visitor<'de> for Ticks {
+        /// Accepts RFC 3339 text, the ticks directly, inside the marker newtype, or as the
+        /// `{marker: ticks}` map that buffering deserializers (internally tagged enums) turn the
+        /// newtype into.
+        struct Instant;
+        impl<'de> ::serde::de::Visitor<'de> for Instant {
             type Value = DateTime;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a DateTime")
+                f.write_str("a DateTime (RFC 3339 UTC text, or 100 ns ticks)")
             }
             fn visit_newtype_struct<D: ::serde::Deserializer<'de>>(
                 self,
                 d: D,
             ) -> Result<DateTime, D::Error> {
-                d.deserialize_any(Ticks)
+                d.deserialize_any(Instant)
             }
             fn visit_i64<E: ::serde::de::Error>(self, ticks: i64) -> Result<DateTime, E> {
                 Ok(DateTime::from_ticks(ticks))
+            }
+            fn visit_u64<E: ::serde::de::Error>(self, ticks: u64) -> Result<DateTime, E> {
+                i64::try_from(ticks)
+                    .map(DateTime::from_ticks)
+                    .map_err(|_| E::custom(format!("{ticks} ticks is beyond a DateTime")))
+            }
+            fn visit_str<E: ::serde::de::Error>(self, text: &str) -> Result<DateTime, E> {
+                text.parse().map_err(E::custom)
             }
             fn visit_map<A: ::serde::de::MapAccess<'de>>(
                 self,
@@ -79,7 +95,8 @@ impl<'de> ::serde::Deserialize<'de> for DateTime {
                 }
             }
         }
-        deserializer.deserialize_newtype_struct(DATETIME_TOKEN, Ticks)
+        // Formats without newtypes (JSON) pass straight through to the text or the number.
+        deserializer.deserialize_newtype_struct(DATETIME_TOKEN, Instant)
     }
 }
 

@@ -33,10 +33,14 @@ impl Fields {
         // `uuid::Uuid` serializes as 16 plain bytes; the field's type is the only thing that tells
         // it apart from a byte buffer, so a Uuid field is serialized in Guid mode.
         let guid = std::any::type_name::<T>().contains("uuid::Uuid");
-        if let Some(value) = value.serialize(ValueSerializer { guid })? {
-            self.properties.insert(name, value);
+        match value.serialize(ValueSerializer { guid }) {
+            Ok(Some(value)) => {
+                self.properties.insert(name, value);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(MappingError(why)) => Err(MappingError(format!("field `{name}`: {why}"))),
         }
-        Ok(())
     }
 }
 

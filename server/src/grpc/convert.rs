@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use crate::model::{
     validate_key, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition, IndexScope,
-    IndexState, KeyKind, NewEntity, Operation, PatchStep, Properties, StoredEntity, Ticks,
-    UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
+    IndexState, KeyKind, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity,
+    Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -114,6 +114,7 @@ pub(crate) fn operation(
             op.operations,
             &op.if_match,
             op.upsert,
+            op.condition,
         )?,
         Op::Check(op) => {
             validate_key(KeyKind::Row, &op.row_key)?;
@@ -136,12 +137,13 @@ pub(crate) fn operation(
 }
 
 /// A patch of the entity `key`, validated: 1 to 252 steps; `if_match` empty for no condition,
-/// and no condition with `upsert`.
+/// and no condition with `upsert`; `condition` empty or a filter the entity must meet.
 pub(crate) fn patch(
     key: EntityKey,
     steps: Vec<pb::PatchStep>,
     if_match: &str,
     upsert: bool,
+    condition: String,
 ) -> Result<Operation, ValidationError> {
     if steps.is_empty() || steps.len() > MAX_PROPERTIES {
         return Err(ValidationError::Argument(format!(
@@ -163,11 +165,21 @@ pub(crate) fn patch(
         .into_iter()
         .map(patch_step)
         .collect::<Result<Vec<_>, _>>()?;
+    let condition = match condition.trim() {
+        "" => None,
+        _ => {
+            let filter = crate::query::parse_filter(&condition)?;
+            Some(PatchCondition::new(condition, move |entity| {
+                filter.matches(entity)
+            }))
+        }
+    };
     Ok(Operation::Patch {
         key,
         steps,
         if_match,
         upsert,
+        condition,
     })
 }
 
@@ -192,9 +204,19 @@ fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
         Some(Step::Remove(step)) => PatchStep::Remove {
             property: step.property,
         },
+        Some(Step::Max(step)) => PatchStep::Max {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
+        Some(Step::Min(step)) => PatchStep::Min {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
         None => {
             return Err(ValidationError::Argument(
-                "a patch step has no kind: set one of increment, set, remove, set_if_absent".into(),
+                "a patch step has no kind: set one of increment, set, remove, set_if_absent, \
+                 max, min"
+                    .into(),
             ))
         }
     };
@@ -210,11 +232,12 @@ pub(crate) fn index_definition(
     let definition = definition
         .ok_or_else(|| ValidationError::Argument("the request has no index definition".into()))?;
     let scope = match pb::IndexScope::try_from(definition.scope) {
-        Ok(pb::IndexScope::Partition) => IndexScope::Partition,
+        // A definition that names no scope gets the documented default.
+        Ok(pb::IndexScope::Partition | pb::IndexScope::Unspecified) => IndexScope::Partition,
         Ok(pb::IndexScope::Table) => IndexScope::Table,
         Err(_) => {
             return Err(ValidationError::Argument(format!(
-                "index scope {} is not one of PARTITION (0) and TABLE (1)",
+                "index scope {} is not one of PARTITION (1) and TABLE (2)",
                 definition.scope
             )))
         }

@@ -388,8 +388,14 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let key = convert::entity_key(req.partition_key, req.row_key).map_err(invalid)?;
-        let patch =
-            convert::patch(key, req.operations, &req.if_match, req.upsert).map_err(invalid)?;
+        let patch = convert::patch(
+            key,
+            req.operations,
+            &req.if_match,
+            req.upsert,
+            req.condition,
+        )
+        .map_err(invalid)?;
         self.write_entity(admitted, req.table, patch, req.return_no_content)
             .await
     }

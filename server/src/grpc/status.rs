@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthError;
-use crate::error::{ErrorCode, TableError};
+use crate::error::{bounded_message, ErrorCode, TableError};
 
 pub use trestle_proto::codec::ERROR_DOMAIN;
 /// The `ErrorInfo.metadata` key that names the failing operation of a transaction.
@@ -16,17 +16,11 @@ pub const OPERATION_INDEX_KEY: &str = "operationIndex";
 
 /// Converts an error into the status sent to the client.
 pub(crate) fn to_status(error: &TableError) -> Status {
-    let code = error.code();
-    let message = match code {
-        // Internal detail stays in the server log.
-        ErrorCode::InternalError => "internal error; the server log has the details".to_owned(),
-        ErrorCode::ServiceUnavailable => {
-            "the store's database cannot be reached; retry with backoff (the server log has the details)"
-                .to_owned()
-        }
-        _ => error.to_string(),
-    };
-    status(code, message, error.operation_index())
+    status(
+        error.code(),
+        error.client_message(),
+        error.operation_index(),
+    )
 }
 
 /// Converts a refused credential into the status sent to the client; `operation` is the failing
@@ -106,26 +100,8 @@ pub(crate) fn internal() -> Status {
     )
 }
 
-/// Longest `grpc-message` sent. Inputs are already quoted in bounded form
-/// ([`crate::model::quoted`]); this is the backstop that keeps any message, however built, well
-/// under the metadata limits of gRPC clients (8 KiB for grpc-core).
-const MAX_MESSAGE_BYTES: usize = 1024;
-
-/// `message`, cut at a character boundary to at most [`MAX_MESSAGE_BYTES`].
-fn bounded(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut cut = MAX_MESSAGE_BYTES - '…'.len_utf8();
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push('…');
-    }
-    message
-}
-
 fn status(code: ErrorCode, message: String, operation_index: Option<usize>) -> Status {
-    let message = bounded(message);
+    let message = bounded_message(message);
     let mut metadata = HashMap::new();
     if let Some(index) = operation_index {
         metadata.insert(OPERATION_INDEX_KEY.to_owned(), index.to_string());
@@ -168,18 +144,5 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::InvalidDuplicateRow
         | ErrorCode::CommandsInBatchActOnDifferentPartitions => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_are_bounded_at_a_character_boundary() {
-        let long = bounded("é".repeat(100_000));
-        assert!(long.len() <= MAX_MESSAGE_BYTES, "{}", long.len());
-        assert!(long.ends_with('…'));
-        assert_eq!(bounded("short".into()), "short");
     }
 }

@@ -33,9 +33,17 @@ impl NewEntity {
     }
 }
 
-/// Checks one property: its name, and its value's size.
+/// Checks one property: its name, a DateTime's range (every protocol's values pass here), and
+/// its value's size.
 pub(crate) fn validate_property(name: &str, value: &Value) -> Result<(), ValidationError> {
     validate_property_name(name)?;
+    if let Value::DateTime(ticks) = value {
+        if !(Ticks::MIN..=Ticks::MAX).contains(ticks) {
+            return Err(ValidationError::DateTimeOutOfRange {
+                name: name.to_owned(),
+            });
+        }
+    }
     match value.limited_size().filter(|b| *b > MAX_VALUE_BYTES) {
         Some(bytes) => Err(ValidationError::PropertyValueTooLarge {
             name: name.to_owned(),

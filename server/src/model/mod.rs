@@ -25,7 +25,7 @@ pub use index::{
 };
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
-pub use patch::PatchStep;
+pub use patch::{PatchCondition, PatchStep};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};

@@ -1,6 +1,6 @@
 //! Write operations: what a single-entity write or one step of a transaction asks for.
 
-use super::patch::{self, PatchStep};
+use super::patch::{self, PatchCondition, PatchStep};
 #[cfg(test)]
 use super::ETag;
 use super::{
@@ -45,6 +45,8 @@ pub enum Operation {
         steps: Vec<PatchStep>,
         if_match: IfMatch,
         upsert: bool,
+        /// Required of the entity (an empty one when `upsert` finds none) before the steps apply.
+        condition: Option<PatchCondition>,
     },
     /// Assert a precondition without writing.
     Check {
@@ -110,6 +112,11 @@ pub enum Refusal {
     AlreadyExists,
     /// The row's ETag is not the one required.
     ConditionNotSatisfied,
+    /// A patch's condition is false of the entity.
+    PatchConditionFalse {
+        /// The condition, as the client wrote it.
+        condition: String,
+    },
     /// The merged entity breaks a limit.
     Invalid(ValidationError),
     /// A unique index holds the written values for another entity.
@@ -141,10 +148,36 @@ impl Operation {
             (Operation::Patch { if_match, .. }, Some(old)) if !if_match.matches(&old.etag()) => {
                 Err(Refusal::ConditionNotSatisfied)
             }
-            (Operation::Patch { key, steps, .. }, old) => {
+            (
+                Operation::Patch {
+                    key,
+                    steps,
+                    condition,
+                    ..
+                },
+                old,
+            ) => {
                 let (properties, previous) = match old {
                     Some(old) => (old.properties, Some(old.timestamp)),
                     None => (Properties::new(), None),
+                };
+                let (key, properties) = match condition {
+                    Some(condition) => {
+                        // The entity as it stands: an empty one, with no timestamp yet, for an
+                        // upsert that finds none.
+                        let current = StoredEntity {
+                            key,
+                            properties,
+                            timestamp: previous.unwrap_or(Ticks::MIN),
+                        };
+                        if !condition.holds(&current) {
+                            return Err(Refusal::PatchConditionFalse {
+                                condition: condition.text().to_owned(),
+                            });
+                        }
+                        (current.key, current.properties)
+                    }
+                    None => (key, properties),
                 };
                 let patched = patch::apply(&steps, properties).map_err(Refusal::Invalid)?;
                 validate_shape(&key, &patched).map_err(Refusal::Invalid)?;

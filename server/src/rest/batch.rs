@@ -1,12 +1,13 @@
 //! `$batch`: an entity group transaction as the SDKs send it, a `multipart/mixed` body holding
-//! one changeset of `application/http` requests on one partition, answered the same way (every
-//! operation's status and ETag, or the failing operation alone with its index in the message).
+//! exactly one changeset of `application/http` requests on one partition, each part closed by its
+//! delimiter, answered the same way (every operation's status and ETag, or the failing operation
+//! alone with its index in the message).
 
 use http::StatusCode;
 
 use super::odata;
 use super::paths::{self, Resource};
-use crate::model::{EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
+use crate::model::{quoted, EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
 
 /// One operation of a changeset, parsed.
 #[derive(Debug)]
@@ -19,8 +20,23 @@ pub(crate) struct BatchOperation {
     pub(crate) operation: Operation,
 }
 
-fn invalid(why: impl Into<String>) -> ValidationError {
-    ValidationError::Argument(why.into())
+/// Why a batch body was refused.
+#[derive(Debug)]
+pub(crate) enum BatchError {
+    /// It is malformed, or an operation in it is.
+    Invalid(ValidationError),
+    /// It asks for something a batch here does not do (a retrieve operation).
+    NotServed(String),
+}
+
+impl From<ValidationError> for BatchError {
+    fn from(error: ValidationError) -> BatchError {
+        BatchError::Invalid(error)
+    }
+}
+
+fn invalid(why: impl Into<String>) -> BatchError {
+    BatchError::Invalid(ValidationError::Argument(why.into()))
 }
 
 /// The boundary a `multipart/mixed` content type names.
@@ -32,17 +48,21 @@ pub(crate) fn boundary(content_type: &str) -> Option<&str> {
     })
 }
 
-/// The parts of a multipart body between `--boundary` lines.
-fn parts<'a>(body: &'a str, boundary: &str) -> Vec<&'a str> {
+/// The parts of a multipart body between `--boundary` lines; refused unless the closing
+/// `--boundary--` ends them.
+fn parts<'a>(body: &'a str, boundary: &str, what: &str) -> Result<Vec<&'a str>, BatchError> {
     let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
     for chunk in body.split(delimiter.as_str()).skip(1) {
         if chunk.starts_with("--") {
-            break;
+            return Ok(parts);
         }
         parts.push(chunk.trim_start_matches("\r\n").trim_start_matches('\n'));
     }
-    parts
+    Err(invalid(format!(
+        "the {what} does not end with its closing delimiter --{}--",
+        quoted(boundary)
+    )))
 }
 
 /// Headers (up to a blank line) and what follows.
@@ -71,23 +91,23 @@ fn header<'h>(headers: &[(&str, &'h str)], name: &str) -> Option<&'h str> {
 }
 
 /// The operations of a `$batch` body (`content_type` names its boundary), in order.
-pub(crate) fn parse(
-    content_type: &str,
-    body: &[u8],
-) -> Result<Vec<BatchOperation>, ValidationError> {
+pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<Vec<BatchOperation>, BatchError> {
     let body = std::str::from_utf8(body).map_err(|_| invalid("the batch body is not UTF-8"))?;
     let batch = boundary(content_type)
         .ok_or_else(|| invalid("the batch's Content-Type names no multipart boundary"))?;
-    let mut operations = Vec::new();
-    for part in parts(body, batch) {
-        let (headers, content) = split_headers(part);
-        let changeset = header(&headers, "content-type")
-            .and_then(boundary)
-            .ok_or_else(|| invalid("a batch part is not a changeset (multipart/mixed)"))?;
-        for request in parts(content, changeset) {
-            operations.push(operation(request)?);
-        }
-    }
+    let [part] = parts(body, batch, "batch")?[..] else {
+        return Err(invalid(
+            "a batch holds exactly one changeset (Azure's entity group transaction)",
+        ));
+    };
+    let (headers, content) = split_headers(part);
+    let changeset = header(&headers, "content-type")
+        .and_then(boundary)
+        .ok_or_else(|| invalid("the batch's part is not a changeset (multipart/mixed)"))?;
+    let operations = parts(content, changeset, "changeset")?
+        .into_iter()
+        .map(operation)
+        .collect::<Result<Vec<_>, _>>()?;
     if operations.is_empty() {
         return Err(invalid("the batch holds no operation"));
     }
@@ -95,7 +115,7 @@ pub(crate) fn parse(
 }
 
 /// One `application/http` request of a changeset as an operation.
-fn operation(part: &str) -> Result<BatchOperation, ValidationError> {
+fn operation(part: &str) -> Result<BatchOperation, BatchError> {
     let (_, http) = split_headers(part);
     let (request_line, rest) = http
         .split_once('\n')
@@ -108,8 +128,13 @@ fn operation(part: &str) -> Result<BatchOperation, ValidationError> {
         None => url,
     };
     let path = path.split('?').next().unwrap_or(path);
-    let (_, resource) =
-        paths::parse(path).ok_or_else(|| invalid(format!("{url} names no entity resource")))?;
+    let (_, resource) = paths::parse(path)
+        .ok_or_else(|| invalid(format!("{} names no entity resource", quoted(url))))?;
+    if method == "GET" {
+        return Err(BatchError::NotServed(
+            "a retrieve operation inside $batch (read the entity with its own GET)".to_owned(),
+        ));
+    }
     let if_match = header(&headers, "if-match")
         .map(IfMatch::parse)
         .transpose()?;
@@ -159,7 +184,9 @@ fn operation(part: &str) -> Result<BatchOperation, ValidationError> {
         }
         (method, _) => {
             return Err(invalid(format!(
-                "{method} {url} cannot be part of a batch here"
+                "{} {} cannot be part of a batch",
+                quoted(method),
+                quoted(url)
             )))
         }
     };

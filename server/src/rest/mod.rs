@@ -14,6 +14,7 @@
 //! `NotImplemented`.
 
 mod batch;
+mod body;
 mod connections;
 mod odata;
 mod paths;
@@ -25,14 +26,14 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use serde_json::{json, Map, Value as Json};
 use trestle_proto::access::Permissions;
 
+use self::body::BodyLimits;
 use self::connections::{Accepted, Peer};
 use self::odata::Metadata;
 use self::paths::Resource;
@@ -41,7 +42,7 @@ use crate::auth::{Access, AuthError, Authenticator};
 use crate::config::Limits;
 use crate::connections::{ConnectionTimeouts, Connections};
 use crate::engine::MatchSink;
-use crate::error::{ErrorCode, TableError};
+use crate::error::{bounded_message, ErrorCode, TableError};
 use crate::executor::{Executor, WorkError};
 use crate::model::{
     EntityKey, IfMatch, Operation, StoredEntity, Ticks, UpsertMode, ValidationError, ValueRef,
@@ -86,6 +87,9 @@ struct RestApi {
     executor: Executor,
     authenticator: Authenticator,
     keys: AccountKeys,
+    bodies: BodyLimits,
+    /// How far a SharedKey request's date may be from the server's clock.
+    max_clock_skew: std::time::Duration,
 }
 
 /// The REST endpoint being served.
@@ -121,14 +125,17 @@ pub(crate) fn start(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
     let keys = AccountKeys::of(&authenticator);
-    let app = axum::Router::new()
-        .fallback(handle)
-        .layer(DefaultBodyLimit::max(limits.max_message_bytes))
-        .with_state(RestApi {
-            executor,
-            authenticator,
-            keys,
-        });
+    let app = axum::Router::new().fallback(handle).with_state(RestApi {
+        executor,
+        authenticator,
+        keys,
+        bodies: BodyLimits::new(
+            limits.max_message_bytes,
+            limits.rest_body_buffer_bytes,
+            limits.body_timeout,
+        ),
+        max_clock_skew: limits.max_clock_skew,
+    });
     let connections = Arc::new(Connections::new(
         limits.max_connections,
         ConnectionTimeouts {
@@ -149,12 +156,14 @@ pub(crate) fn start(
     Ok(Some(RestServer { task, connections }))
 }
 
-/// What a request failed with: Azure's code, an HTTP status and a message.
+/// What a request failed with: Azure's code, an HTTP status and a message (capped as gRPC's are),
+/// and whether the connection closes after the answer (a body left unread).
 #[derive(Debug)]
 struct Failure {
     status: StatusCode,
     code: &'static str,
     message: String,
+    close_connection: bool,
 }
 
 impl Failure {
@@ -162,7 +171,8 @@ impl Failure {
         Failure {
             status,
             code,
-            message: message.into(),
+            message: bounded_message(message.into()),
+            close_connection: false,
         }
     }
 
@@ -174,10 +184,13 @@ impl Failure {
 impl From<TableError> for Failure {
     fn from(error: TableError) -> Failure {
         let code = error.code();
-        if code == ErrorCode::InternalError {
+        if matches!(
+            code,
+            ErrorCode::InternalError | ErrorCode::ServiceUnavailable
+        ) {
             tracing::error!(%error, "a REST request failed");
         }
-        Failure::new(status_of(code), code.as_str(), error.to_string())
+        Failure::new(status_of(code), code.as_str(), error.client_message())
     }
 }
 
@@ -237,7 +250,18 @@ fn status_of(code: ErrorCode) -> StatusCode {
         C::OperationTimedOut => StatusCode::GATEWAY_TIMEOUT,
         C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
         C::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::BAD_REQUEST,
+        C::TooManyIndexes
+        | C::EntityTooLarge
+        | C::InvalidInput
+        | C::OutOfRangeInput
+        | C::PropertiesNeedValue
+        | C::PropertyValueTooLarge
+        | C::TooManyProperties
+        | C::PropertyNameInvalid
+        | C::PropertyNameTooLong
+        | C::KeyValueTooLarge
+        | C::InvalidDuplicateRow
+        | C::CommandsInBatchActOnDifferentPartitions => StatusCode::BAD_REQUEST,
     }
 }
 
@@ -301,39 +325,17 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let _open = peer.begin_request();
-    let (body, unreadable) = match body {
-        Ok(body) => (body, None),
-        Err(rejection) => (Bytes::new(), Some(rejection)),
-    };
-    let request = Request {
+    let mut request = Request {
         peer: peer.address.ip(),
         method,
         uri,
         headers,
-        body,
+        body: Bytes::new(),
     };
-    let served = match unreadable {
-        None => match api.executor.admit() {
-            Ok(_in_flight) => serve_request(&api, &request).await,
-            Err(busy) => Err(Failure::from(busy)),
-        },
-        Some(rejection) => Err(Failure::new(
-            rejection.status(),
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                "RequestBodyTooLarge"
-            } else {
-                "InvalidInput"
-            },
-            format!(
-                "the request body could not be read: {}",
-                rejection.body_text()
-            ),
-        )),
-    };
-    let mut response = match served {
+    let mut response = match serve_request(&api, &mut request, body).await {
         Ok(response) => response,
         Err(failure) => error_response(&request, failure),
     };
@@ -371,6 +373,9 @@ fn error_response(request: &Request, failure: Failure) -> Response {
     let mut response = (failure.status, body.to_string()).into_response();
     let headers = response.headers_mut();
     headers.insert("x-ms-error-code", HeaderValue::from_static(failure.code));
+    if failure.close_connection {
+        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(request.metadata().content_type()),
@@ -412,23 +417,30 @@ fn authenticate(api: &RestApi, request: &Request, account: &str) -> Result<Acces
     match request.header("authorization") {
         Some(a) if a.starts_with("SharedKey") => {
             served_account()?;
-            shared_key::verify(
-                a,
-                account,
-                &api.keys,
-                request.method.as_str(),
-                request.uri.path(),
-                request.uri.query(),
-                &request.headers,
-            )
-            .map_err(failed)?;
+            let signed = shared_key::Signed {
+                method: request.method.as_str(),
+                raw_path: request.uri.path(),
+                query: request.uri.query(),
+                headers: &request.headers,
+            };
+            let clock = shared_key::Clock {
+                now: SystemTime::now(),
+                max_skew: api.max_clock_skew,
+            };
+            shared_key::verify(a, account, &api.keys, &signed, &clock).map_err(failed)?;
             Ok(Access::Full)
         }
         authorization => Ok(api.authenticator.authenticate(authorization)?),
     }
 }
 
-async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Failure> {
+/// Serves one request: authenticated from its line and headers, admitted, and only then its
+/// body read (within [`BodyLimits`]) and the request dispatched.
+async fn serve_request(
+    api: &RestApi,
+    request: &mut Request,
+    body: Body,
+) -> Result<Response, Failure> {
     let Some((account, resource)) = paths::parse(request.uri.path()) else {
         return Err(Failure::new(
             StatusCode::BAD_REQUEST,
@@ -437,16 +449,32 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
         ));
     };
     let access = authenticate(api, request, &account)?;
+    let _in_flight = api.executor.admit().map_err(Failure::from)?;
+    let read = api.bodies.read(&request.headers, body).await?;
+    request.body = read.bytes.clone();
+    let served = dispatch(api, request, &access, &account, resource).await;
+    drop(read);
+    served
+}
+
+/// Answers an authenticated, admitted request whose body has been read.
+async fn dispatch(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    account: &str,
+    resource: Resource,
+) -> Result<Response, Failure> {
     let base = format!(
         "http://{}/{account}",
         request.header("host").unwrap_or("localhost")
     );
     if let Some(setting) = request.param("comp") {
-        return settings::serve(api, request, &access, resource, &setting).await;
+        return settings::serve(api, request, access, resource, &setting).await;
     }
     match (&request.method, resource) {
-        (&Method::POST, Resource::Tables) => create_table(api, request, &access, &base).await,
-        (&Method::GET, Resource::Tables) => list_tables(api, request, &access, &base).await,
+        (&Method::POST, Resource::Tables) => create_table(api, request, access, &base).await,
+        (&Method::GET, Resource::Tables) => list_tables(api, request, access, &base).await,
         (&Method::DELETE, Resource::Table(table)) => {
             access.manage_table(&table)?;
             api.executor
@@ -455,7 +483,7 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (&Method::POST, Resource::Entities(table)) => {
-            insert(api, request, &access, &base, table).await
+            insert(api, request, access, &base, table).await
         }
         (
             method,
@@ -467,7 +495,7 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
         ) if method == Method::PUT || method == Method::PATCH || method.as_str() == "MERGE" => {
             let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
             let merge = method != Method::PUT;
-            write(api, request, &access, table, key, merge).await
+            write(api, request, access, table, key, merge).await
         }
         (
             &Method::DELETE,
@@ -503,9 +531,9 @@ async fn serve_request(api: &RestApi, request: &Request) -> Result<Response, Fai
             get(api, request, table, partition_key, row_key, &base).await
         }
         (&Method::GET, Resource::Entities(table)) => {
-            query(api, request, &access, table, &base).await
+            query(api, request, access, table, &base).await
         }
-        (&Method::POST, Resource::Batch) => submit_batch(api, request, &access).await,
+        (&Method::POST, Resource::Batch) => submit_batch(api, request, access).await,
         _ => Err(not_implemented(request, "")),
     }
 }
@@ -672,7 +700,11 @@ async fn insert(
     base: &str,
     table: String,
 ) -> Result<Response, Failure> {
-    let entity = odata::entity_from_json(&request.body, None).map_err(Failure::invalid)?;
+    access.on_table(&table, Permissions::ADD)?;
+    let entity = parse_body(&request.body, |body| {
+        odata::entity_from_json(body, None).map_err(Failure::invalid)
+    })
+    .await?;
     let operation = Operation::Insert(entity);
     let needed = crate::auth::needed_for(&operation);
     access.entity(
@@ -694,6 +726,24 @@ async fn insert(
         .headers_mut()
         .insert(http::header::ETAG, header_value(stored.etag().as_str()));
     Ok(response)
+}
+
+/// Bodies up to this size are parsed on the runtime's thread; larger ones on the blocking pool, so
+/// that parsing megabytes never holds up other clients' requests.
+const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
+/// `parse` of `body`, off the runtime's worker threads when the body is large.
+async fn parse_body<T: Send + 'static>(
+    body: &Bytes,
+    parse: impl FnOnce(&[u8]) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    if body.len() <= INLINE_PARSE_BYTES {
+        return parse(body);
+    }
+    let body = body.clone();
+    tokio::task::spawn_blocking(move || parse(&body))
+        .await
+        .map_err(|_| Failure::from(WorkError::Panicked))?
 }
 
 /// Applies one write and answers once it is durable: the entity as stored.
@@ -726,15 +776,26 @@ async fn write(
     key: EntityKey,
     merge: bool,
 ) -> Result<Response, Failure> {
-    let entity = odata::entity_from_json(&request.body, Some(&key)).map_err(Failure::invalid)?;
-    let operation = match (request.if_match()?, merge) {
+    // Checked before the body is parsed: what is needed follows from If-Match alone (an update
+    // or merge with it, an upsert without), as `auth::needed_for` says of the operation.
+    let if_match = request.if_match()?;
+    let needed = if if_match.is_some() {
+        Permissions::UPDATE
+    } else {
+        Permissions::ADD.union(Permissions::UPDATE)
+    };
+    access.entity(&table, needed, &key.partition_key, &key.row_key)?;
+    let keys = key.clone();
+    let entity = parse_body(&request.body, move |body| {
+        odata::entity_from_json(body, Some(&keys)).map_err(Failure::invalid)
+    })
+    .await?;
+    let operation = match (if_match, merge) {
         (Some(if_match), false) => Operation::Update(entity, if_match),
         (Some(if_match), true) => Operation::Merge(entity, if_match),
         (None, false) => Operation::Upsert(entity, UpsertMode::Replace),
         (None, true) => Operation::Upsert(entity, UpsertMode::Merge),
     };
-    let needed = crate::auth::needed_for(&operation);
-    access.entity(&table, needed, &key.partition_key, &key.row_key)?;
     let etag = write_durably(api, &table, operation).await?.etag();
     let mut response = StatusCode::NO_CONTENT.into_response();
     response
@@ -874,8 +935,18 @@ async fn submit_batch(
     request: &Request,
     access: &Access,
 ) -> Result<Response, Failure> {
-    let content_type = request.header("content-type").unwrap_or("");
-    let parsed = batch::parse(content_type, &request.body).map_err(Failure::invalid)?;
+    let content_type = request.header("content-type").unwrap_or("").to_owned();
+    let parsed = parse_body(&request.body, move |body| {
+        batch::parse(&content_type, body).map_err(|error| match error {
+            batch::BatchError::Invalid(invalid) => Failure::invalid(invalid),
+            batch::BatchError::NotServed(what) => Failure::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "NotImplemented",
+                format!("{what} is not served by Trestle's REST endpoint"),
+            ),
+        })
+    })
+    .await?;
     let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
     let boundary = request_id();
     let respond = |body: String| {

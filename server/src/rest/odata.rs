@@ -1,15 +1,20 @@
 //! Entities in Azure's OData JSON: typed properties with `@odata.type` annotations in, and out at
 //! the metadata level the client asked for (`nometadata`, `minimalmetadata`, `fullmetadata`).
 
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use std::fmt::Write as _;
+use serde::de::{DeserializeSeed, MapAccess, Visitor};
 
 use serde_json::{Number, Value as Json};
 use uuid::Uuid;
 
 use crate::model::{
-    ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks, ValidationError, Value, ValueRef,
+    quoted, ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks, ValidationError, Value,
+    ValueRef, MAX_PROPERTIES,
 };
 use crate::storage::{EntityView, StorageError};
 
@@ -46,97 +51,153 @@ impl Metadata {
     }
 }
 
-/// An entity from a request body: its keys and typed properties.
+/// An entity from a request body: its keys and typed properties. One pass over the body's
+/// members (annotations found by name, not searched for), refused as soon as it holds more
+/// properties than an entity may.
 pub(crate) fn entity_from_json(
     body: &[u8],
     keys: Option<&EntityKey>,
 ) -> Result<NewEntity, ValidationError> {
     let invalid = |why: String| ValidationError::Argument(why);
-    let Members(members) = serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("the body is not a JSON object: {e}")))?;
-    let text = |name: &str| match members.iter().find(|(member, _)| member == name) {
-        Some((_, Json::String(s))) => Ok(Some(s.clone())),
+    let Members(members) = members_of(body)?;
+    let mut annotations: HashMap<String, String> = HashMap::new();
+    let mut system: [Option<Json>; 3] = [None, None, None];
+    let mut custom = Vec::with_capacity(members.len());
+    for (name, value) in members {
+        if let Some(property) = name.strip_suffix("@odata.type") {
+            let Json::String(annotation) = value else {
+                return Err(invalid(format!("{} must be a string", quoted(&name))));
+            };
+            if annotations
+                .insert(property.to_owned(), annotation)
+                .is_some()
+            {
+                return Err(invalid(format!("{} appears twice", quoted(&name))));
+            }
+            continue;
+        }
+        let slot = match name.as_str() {
+            "PartitionKey" => 0,
+            "RowKey" => 1,
+            "Timestamp" => 2,
+            _ if name.contains('@') || name.starts_with("odata.") => continue,
+            _ => {
+                custom.push((name, value));
+                continue;
+            }
+        };
+        if system[slot].replace(value).is_some() {
+            return Err(invalid(format!("{name} appears twice")));
+        }
+    }
+    let [partition_key, row_key, _] = system;
+    let key_text = |name: &str, value: Option<Json>| match value {
+        Some(Json::String(text)) => Ok(Some(text)),
         None => Ok(None),
         Some(_) => Err(invalid(format!("{name} must be a string"))),
     };
+    let (partition_key, row_key) = (
+        key_text("PartitionKey", partition_key)?,
+        key_text("RowKey", row_key)?,
+    );
     let key = match keys {
         Some(keys) => keys.clone(),
         None => EntityKey::new(
-            text("PartitionKey")?
-                .ok_or_else(|| invalid("the entity has no PartitionKey".into()))?,
-            text("RowKey")?.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
+            partition_key.ok_or_else(|| invalid("the entity has no PartitionKey".into()))?,
+            row_key.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
         )?,
     };
-    // The annotations first (few: minimal metadata annotates only what JSON cannot tell), then
-    // the properties, moved out of the members.
-    let mut annotations: Vec<(String, String)> = Vec::new();
-    for (name, value) in &members {
-        if let Some(property) = name.strip_suffix("@odata.type") {
-            let Json::String(annotation) = value else {
-                return Err(invalid(format!("{name} must be a string")));
-            };
-            annotations.push((property.to_owned(), annotation.clone()));
-        }
-    }
     let mut properties = Properties::new();
-    for (name, value) in members {
-        if name.contains('@')
-            || name.starts_with("odata.")
-            || matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
-        {
-            continue;
-        }
-        let annotation = annotations
-            .iter()
-            .find(|(property, _)| *property == name)
-            .map(|(_, annotation)| annotation.as_str());
+    for (name, value) in custom {
+        let annotation = annotations.get(&name).map(String::as_str);
         let value = match (annotation, value) {
             (None | Some("Edm.String"), Json::String(text)) => Value::String(text),
             (annotation, value) => typed(&name, &value, annotation)?,
         };
         if properties.contains_key(&name) {
-            return Err(invalid(format!("property {name:?} appears twice")));
+            return Err(invalid(format!("property {} appears twice", quoted(&name))));
         }
         properties.insert(name, value);
     }
     NewEntity::new(key, properties)
 }
 
+/// Members an entity's JSON may hold: each custom property with its annotation, the three system
+/// properties with theirs, and a few `odata.` members. A body with more is refused while it is
+/// being read, before the rest of it is parsed.
+const MAX_MEMBERS: usize = 2 * (MAX_PROPERTIES + 3) + 8;
+
+/// The members of the JSON object `body`, at most [`MAX_MEMBERS`] of them.
+fn members_of(body: &[u8]) -> Result<Members, ValidationError> {
+    let overflowed = Cell::new(false);
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let members = MembersSeed {
+        overflowed: &overflowed,
+    }
+    .deserialize(&mut reader)
+    .and_then(|members| reader.end().map(|()| members));
+    match members {
+        Ok(members) => Ok(members),
+        Err(_) if overflowed.get() => Err(ValidationError::TooManyProperties {
+            count: MAX_MEMBERS / 2,
+        }),
+        Err(error) => Err(ValidationError::Argument(format!(
+            "the body is not a JSON object: {error}"
+        ))),
+    }
+}
+
 /// A JSON object's members as written, in order: read without building a map of them.
 struct Members(Vec<(String, Json)>);
 
-impl<'de> serde::Deserialize<'de> for Members {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Members, D::Error> {
-        struct ObjectVisitor;
+/// Reads [`Members`], stopping (and saying so in `overflowed`) past [`MAX_MEMBERS`].
+struct MembersSeed<'a> {
+    overflowed: &'a Cell<bool>,
+}
 
-        impl<'de> serde::de::Visitor<'de> for ObjectVisitor {
-            type Value = Members;
+impl<'de> DeserializeSeed<'de> for MembersSeed<'_> {
+    type Value = Members;
 
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Members, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MembersSeed<'_> {
+    type Value = Members;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8).min(MAX_MEMBERS));
+        while let Some(member) = map.next_entry::<String, Json>()? {
+            if members.len() == MAX_MEMBERS {
+                self.overflowed.set(true);
+                return Err(serde::de::Error::custom("too many members"));
             }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Members, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(member) = map.next_entry::<String, Json>()? {
-                    members.push(member);
-                }
-                Ok(Members(members))
-            }
+            members.push(member);
         }
-
-        deserializer.deserialize_map(ObjectVisitor)
+        Ok(Members(members))
     }
 }
 
 /// One property's value from its JSON and its `@odata.type`.
 fn typed(name: &str, value: &Json, annotation: Option<&str>) -> Result<Value, ValidationError> {
     let wrong = |expected: &str| {
+        let given = match value {
+            Json::String(text) => quoted(text).to_string(),
+            Json::Array(_) => "an array".to_owned(),
+            Json::Object(_) => "an object".to_owned(),
+            other => other.to_string(),
+        };
         ValidationError::Argument(format!(
-            "property {name:?} is not a valid {expected}: {value}"
+            "property {} is not a valid {expected}: {given}",
+            quoted(name)
         ))
     };
     let text = || value.as_str().ok_or_else(|| wrong("string"));
@@ -182,7 +243,9 @@ fn typed(name: &str, value: &Json, annotation: Option<&str>) -> Result<Value, Va
         }
         (Some(other), _) => {
             return Err(ValidationError::Argument(format!(
-                "property {name:?} has the unknown type {other:?}"
+                "property {} has the unknown type {}",
+                quoted(name),
+                quoted(other)
             )))
         }
         (None, _) => return Err(wrong("value (null, arrays and objects are not)")),
@@ -446,7 +509,7 @@ mod tests {
             refused(r#"{"PartitionKey":"p","RowKey":"r","A":1,"A@odata.type":7}"#)
                 .contains("must be a string")
         );
-        assert!(refused(r#"{"PartitionKey":"p","RowKey":"r","A":[1]}"#).contains("\"A\""));
+        assert!(refused(r#"{"PartitionKey":"p","RowKey":"r","A":[1]}"#).contains("'A'"));
         let ok = entity_from_json(br#"{"PartitionKey":"p","RowKey":"r","A":"x"}"#, None).unwrap();
         assert_eq!(ok.properties["A"], Value::String("x".into()));
     }

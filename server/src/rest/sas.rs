@@ -54,6 +54,17 @@ pub(crate) fn grant(
              table ACLs, so sign the permissions and expiry into the SAS itself",
         ));
     }
+    // An empty bound signs as an absent one would: were it taken as the empty key, removing it
+    // would widen the grant without breaking the signature. So it is refused.
+    if let Some(name) = ["spk", "srk", "epk", "erk"]
+        .into_iter()
+        .find(|name| param(name).is_some_and(|value| value.is_empty()))
+    {
+        return Err(refuse(format!(
+            "the shared access signature's key bound {name} is empty; leave it out to leave the \
+             range open on that side"
+        )));
+    }
     let account = presented.account;
     let is_account_sas = param("ss").is_some() || param("srt").is_some();
     let to_sign = if is_account_sas {
@@ -311,6 +322,37 @@ mod tests {
         assert_eq!(account_permissions("t", "c", "c").unwrap().letters(), "");
         assert!(account_permissions("b", "o", "r").is_err());
         assert!(account_permissions("t", "o", "rz").is_err());
+    }
+
+    #[test]
+    fn an_empty_key_bound_is_refused_as_it_signs_like_an_absent_one() {
+        let keys = AccountKeys::of(&crate::auth::Authenticator::open());
+        let presented = Presented {
+            account: "devstoreaccount1",
+            peer: "127.0.0.1".parse().unwrap(),
+            now: 0,
+        };
+        for bound in ["spk", "epk", "srk", "erk"] {
+            let params = [
+                ("sv", "2019-02-02"),
+                ("tn", "t"),
+                ("sp", "r"),
+                ("se", "2099-01-01T00:00:00Z"),
+                (bound, ""),
+                ("sig", "c2ln"),
+            ];
+            let param = |name: &str| {
+                params
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            };
+            let refusal = grant(param, &keys, &presented).unwrap_err();
+            assert!(
+                refusal.message.contains(&format!("{bound} is empty")),
+                "{refusal:?}"
+            );
+        }
     }
 
     #[test]

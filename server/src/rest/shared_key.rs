@@ -1,14 +1,19 @@
 //! Azure's SharedKey and SharedKeyLite signatures of Table requests: the string the client
 //! signed, rebuilt from the request, and its HMAC-SHA256 under one of the account's keys (the
-//! development key in open mode, the key file's keys otherwise).
+//! development key in open mode, the key file's keys otherwise), and the date it was signed at,
+//! which must be within the allowed skew of the server's clock (15 minutes by default, as on
+//! Azure): a captured signature stops working once that window has passed.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use std::time::{Duration, SystemTime};
+
 use http::HeaderMap;
 use ring::hmac;
 use trestle_proto::access::KeyRing;
 
 use crate::auth::Authenticator;
+use crate::model::quoted;
 
 /// The development account's well-known key (public: it protects nothing).
 pub(crate) const DEV_KEY: &str =
@@ -49,16 +54,31 @@ impl AccountKeys {
     }
 }
 
+/// The parts of a request a SharedKey signature covers.
+#[derive(Debug)]
+pub(crate) struct Signed<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) raw_path: &'a str,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) headers: &'a HeaderMap,
+}
+
+/// The server's clock, and how far a signed date may be from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    pub(crate) now: SystemTime,
+    pub(crate) max_skew: Duration,
+}
+
 /// Whether `authorization` (`SharedKey account:signature` or `SharedKeyLite ...`) signs this
-/// request with one of `keys` for `account`; `Err` says why not.
+/// request with one of `keys` for `account`, at a date within the clock's skew; `Err` says why
+/// not.
 pub(crate) fn verify(
     authorization: &str,
     account: &str,
     keys: &AccountKeys,
-    method: &str,
-    raw_path: &str,
-    query: Option<&str>,
-    headers: &HeaderMap,
+    request: &Signed<'_>,
+    clock: &Clock,
 ) -> Result<(), String> {
     let (scheme, credential) = authorization
         .split_once(' ')
@@ -68,11 +88,14 @@ pub(crate) fn verify(
         .ok_or("the Authorization header has no `<account>:<signature>`")?;
     if signer != account {
         return Err(format!(
-            "the request is signed for account {signer:?}, not {account:?}"
+            "the request is signed for account {}, not {}",
+            quoted(signer),
+            quoted(account)
         ));
     }
     let header = |name: &str| {
-        headers
+        request
+            .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
@@ -81,20 +104,24 @@ pub(crate) fn verify(
         "" => header("date"),
         date => date,
     };
-    let mut resource = format!("/{account}{raw_path}");
-    if let Some(comp) = query.and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("comp=")))
+    check_date(date, clock)?;
+    let mut resource = format!("/{account}{}", request.raw_path);
+    if let Some(comp) = request
+        .query
+        .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("comp=")))
     {
         resource.push_str("?comp=");
         resource.push_str(comp);
     }
     let to_sign = match scheme {
         "SharedKey" => format!(
-            "{method}\n{}\n{}\n{date}\n{resource}",
+            "{}\n{}\n{}\n{date}\n{resource}",
+            request.method,
             header("content-md5"),
             header("content-type")
         ),
         "SharedKeyLite" => format!("{date}\n{resource}"),
-        other => return Err(format!("unknown authorization scheme {other:?}")),
+        other => return Err(format!("unknown authorization scheme {}", quoted(other))),
     };
     if keys.signed(to_sign.as_bytes(), signature) {
         Ok(())
@@ -104,6 +131,34 @@ pub(crate) fn verify(
                 .to_owned(),
         )
     }
+}
+
+/// A signed request must carry its date (`x-ms-date` or `Date`, in HTTP's form), within the
+/// clock's skew of now either way.
+fn check_date(date: &str, clock: &Clock) -> Result<(), String> {
+    if date.is_empty() {
+        return Err("a SharedKey request must carry its date in x-ms-date or Date".to_owned());
+    }
+    let signed_at = httpdate::parse_http_date(date).map_err(|_| {
+        format!(
+            "the request's date {} is not an HTTP date (such as \"Wed, 25 Nov 2026 10:00:00 GMT\")",
+            quoted(date)
+        )
+    })?;
+    let skew = clock
+        .now
+        .duration_since(signed_at)
+        .unwrap_or_else(|early| early.duration());
+    if skew > clock.max_skew {
+        return Err(format!(
+            "the request's date {} is {} s from the server's clock, more than the {} s allowed \
+             (a stale or replayed signature, or a wrong clock)",
+            quoted(date),
+            skew.as_secs(),
+            clock.max_skew.as_secs()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -123,19 +178,58 @@ mod tests {
         let key = hmac::Key::new(hmac::HMAC_SHA256, &STANDARD.decode(DEV_KEY).unwrap());
         let signature = STANDARD.encode(hmac::sign(&key, to_sign.as_bytes()));
         let authorization = format!("SharedKey devstoreaccount1:{signature}");
-        let check = |method, path| {
+        let signed_at = httpdate::parse_http_date("Tue, 24 Nov 2026 10:00:00 GMT").unwrap();
+        let check_at = |method, path, now| {
+            let request = Signed {
+                method,
+                raw_path: path,
+                query: None,
+                headers: &headers,
+            };
+            let clock = Clock {
+                now,
+                max_skew: Duration::from_secs(900),
+            };
             verify(
                 &authorization,
                 ACCOUNT,
                 &AccountKeys::of(&Authenticator::open()),
-                method,
-                path,
-                None,
-                &headers,
+                &request,
+                &clock,
             )
         };
+        let check = |method, path| check_at(method, path, signed_at + Duration::from_secs(60));
         assert!(check("POST", "/devstoreaccount1/Tables").is_ok());
         assert!(check("GET", "/devstoreaccount1/Tables").is_err());
         assert!(check("POST", "/devstoreaccount1/Other").is_err());
+        // Outside the window on either side, the same signature is refused.
+        let late = check_at(
+            "POST",
+            "/devstoreaccount1/Tables",
+            signed_at + Duration::from_secs(901),
+        );
+        assert!(late.unwrap_err().contains("more than the 900 s allowed"));
+        let early = check_at(
+            "POST",
+            "/devstoreaccount1/Tables",
+            signed_at - Duration::from_secs(901),
+        );
+        assert!(early.is_err());
+    }
+
+    #[test]
+    fn a_missing_or_unparsable_date_is_refused() {
+        let clock = Clock {
+            now: SystemTime::now(),
+            max_skew: Duration::from_secs(900),
+        };
+        assert!(check_date("", &clock)
+            .unwrap_err()
+            .contains("must carry its date"));
+        assert!(check_date("yesterday", &clock)
+            .unwrap_err()
+            .contains("not an HTTP date"));
+        let now = httpdate::fmt_http_date(clock.now);
+        assert!(check_date(&now, &clock).is_ok());
     }
 }

@@ -1,0 +1,174 @@
+//! Request bodies, read only once a request is authenticated and admitted, and never past three
+//! bounds: the message limit per request (`--max-message-mib`), the bytes all REST requests may
+//! hold buffered at once (`--rest-body-buffer-mib`), and the time a body may take to arrive
+//! (`--body-timeout-secs`). What would pass a bound is refused with Azure's code, not buffered,
+//! and its connection is closed (the rest of its body is never read).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use http::{HeaderMap, StatusCode};
+use tokio::sync::Semaphore;
+use tokio_stream::StreamExt as _;
+
+use super::Failure;
+use crate::error::ErrorCode;
+
+/// The most buffer allocated for a body before its bytes arrive.
+const FIRST_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The bounds every body is read within, shared by all of the endpoint's connections.
+#[derive(Debug, Clone)]
+pub(super) struct BodyLimits {
+    /// The largest body of one request.
+    max_bytes: usize,
+    /// Bytes that requests may still buffer, all together.
+    budget: Arc<Semaphore>,
+    /// The budget's size, for messages.
+    budget_bytes: usize,
+    /// How long a body may take to arrive.
+    timeout: Duration,
+}
+
+impl BodyLimits {
+    /// Bodies of at most `max_bytes` each, `budget_bytes` at once in all, each within `timeout`.
+    pub(super) fn new(max_bytes: usize, budget_bytes: usize, timeout: Duration) -> BodyLimits {
+        BodyLimits {
+            max_bytes,
+            budget: Arc::new(Semaphore::new(budget_bytes.min(Semaphore::MAX_PERMITS))),
+            budget_bytes,
+            timeout,
+        }
+    }
+
+    /// Reads `body` whole (its length announced in `headers`, or chunked), within the bounds: an
+    /// announced length over the limit is refused before a byte is read.
+    /// The bytes stay counted against the shared budget until the returned body is dropped.
+    pub(super) async fn read(&self, headers: &HeaderMap, body: Body) -> Result<ReadBody, Failure> {
+        let announced = match headers.get(http::header::CONTENT_LENGTH) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        closing(Failure::new(
+                            StatusCode::BAD_REQUEST,
+                            ErrorCode::InvalidInput.as_str(),
+                            "the Content-Length header is not a number",
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let mut reservation = Reservation {
+            budget: self.budget.clone(),
+            bytes: 0,
+        };
+        if let Some(length) = announced {
+            self.check_size(length)?;
+        }
+        // Bytes are counted as they arrive, so a client that announces much and sends little
+        // holds only what it sent.
+        let reading = async {
+            let mut buffer = Vec::with_capacity(announced.unwrap_or(0).min(FIRST_BUFFER_BYTES));
+            let mut stream = body.into_data_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|error| {
+                    closing(Failure::new(
+                        StatusCode::BAD_REQUEST,
+                        ErrorCode::InvalidInput.as_str(),
+                        format!("the request body could not be read: {error}"),
+                    ))
+                })?;
+                let total = buffer.len() + chunk.len();
+                self.check_size(total)?;
+                let unreserved = total.saturating_sub(reservation.bytes);
+                if unreserved > 0 {
+                    self.reserve(&mut reservation, unreserved)?;
+                }
+                buffer.extend_from_slice(&chunk);
+            }
+            Ok::<_, Failure>(buffer)
+        };
+        let buffer = tokio::time::timeout(self.timeout, reading)
+            .await
+            .map_err(|_| {
+                closing(Failure::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    ErrorCode::OperationTimedOut.as_str(),
+                    format!(
+                        "the request body did not arrive within {} s (the server's \
+                         --body-timeout-secs)",
+                        self.timeout.as_secs_f64()
+                    ),
+                ))
+            })??;
+        Ok(ReadBody {
+            bytes: Bytes::from(buffer),
+            _reservation: reservation,
+        })
+    }
+
+    fn check_size(&self, bytes: usize) -> Result<(), Failure> {
+        if bytes > self.max_bytes {
+            return Err(closing(Failure::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::RequestBodyTooLarge.as_str(),
+                format!(
+                    "the request body is over {} bytes, the server's limit (--max-message-mib)",
+                    self.max_bytes
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts `more` bytes against the shared budget, or refuses the request as busy.
+    fn reserve(&self, reservation: &mut Reservation, more: usize) -> Result<(), Failure> {
+        let permits = u32::try_from(more).ok();
+        match permits.and_then(|n| self.budget.try_acquire_many(n).ok()) {
+            Some(permit) => {
+                permit.forget();
+                reservation.bytes += more;
+                Ok(())
+            }
+            None => Err(closing(Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServerBusy.as_str(),
+                format!(
+                    "requests being received hold the REST endpoint's whole {} MiB of body \
+                     buffer (--rest-body-buffer-mib); retry with backoff",
+                    self.budget_bytes / (1024 * 1024)
+                ),
+            ))),
+        }
+    }
+}
+
+/// A refusal after which the connection is closed: the rest of the body is not read.
+fn closing(mut failure: Failure) -> Failure {
+    failure.close_connection = true;
+    failure
+}
+
+/// Bytes counted against the shared budget, given back when dropped.
+#[derive(Debug)]
+struct Reservation {
+    budget: Arc<Semaphore>,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.add_permits(self.bytes);
+    }
+}
+
+/// A body read whole, counted against the budget while it lives.
+#[derive(Debug)]
+pub(super) struct ReadBody {
+    pub(super) bytes: Bytes,
+    _reservation: Reservation,
+}
