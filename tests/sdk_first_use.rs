@@ -86,3 +86,48 @@ async fn connect_errors_name_the_endpoint_and_the_cause() {
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_scans_over_one_server_stream_as_it_pages() {
+    use futures_util::TryStreamExt;
+    use trestle_client::{Filter, Properties, Value};
+    let server = TestServer::start().await;
+    let client = server.sdk().await;
+    let logs = client.table("Logs");
+    logs.create().await.unwrap();
+    for partition in ["a", "b"] {
+        for chunk in 0..10 {
+            let mut transaction = logs.transaction(partition);
+            for n in 0..100 {
+                let row = format!("{:04}", chunk * 100 + n);
+                let line = Properties::default().with("N", Value::Int32(chunk * 100 + n));
+                transaction.insert(row.as_str(), &line).unwrap();
+            }
+            transaction.commit().await.unwrap();
+        }
+    }
+    let query = || {
+        logs.query::<Properties>()
+            .filter(Filter::ge("N", 500))
+            .page_size(64)
+    };
+    let scanned: Vec<_> = query().scan().try_collect().await.unwrap();
+    let paged: Vec<_> = query().stream().try_collect().await.unwrap();
+    assert_eq!(scanned.len(), 1000);
+    let keys = |entities: &[trestle_client::Entity<Properties>]| {
+        entities.iter().map(|e| e.key.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&scanned), keys(&paged));
+    let newest: Vec<_> = logs
+        .query::<Properties>()
+        .partition("b")
+        .reverse()
+        .scan()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(newest[0].key.row_key, "0999");
+    let missing = client.table("Nothing").query::<Properties>().scan();
+    let error = missing.try_collect::<Vec<_>>().await.unwrap_err();
+    assert!(error.is_not_found(), "{error:?}");
+}

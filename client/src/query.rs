@@ -11,7 +11,7 @@ use trestle_proto::pb;
 use crate::client::Client;
 use crate::convert::typed;
 use crate::entity::Entity;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::mapping::probe::{numeric_fields, NumericType};
 use crate::value::Value;
 
@@ -364,6 +364,64 @@ impl<T: DeserializeOwned> Query<T> {
         Box::pin(
             pages
                 .map_ok(|page| stream::iter(page.items.into_iter().map(Ok)))
+                .try_flatten(),
+        )
+    }
+
+    /// Every matching entity, in order, over one server stream (`ScanEntities`) instead of a
+    /// request per page: the server reads ahead of the reader by one batch at most and stops
+    /// when the stream is dropped. For reading a whole table or a large range; [`Query::stream`]
+    /// resumes page by page and is the one to use where each page may come from another server.
+    /// Opening the stream is retried as reads are; an error midway ends it with that error.
+    /// With [`Query::skip_undecodable`], entities that do not decode as `T` are left out.
+    ///
+    /// ```
+    /// # async fn example(logs: trestle_client::TableClient) -> trestle_client::Result<()> {
+    /// use futures_util::TryStreamExt;
+    /// let mut lines = logs.query::<trestle_client::Properties>().scan();
+    /// while let Some(line) = lines.try_next().await? {
+    ///     println!("{}", line.key.row_key);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn scan(self) -> EntityStream<Entity<T>>
+    where
+        T: Send + 'static,
+    {
+        let skip_undecodable = self.skip_undecodable;
+        let opening = async move {
+            self.client
+                .read(
+                    self.request,
+                    |mut c, r| async move { c.scan_entities(r).await },
+                )
+                .await
+        };
+        let batches = stream::once(opening)
+            .map_ok(|responses| {
+                stream::try_unfold(responses, |mut responses| async move {
+                    let batch = responses.message().await.map_err(Error::from_status)?;
+                    Ok::<_, Error>(batch.map(|batch| (batch, responses)))
+                })
+            })
+            .try_flatten();
+        Box::pin(
+            batches
+                .map_ok(move |batch| {
+                    let entities =
+                        batch
+                            .entities
+                            .into_iter()
+                            .filter_map(move |entity| match typed(entity) {
+                                Err(error)
+                                    if skip_undecodable && error.kind() == ErrorKind::Mapping =>
+                                {
+                                    None
+                                }
+                                decoded => Some(decoded),
+                            });
+                    stream::iter(entities)
+                })
                 .try_flatten(),
         )
     }

@@ -9,7 +9,7 @@ use crate::convert::{patch_condition, patch_if_match, patch_steps, typed, upsert
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 use crate::error::{ErrorCode, Result};
 use crate::patch::Patch;
-use crate::query::Query;
+use crate::query::{Filter, Query};
 use crate::transaction::Transaction;
 
 impl Client {
@@ -244,6 +244,55 @@ impl TableClient {
             .write(request, |mut c, r| async move { c.delete_entity(r).await })
             .await?;
         Ok(())
+    }
+
+    /// Deletes the entities of partition `partition_key` whose RowKey is in `[start, end)` (an
+    /// empty bound is open) and, with `filter`, that match it; returns how many. The server
+    /// deletes in commits of at most 100, never an entity changed since it was read; this call
+    /// follows its continuations until the range is done. Interrupted, it can simply be called
+    /// again: it deletes what still matches.
+    ///
+    /// ```
+    /// # async fn example(logs: trestle_client::TableClient) -> trestle_client::Result<()> {
+    /// use trestle_client::Filter;
+    /// // A device's log lines before 2026, and its debug lines of any date.
+    /// let old = logs.delete_range("device-7", "", "2026", None).await?;
+    /// let debug = logs
+    ///     .delete_range("device-7", "", "", Some(Filter::eq("Level", "debug")))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn delete_range(
+        &self,
+        partition_key: impl Into<String>,
+        start: impl Into<String>,
+        end: impl Into<String>,
+        filter: Option<Filter>,
+    ) -> Result<u64> {
+        let mut request = pb::DeleteEntitiesRequest {
+            table: self.name.clone(),
+            partition_key: Some(partition_key.into()),
+            row_key_start: start.into(),
+            row_key_end: end.into(),
+            filter: filter.map(|f| f.as_str().to_owned()).unwrap_or_default(),
+            continuation_token: String::new(),
+        };
+        let mut deleted = 0;
+        loop {
+            // Deleting what matches is the same work however often it is asked for: retried as
+            // a read is.
+            let answer = self
+                .client
+                .read(request.clone(), |mut c, r| async move {
+                    c.delete_entities(r).await
+                })
+                .await?;
+            deleted += answer.deleted;
+            if answer.continuation_token.is_empty() {
+                return Ok(deleted);
+            }
+            request.continuation_token = answer.continuation_token;
+        }
     }
 
     /// A query over this table, read as `T`.

@@ -185,6 +185,13 @@ impl Access {
         Ok(())
     }
 
+    /// Deleting what `spec` matches in `table`: delete and read permission (a filter tells the
+    /// caller something of the values), narrowed to the granted key range as a query is.
+    pub fn delete_matching(&self, table: &str, spec: &mut QuerySpec) -> Result<(), AuthError> {
+        self.on_table(table, Permissions::DELETE)?;
+        self.query(table, spec)
+    }
+
     /// Reading with `spec` from `table`: refused when it names a partition outside the grant,
     /// otherwise narrowed to the granted key range.
     pub fn query(&self, table: &str, spec: &mut QuerySpec) -> Result<(), AuthError> {
@@ -350,6 +357,24 @@ mod tests {
             access.query("T", &mut outside).unwrap_err().code(),
             ErrorCode::AuthorizationFailure
         );
+    }
+
+    #[test]
+    fn a_patch_condition_needs_read_permission_too() {
+        let patch = |upsert, condition: Option<crate::model::PatchCondition>| Operation::Patch {
+            key: crate::model::EntityKey::new("p".into(), "r".into()).unwrap(),
+            steps: Vec::new(),
+            if_match: crate::model::IfMatch::Any,
+            upsert,
+            condition,
+        };
+        assert_eq!(needed_for(&patch(false, None)), Permissions::UPDATE);
+        let condition = crate::model::PatchCondition::new("A eq 1".into(), |_| true);
+        let conditioned = needed_for(&patch(true, Some(condition)));
+        assert_eq!(conditioned.letters(), "rau");
+        let access = scoped("u", None, ("a", "z"));
+        let refused = access.entity("T", conditioned, "p", "r").unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::AuthorizationPermissionMismatch);
     }
 
     #[test]

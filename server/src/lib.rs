@@ -14,6 +14,7 @@
 //! - [`rest`]: the Azure Table REST endpoint (axum), a second protocol over the same engine.
 
 pub mod auth;
+pub mod bulk_delete;
 pub mod config;
 mod connections;
 pub mod engine;

@@ -532,6 +532,32 @@ impl service::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
 
+    async fn delete_entities(
+        &self,
+        request: Request<pb::DeleteEntitiesRequest>,
+    ) -> Result<Response<pb::DeleteEntitiesResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let req = request.into_inner();
+        let mut spec = QuerySpec {
+            partition_key: req.partition_key,
+            row_key_start: req.row_key_start,
+            row_key_end: req.row_key_end,
+            filter: req.filter,
+            ..QuerySpec::default()
+        };
+        let table = req.table;
+        admitted.access.delete_matching(&table, &mut spec)?;
+        let continuation = req.continuation_token;
+        let deleted = self
+            .executor
+            .blocking(move |engine| engine.delete_matching(&table, spec, &continuation))
+            .await?;
+        Ok(Response::new(pb::DeleteEntitiesResponse {
+            deleted: deleted.count,
+            continuation_token: deleted.continuation.unwrap_or_default(),
+        }))
+    }
+
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table, pk = %request.get_ref().partition_key, ops = request.get_ref().operations.len()))]
     async fn submit_transaction(
         &self,
