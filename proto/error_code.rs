@@ -70,6 +70,16 @@ pub enum ErrorCode {
     IndexValueAlreadyExists,
     /// The table has as many indexes as it may.
     TooManyIndexes,
+    /// The request asks for something this endpoint does not serve (REST).
+    NotImplemented,
+    /// The request's URL names no resource (REST).
+    InvalidUri,
+    /// A shared access signature allows another protocol (`spr=https` over HTTP) (REST).
+    AuthorizationProtocolMismatch,
+    /// A shared access signature allows other client addresses (`sip`) (REST).
+    AuthorizationSourceIPMismatch,
+    /// An account shared access signature is for other services than tables (REST).
+    AuthorizationServiceMismatch,
 }
 
 impl ErrorCode {
@@ -107,6 +117,11 @@ impl ErrorCode {
         ErrorCode::IndexNotReady,
         ErrorCode::IndexValueAlreadyExists,
         ErrorCode::TooManyIndexes,
+        ErrorCode::NotImplemented,
+        ErrorCode::InvalidUri,
+        ErrorCode::AuthorizationProtocolMismatch,
+        ErrorCode::AuthorizationSourceIPMismatch,
+        ErrorCode::AuthorizationServiceMismatch,
     ];
 
     /// The code as Azure spells it.
@@ -146,6 +161,11 @@ impl ErrorCode {
             ErrorCode::IndexNotReady => "IndexNotReady",
             ErrorCode::IndexValueAlreadyExists => "IndexValueAlreadyExists",
             ErrorCode::TooManyIndexes => "TooManyIndexes",
+            ErrorCode::NotImplemented => "NotImplemented",
+            ErrorCode::InvalidUri => "InvalidUri",
+            ErrorCode::AuthorizationProtocolMismatch => "AuthorizationProtocolMismatch",
+            ErrorCode::AuthorizationSourceIPMismatch => "AuthorizationSourceIPMismatch",
+            ErrorCode::AuthorizationServiceMismatch => "AuthorizationServiceMismatch",
         }
     }
 

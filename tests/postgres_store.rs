@@ -229,3 +229,92 @@ async fn a_server_reaches_its_database_over_verified_tls_when_the_url_asks() {
         "{refused}"
     );
 }
+
+/// A REST GET of `path` on `rest`: the status and the whole answer.
+async fn rest_get(rest: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut socket = tokio::net::TcpStream::connect(rest).await.unwrap();
+    common::rest::exchange(&mut socket, "GET", path, b"").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
+    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
+        let cluster = Postgres::start()?;
+        let url = cluster.database("faulty");
+        Some((cluster, url))
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rest = listener.local_addr().unwrap();
+    let database = DatabaseStore {
+        url: url.clone(),
+        pool_size: 2,
+        ca_pem: None,
+    };
+    let server = TestServer::start_with(move |config| {
+        config.database = Some(database);
+        config.rest = trestle_server::rest::RestListener::new(listener);
+    })
+    .await;
+    let mut client = server.client_with_table("Faulty").await;
+    fill_partition(&mut client, "Faulty", "p", 3).await;
+    let entity_path = "/devstoreaccount1/Faulty(PartitionKey='p',RowKey='000001')";
+    assert_eq!(rest_get(rest, entity_path).await.0, 200);
+
+    // The entities' relation gone under the server: an internal fault, whose text (the
+    // database's "relation ... does not exist") stays in the server log.
+    let admin_url = url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute("ALTER TABLE trestle_entities RENAME TO trestle_entities_hidden")
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    let refused = client
+        .get_entity(get_request("Faulty", "p", "000001"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Internal);
+    assert_eq!(
+        refused.message(),
+        "internal error; the server log has the details"
+    );
+    let (status, answer) = rest_get(rest, entity_path).await;
+    assert_eq!(status, 500, "{answer}");
+    assert!(
+        answer.contains("x-ms-error-code: InternalError"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("internal error; the server log has the details")
+            && !answer.contains("relation")
+            && !answer.contains("trestle_entities"),
+        "{answer}"
+    );
+
+    // The database down: unavailable, in the same fixed words on both protocols.
+    tokio::task::spawn_blocking(move || cluster.kill())
+        .await
+        .unwrap();
+    let down = client
+        .get_entity(get_request("Faulty", "p", "000001"))
+        .await
+        .unwrap_err();
+    assert_eq!(down.code(), Code::Unavailable, "{down:?}");
+    assert!(down
+        .message()
+        .starts_with("the store's database cannot be reached"));
+    let (status, answer) = rest_get(rest, entity_path).await;
+    assert_eq!(status, 503, "{answer}");
+    assert!(
+        answer.contains("x-ms-error-code: ServiceUnavailable")
+            && answer.contains("the store's database cannot be reached")
+            && !answer.contains("127.0.0.1"),
+        "{answer}"
+    );
+}

@@ -130,7 +130,11 @@ fn grpc_code(code: ErrorCode) -> Code {
         ErrorCode::AuthenticationFailed => Code::Unauthenticated,
         ErrorCode::AuthorizationPermissionMismatch
         | ErrorCode::AuthorizationResourceTypeMismatch
-        | ErrorCode::AuthorizationFailure => Code::PermissionDenied,
+        | ErrorCode::AuthorizationFailure
+        | ErrorCode::AuthorizationProtocolMismatch
+        | ErrorCode::AuthorizationSourceIPMismatch
+        | ErrorCode::AuthorizationServiceMismatch => Code::PermissionDenied,
+        ErrorCode::NotImplemented => Code::Unimplemented,
         ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
         ErrorCode::ServiceUnavailable => Code::Unavailable,
         ErrorCode::InvalidInput
@@ -142,7 +146,8 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::PropertyNameTooLong
         | ErrorCode::KeyValueTooLarge
         | ErrorCode::InvalidDuplicateRow
-        | ErrorCode::CommandsInBatchActOnDifferentPartitions => Code::InvalidArgument,
+        | ErrorCode::CommandsInBatchActOnDifferentPartitions
+        | ErrorCode::InvalidUri => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
     }
 }

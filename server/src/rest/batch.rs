@@ -3,11 +3,20 @@
 //! delimiter, answered the same way (every operation's status and ETag, or the failing operation
 //! alone with its index in the message).
 
+use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
+use super::entities::{entity_write, parse_body};
+use super::failure::Failure;
 use super::odata;
 use super::paths::{self, Resource};
-use crate::model::{quoted, EntityKey, IfMatch, Operation, UpsertMode, ValidationError};
+use super::reply::{header_value, request_id};
+use super::request::Request;
+use super::RestApi;
+use crate::auth::Access;
+use crate::error::{ErrorCode, TableError};
+use crate::executor::WorkError;
+use crate::model::{quoted, EntityKey, IfMatch, Operation, ValidationError};
 
 /// One operation of a changeset, parsed.
 #[derive(Debug)]
@@ -154,13 +163,7 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
         ) => {
             let key = EntityKey::new(partition_key, row_key)?;
             let entity = odata::entity_from_json(body, Some(&key))?;
-            let operation = match (if_match, method == "PUT") {
-                (Some(if_match), true) => Operation::Update(entity, if_match),
-                (Some(if_match), false) => Operation::Merge(entity, if_match),
-                (None, true) => Operation::Upsert(entity, UpsertMode::Replace),
-                (None, false) => Operation::Upsert(entity, UpsertMode::Merge),
-            };
-            (table, operation)
+            (table, entity_write(entity, if_match, method == "PUT"))
         }
         (
             "DELETE",
@@ -202,7 +205,7 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
 }
 
 /// The response body of a successful changeset: each operation's status and ETag.
-pub(crate) fn success(boundary: &str, etags: &[Option<String>]) -> String {
+pub(crate) fn committed_changeset(boundary: &str, etags: &[Option<String>]) -> String {
     let changeset = format!("changesetresponse_{boundary}");
     let mut out = format!(
         "--batchresponse_{boundary}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"
@@ -224,7 +227,7 @@ pub(crate) fn success(boundary: &str, etags: &[Option<String>]) -> String {
 
 /// The response body of a failed changeset: the failing operation's status and Azure's error
 /// body, its message starting with the operation's index (`"1:..."`), as Azure writes it.
-pub(crate) fn failure(
+pub(crate) fn failed_changeset(
     boundary: &str,
     status: StatusCode,
     code: &str,
@@ -240,4 +243,98 @@ pub(crate) fn failure(
         status.as_u16(),
         status.canonical_reason().unwrap_or("")
     )
+}
+
+/// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
+/// response (or the failing one's, its index first in the message).
+pub(super) async fn submit_batch(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+) -> Result<Response, Failure> {
+    let content_type = request.header("content-type").unwrap_or("").to_owned();
+    let parsed = parse_body(&request.body, move |body| {
+        parse(&content_type, body).map_err(|error| match error {
+            BatchError::Invalid(invalid) => Failure::invalid(invalid),
+            BatchError::NotServed(what) => Failure::of(
+                ErrorCode::NotImplemented,
+                format!("{what} is not served by Trestle's REST endpoint"),
+            ),
+        })
+    })
+    .await?;
+    let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
+    let boundary = request_id();
+    let respond = |body: String| {
+        let mut response = (StatusCode::ACCEPTED, body).into_response();
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            header_value(&format!(
+                "multipart/mixed; boundary=batchresponse_{boundary}"
+            )),
+        );
+        response
+    };
+    let refuse = |index: usize, failure: Failure| {
+        respond(failed_changeset(
+            &boundary,
+            failure.status,
+            failure.code.as_str(),
+            index,
+            &failure.message,
+        ))
+    };
+    let mut operations = Vec::with_capacity(parsed.len());
+    for (index, operation) in parsed.into_iter().enumerate() {
+        if operation.table != table {
+            let why = format!(
+                "a batch acts on one table; operation {index} names {:?}",
+                operation.table
+            );
+            return Ok(refuse(
+                index,
+                Failure::invalid(ValidationError::Argument(why)),
+            ));
+        }
+        if operation.partition_key != partition_key {
+            let error = TableError::DifferentPartitions {
+                expected: partition_key.clone(),
+                found: operation.partition_key,
+            };
+            return Ok(refuse(index, Failure::from(error)));
+        }
+        operations.push(operation.operation);
+    }
+    if let Err((index, error)) = access.transaction(&table, &partition_key, &operations) {
+        return Ok(refuse(index, Failure::from(error)));
+    }
+    let request_bytes = request.body.len();
+    let committed = api
+        .executor
+        .short(operations, move |engine, operations, waiting| {
+            engine.transact(&table, &partition_key, operations, request_bytes, waiting)
+        })
+        .await;
+    let outcome = match committed {
+        Ok(pending) => api.executor.durable(pending).await,
+        Err(error) => Err(error),
+    };
+    match outcome {
+        Ok(stored) => {
+            let etags: Vec<Option<String>> = stored
+                .iter()
+                .map(|entity| entity.as_ref().map(|e| e.etag().into_string()))
+                .collect();
+            Ok(respond(committed_changeset(&boundary, &etags)))
+        }
+        Err(WorkError::Table(error)) => {
+            let index = error.operation_index().unwrap_or(0);
+            let failure = match error {
+                TableError::Operation { source, .. } => Failure::from(*source),
+                other => Failure::from(other),
+            };
+            Ok(refuse(index, failure))
+        }
+        Err(other) => Ok(refuse(0, Failure::from(other))),
+    }
 }

@@ -12,7 +12,7 @@ use http::{HeaderMap, StatusCode};
 use tokio::sync::Semaphore;
 use tokio_stream::StreamExt as _;
 
-use super::Failure;
+use super::failure::Failure;
 use crate::error::ErrorCode;
 
 /// The most buffer allocated for a body before its bytes arrive.
@@ -55,7 +55,7 @@ impl BodyLimits {
                     .ok_or_else(|| {
                         closing(Failure::new(
                             StatusCode::BAD_REQUEST,
-                            ErrorCode::InvalidInput.as_str(),
+                            ErrorCode::InvalidInput,
                             "the Content-Length header is not a number",
                         ))
                     })?,
@@ -78,7 +78,7 @@ impl BodyLimits {
                 let chunk = chunk.map_err(|error| {
                     closing(Failure::new(
                         StatusCode::BAD_REQUEST,
-                        ErrorCode::InvalidInput.as_str(),
+                        ErrorCode::InvalidInput,
                         format!("the request body could not be read: {error}"),
                     ))
                 })?;
@@ -97,7 +97,7 @@ impl BodyLimits {
             .map_err(|_| {
                 closing(Failure::new(
                     StatusCode::REQUEST_TIMEOUT,
-                    ErrorCode::OperationTimedOut.as_str(),
+                    ErrorCode::OperationTimedOut,
                     format!(
                         "the request body did not arrive within {} s (the server's \
                          --body-timeout-secs)",
@@ -115,7 +115,7 @@ impl BodyLimits {
         if bytes > self.max_bytes {
             return Err(closing(Failure::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorCode::RequestBodyTooLarge.as_str(),
+                ErrorCode::RequestBodyTooLarge,
                 format!(
                     "the request body is over {} bytes, the server's limit (--max-message-mib)",
                     self.max_bytes
@@ -136,7 +136,7 @@ impl BodyLimits {
             }
             None => Err(closing(Failure::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::ServerBusy.as_str(),
+                ErrorCode::ServerBusy,
                 format!(
                     "requests being received hold the REST endpoint's whole {} MiB of body \
                      buffer (--rest-body-buffer-mib); retry with backoff",

@@ -9,17 +9,18 @@ use trestle_proto::access::{Grant, KeyBounds, Permissions};
 use trestle_proto::datetime;
 
 use super::shared_key::AccountKeys;
+use crate::error::ErrorCode;
 
 /// Why a SAS was not accepted, as Azure words and codes it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
-    pub(crate) code: &'static str,
+    pub(crate) code: ErrorCode,
     pub(crate) message: String,
 }
 
 fn refuse(message: impl Into<String>) -> Refusal {
     Refusal {
-        code: "AuthenticationFailed",
+        code: ErrorCode::AuthenticationFailed,
         message: message.into(),
     }
 }
@@ -110,7 +111,7 @@ pub(crate) fn grant(
     let (not_before, expires) = validity(&field("st"), &field("se"), presented.now)?;
     if field("spr") == "https" {
         return Err(Refusal {
-            code: "AuthorizationProtocolMismatch",
+            code: ErrorCode::AuthorizationProtocolMismatch,
             message: "the shared access signature allows HTTPS only (spr=https); this endpoint \
                       serves HTTP"
                 .into(),
@@ -119,7 +120,7 @@ pub(crate) fn grant(
     if let Some(range) = param("sip") {
         if !ip_in_range(presented.peer, &range)? {
             return Err(Refusal {
-                code: "AuthorizationSourceIPMismatch",
+                code: ErrorCode::AuthorizationSourceIPMismatch,
                 message: format!(
                     "the shared access signature allows addresses {range}; this request comes \
                      from {}",
@@ -210,7 +211,7 @@ fn table_permissions(letters: &str) -> Result<Permissions, Refusal> {
 fn account_permissions(services: &str, types: &str, letters: &str) -> Result<Permissions, Refusal> {
     if !services.contains('t') {
         return Err(Refusal {
-            code: "AuthorizationServiceMismatch",
+            code: ErrorCode::AuthorizationServiceMismatch,
             message: format!(
                 "the account SAS is for services {services:?}, not the table service (t)"
             ),

@@ -1,0 +1,298 @@
+//! The entity operations: insert, update / merge / insert-or-replace / insert-or-merge, get, and
+//! query with `$filter`, `$select`, `$top` and continuation; each body parsed off the runtime's
+//! threads when large, each write answered once durable.
+
+use axum::body::Bytes;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use serde_json::Value as Json;
+use trestle_proto::access::Permissions;
+
+use super::failure::Failure;
+use super::odata::{self, Metadata};
+use super::reply::{header_value, json_text_response, no_content};
+use super::request::Request;
+use super::RestApi;
+use crate::auth::Access;
+use crate::engine::MatchSink;
+use crate::error::ErrorCode;
+use crate::executor::WorkError;
+use crate::model::{
+    EntityKey, IfMatch, NewEntity, Operation, StoredEntity, UpsertMode, ValidationError,
+};
+use crate::query::QuerySpec;
+use crate::storage::{EntityView, StorageError};
+
+pub(super) async fn insert(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    base: &str,
+    table: String,
+) -> Result<Response, Failure> {
+    access.on_table(&table, Permissions::ADD)?;
+    let entity = parse_body(&request.body, |body| {
+        odata::entity_from_json(body, None).map_err(Failure::invalid)
+    })
+    .await?;
+    let operation = Operation::Insert(entity);
+    let needed = crate::auth::needed_for(&operation);
+    access.entity(
+        &table,
+        needed,
+        operation.partition_key().unwrap_or(""),
+        operation.row_key(),
+    )?;
+    let content = request.return_content(true);
+    let metadata = request.metadata();
+    let stored = write_durably(api, &table, operation).await?;
+    let mut response = if content {
+        let json = odata::EntityJson::element(metadata, base, &table).stored(&stored);
+        json_text_response(StatusCode::CREATED, metadata, json)
+    } else {
+        no_content(true)
+    };
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(stored.etag().as_str()));
+    Ok(response)
+}
+
+/// Bodies up to this size are parsed on the runtime's thread; larger ones on the blocking pool, so
+/// that parsing megabytes never holds up other clients' requests.
+pub(super) const INLINE_PARSE_BYTES: usize = 64 * 1024;
+
+/// `parse` of `body`, off the runtime's worker threads when the body is large.
+pub(super) async fn parse_body<T: Send + 'static>(
+    body: &Bytes,
+    parse: impl FnOnce(&[u8]) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    if body.len() <= INLINE_PARSE_BYTES {
+        return parse(body);
+    }
+    let body = body.clone();
+    tokio::task::spawn_blocking(move || parse(&body))
+        .await
+        .map_err(|_| Failure::from(WorkError::Panicked))?
+}
+
+/// Applies one write and answers once it is durable: the entity as stored.
+pub(super) async fn write_durably(
+    api: &RestApi,
+    table: &str,
+    operation: Operation,
+) -> Result<StoredEntity, Failure> {
+    let name = table.to_owned();
+    let pending = api
+        .executor
+        .short(operation, move |engine, operation, waiting| {
+            engine.write(&name, operation, waiting)
+        })
+        .await?;
+    api.executor.durable(pending).await?.ok_or_else(|| {
+        tracing::error!(table, "a REST write stored no entity");
+        Failure::of(
+            ErrorCode::InternalError,
+            "internal error; the server log has the details",
+        )
+    })
+}
+
+/// The write an entity body asks for, by the method and `If-Match`: with it an update (`PUT`) or a
+/// merge (`MERGE`, `PATCH`), without it an insert-or-replace or an insert-or-merge; the same
+/// alone or inside `$batch`.
+pub(super) fn entity_write(
+    entity: NewEntity,
+    if_match: Option<IfMatch>,
+    replace: bool,
+) -> Operation {
+    match (if_match, replace) {
+        (Some(if_match), true) => Operation::Update(entity, if_match),
+        (Some(if_match), false) => Operation::Merge(entity, if_match),
+        (None, true) => Operation::Upsert(entity, UpsertMode::Replace),
+        (None, false) => Operation::Upsert(entity, UpsertMode::Merge),
+    }
+}
+
+/// `PUT`, `PATCH` or `MERGE` of one entity.
+pub(super) async fn write(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    key: EntityKey,
+) -> Result<Response, Failure> {
+    // Checked before the body is parsed: what is needed follows from If-Match alone (an update
+    // or merge with it, an upsert without), as `auth::needed_for` says of the operation.
+    let if_match = request.if_match()?;
+    let needed = if if_match.is_some() {
+        Permissions::UPDATE
+    } else {
+        Permissions::ADD.union(Permissions::UPDATE)
+    };
+    access.entity(&table, needed, &key.partition_key, &key.row_key)?;
+    let keys = key.clone();
+    let entity = parse_body(&request.body, move |body| {
+        odata::entity_from_json(body, Some(&keys)).map_err(Failure::invalid)
+    })
+    .await?;
+    let operation = entity_write(entity, if_match, request.method == http::Method::PUT);
+    let etag = write_durably(api, &table, operation).await?.etag();
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(etag.as_str()));
+    Ok(response)
+}
+
+/// `DELETE` of one entity: `If-Match` required.
+pub(super) async fn delete(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    key: EntityKey,
+) -> Result<Response, Failure> {
+    let if_match = request
+        .if_match()?
+        .ok_or_else(|| Failure::invalid(ValidationError::IfMatchMissing))?;
+    access.entity(
+        &table,
+        Permissions::DELETE,
+        &key.partition_key,
+        &key.row_key,
+    )?;
+    let pending = api
+        .executor
+        .short((key, if_match), move |engine, (key, if_match), waiting| {
+            engine.delete(&table, key, if_match, waiting)
+        })
+        .await?;
+    api.executor.durable(pending).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `$select` as property names (empty: all).
+pub(super) fn selection(request: &Request) -> Vec<String> {
+    request
+        .param("$select")
+        .map(|s| {
+            s.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| {
+                    !p.is_empty() && !matches!(p.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `GET` of one entity, with `$select`.
+pub(super) async fn get(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    key: EntityKey,
+    base: &str,
+) -> Result<Response, Failure> {
+    access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
+    let metadata = request.metadata();
+    let select = selection(request);
+    let (base, name) = (base.to_owned(), table.clone());
+    let read = move |entity: &EntityView<'_>| {
+        let mut json = String::new();
+        odata::EntityJson::element(metadata, &base, &name).write_view(&mut json, entity)?;
+        Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
+    };
+    let (json, etag) = api
+        .executor
+        .short(read, move |engine, read, waiting| {
+            engine.get(&table, &key, &select, read, waiting)
+        })
+        .await?;
+    let mut response = json_text_response(StatusCode::OK, metadata, json);
+    response
+        .headers_mut()
+        .insert(http::header::ETAG, header_value(etag.as_str()));
+    Ok(response)
+}
+
+/// Writes a page's entities into the response body as they are read: `{..."value":[` first,
+/// then each entity's object.
+struct JsonPage {
+    metadata: Metadata,
+    base: String,
+    table: String,
+    body: String,
+    empty: bool,
+}
+
+impl MatchSink for JsonPage {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
+        if !std::mem::take(&mut self.empty) {
+            self.body.push(',');
+        }
+        let writer = odata::EntityJson {
+            metadata: self.metadata,
+            base: &self.base,
+            table: &self.table,
+            context: None,
+        };
+        writer.write_view(&mut self.body, entity)?;
+        Ok(entity.stored_len())
+    }
+}
+
+pub(super) async fn query(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    base: &str,
+) -> Result<Response, Failure> {
+    let top = request.top()?;
+    let mut spec = QuerySpec {
+        filter: request.param("$filter").unwrap_or_default(),
+        select: selection(request),
+        page_size: top,
+        ..QuerySpec::default()
+    };
+    access.query(&table, &mut spec)?;
+    // The continuation is Trestle's own token, carried in NextPartitionKey.
+    let continuation = request.param("NextPartitionKey").unwrap_or_default();
+    let metadata = request.metadata();
+    let mut body = String::from("{");
+    if metadata != Metadata::None {
+        body.push_str("\"odata.metadata\":");
+        body.push_str(&Json::String(format!("{base}/$metadata#{table}")).to_string());
+        body.push(',');
+    }
+    body.push_str("\"value\":[");
+    let mut page = JsonPage {
+        metadata,
+        base: base.to_owned(),
+        table: table.clone(),
+        body,
+        empty: true,
+    };
+    let (page, info) = api
+        .executor
+        .blocking(move |engine| {
+            let info = engine.query(&table, spec, &continuation, &mut page)?;
+            Ok((page, info))
+        })
+        .await?;
+    let mut body = page.body;
+    body.push_str("]}");
+    let mut response = json_text_response(StatusCode::OK, metadata, body);
+    if let Some(token) = info.continuation_token {
+        let headers = response.headers_mut();
+        headers.insert("x-ms-continuation-nextpartitionkey", header_value(&token));
+        headers.insert(
+            "x-ms-continuation-nextrowkey",
+            HeaderValue::from_static("next"),
+        );
+    }
+    Ok(response)
+}

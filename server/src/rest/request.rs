@@ -1,0 +1,123 @@
+//! A REST request as the handlers see it (its peer, line, headers and body, with Azure's query
+//! parameters and headers read the way Azure reads them), and who is asking: a shared access
+//! signature, a SharedKey signature, or Trestle's own `Bearer` credential.
+
+use std::net::IpAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use http::{HeaderMap, Method, Uri};
+
+use super::failure::Failure;
+use super::odata::Metadata;
+use super::{paths, sas, shared_key, RestApi, ACCOUNT};
+use crate::auth::Access;
+use crate::error::ErrorCode;
+use crate::model::{IfMatch, ValidationError};
+
+/// One request, parsed enough to dispatch.
+pub(super) struct Request {
+    pub(super) peer: IpAddr,
+    pub(super) method: Method,
+    pub(super) uri: Uri,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Bytes,
+}
+
+impl Request {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A query parameter, percent-decoded (`+` stays a plus, as Azure reads it).
+    pub(super) fn param(&self, name: &str) -> Option<String> {
+        self.uri.query()?.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (paths::percent_decode(key)? == name).then(|| paths::percent_decode(value))?
+        })
+    }
+
+    /// `$top` (0, the server's page size, when absent).
+    pub(super) fn top(&self) -> Result<u32, Failure> {
+        match self.param("$top") {
+            Some(top) => top.parse::<u32>().map_err(|_| {
+                Failure::invalid(ValidationError::Argument(format!(
+                    "$top {top:?} is not a number"
+                )))
+            }),
+            None => Ok(0),
+        }
+    }
+
+    pub(super) fn metadata(&self) -> Metadata {
+        Metadata::from_accept(self.header("accept"))
+    }
+
+    /// Whether the client asked for the written entity back (`Prefer`), with `default`.
+    pub(super) fn return_content(&self, default: bool) -> bool {
+        match self.header("prefer") {
+            Some(p) if p.contains("return-no-content") => false,
+            Some(p) if p.contains("return-content") => true,
+            _ => default,
+        }
+    }
+
+    pub(super) fn if_match(&self) -> Result<Option<IfMatch>, Failure> {
+        self.header("if-match")
+            .map(|v| IfMatch::parse(v).map_err(Failure::invalid))
+            .transpose()
+    }
+}
+
+/// Who is asking: a shared access signature (`sig` among the query parameters), a SharedKey or
+/// SharedKeyLite signature under one of the account's keys, or the `Bearer` credentials
+/// Trestle's gRPC service takes (none needed in open mode).
+pub(super) fn authenticate(
+    api: &RestApi,
+    request: &Request,
+    account: &str,
+) -> Result<Access, Failure> {
+    let failed = |why: String| Failure::of(ErrorCode::AuthenticationFailed, why);
+    let served_account = || {
+        if account == ACCOUNT {
+            Ok(())
+        } else {
+            Err(failed(format!(
+                "this server's account is {:?}, not {account:?}",
+                ACCOUNT
+            )))
+        }
+    };
+    if request.param("sig").is_some() {
+        served_account()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let presented = sas::Presented {
+            account,
+            peer: request.peer,
+            now,
+        };
+        let grant = sas::grant(|name| request.param(name), &api.keys, &presented)
+            .map_err(|refusal| Failure::of(refusal.code, refusal.message))?;
+        return Ok(Access::Scoped(grant));
+    }
+    match request.header("authorization") {
+        Some(a) if a.starts_with("SharedKey") => {
+            served_account()?;
+            let signed = shared_key::Signed {
+                method: request.method.as_str(),
+                raw_path: request.uri.path(),
+                query: request.uri.query(),
+                headers: &request.headers,
+            };
+            let clock = shared_key::Clock {
+                now: SystemTime::now(),
+                max_skew: api.max_clock_skew,
+            };
+            shared_key::verify(a, account, &api.keys, &signed, &clock).map_err(failed)?;
+            Ok(Access::Full)
+        }
+        authorization => Ok(api.authenticator.authenticate(authorization)?),
+    }
+}
