@@ -13,9 +13,9 @@ use crate::storage::{EntityView, StorageError, Waiting};
 pub const MAX_DELETES_PER_CALL: u64 = 1000;
 /// Chunks one call reads at most (a filter may match few of what it reads).
 const MAX_CHUNKS_PER_CALL: usize = 50;
-/// Times a chunk is read again after a concurrent change to one of its entities, before the
-/// call gives up with the conflict.
-const MAX_REREADS: usize = 8;
+/// Times in a row a chunk is read again after a concurrent change to one of its entities, before
+/// the call gives up with the conflict (`UpdateConditionNotSatisfied`; calling again goes on).
+const MAX_REREADS: usize = 32;
 
 /// What a bulk delete did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +67,10 @@ impl Engine {
             let chunk = rows.0.len() as u64;
             if chunk > 0 {
                 match self.delete_chunk(table, &partition_key, rows.0) {
-                    Ok(()) => count += chunk,
+                    Ok(()) => {
+                        count += chunk;
+                        rereads = 0;
+                    }
                     Err(error) if changed_meanwhile(&error) && rereads < MAX_REREADS => {
                         rereads += 1;
                         continue;
