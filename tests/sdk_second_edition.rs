@@ -308,10 +308,9 @@ fn time_has_rfc3339_text_both_ways() {
 
 #[tokio::test]
 async fn connection_errors_are_known_by_their_kind() {
-    // A port nothing listens on.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    // A port nothing listens on (port 1 is privileged; an ephemeral port just released can be
+    // taken by another test's server before the connect).
+    let addr = "127.0.0.1:1";
     let refused = Client::builder()
         .endpoint(format!("http://{addr}"))
         .retry(RetryPolicy::none())

@@ -8,6 +8,7 @@ mod index;
 mod names;
 mod operation;
 mod patch;
+mod plan;
 mod quote;
 mod range;
 mod time;
@@ -26,6 +27,7 @@ pub use index::{
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
+pub use plan::{plan_commit, CommitPlan, PlanRefusal, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};

@@ -1,5 +1,6 @@
 //! Azure's DateTime: 100 ns ticks, UTC, between 1601-01-01 and 9999-12-31.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Ticks (100 ns units) in one second.
@@ -27,6 +28,21 @@ impl Ticks {
             since_epoch.as_secs() as i64 * TICKS_PER_SECOND
                 + i64::from(since_epoch.subsec_nanos() / NANOS_PER_TICK),
         )
+    }
+
+    /// The timestamp of a commit starting now: the system clock, made strictly increasing within
+    /// the process, so that two commits of one server never share a timestamp. Every store stamps
+    /// with it; across servers, an entity's timestamp still increases, since a commit stamps an
+    /// entity at least one tick after its previous timestamp ([`crate::model::Operation::resolve`]).
+    pub fn next_commit() -> Ticks {
+        static LAST: AtomicI64 = AtomicI64::new(i64::MIN);
+        let now = Ticks::now().0;
+        let previous = LAST
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(now.max(last.saturating_add(1)))
+            })
+            .unwrap_or_else(|last| last);
+        Ticks(now.max(previous.saturating_add(1)))
     }
 
     /// From Unix seconds and nanoseconds (0..1e9), truncating to 100 ns. `None` when the nanos are
@@ -78,6 +94,16 @@ mod tests {
         let before_epoch = Ticks::from_unix(-1, 999_999_900).unwrap();
         assert_eq!(before_epoch.to_unix(), (-1, 999_999_900));
         assert_eq!(before_epoch.to_rfc3339(), "1969-12-31T23:59:59.9999999Z");
+    }
+
+    #[test]
+    fn commit_timestamps_strictly_increase() {
+        let mut last = Ticks::next_commit();
+        for _ in 0..10_000 {
+            let next = Ticks::next_commit();
+            assert!(next > last, "{next:?} after {last:?}");
+            last = next;
+        }
     }
 
     #[test]

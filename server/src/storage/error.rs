@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use crate::model::Refusal;
+use crate::model::{PlanRefusal, Refusal};
 
 /// A fault of the store itself: never the client's doing, always worth logging.
 #[derive(Debug, Error)]
@@ -90,4 +90,16 @@ pub struct Rejection {
     pub index: usize,
     /// Why it failed.
     pub reason: RejectReason,
+}
+
+impl From<PlanRefusal> for Rejection {
+    fn from(refused: PlanRefusal) -> Rejection {
+        Rejection {
+            index: refused.index,
+            reason: RejectReason::Refused {
+                row_key: refused.row_key,
+                refusal: refused.refusal,
+            },
+        }
+    }
 }

@@ -12,8 +12,7 @@ use postgres::{IsolationLevel, Transaction};
 use super::indexes::from_hex;
 use super::pool::{is_retryable, is_unique_violation, Pool, Prepared};
 use crate::model::{
-    Effect, EntityKey, IndexedWrite, KeyPosition, KeyRange, Operation, RowPosition, TableName,
-    Ticks,
+    plan_commit, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
 };
 use crate::storage::{
     codec, in_scan_order, Attempt, Committed, EntityView, IndexCatalog, RejectReason, Rejection,
@@ -240,7 +239,6 @@ impl PostgresTable {
         inserts_only: bool,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
         let indexed = catalog.any_kept();
-        let mut indexed_writes = Vec::new();
         let pk = partition_key.as_bytes();
         let gone = Rejection {
             index: 0,
@@ -263,60 +261,37 @@ impl PostgresTable {
                 }
             }
         }
-        let now = Ticks::now();
-        let (mut stored, mut written, mut records, mut deleted) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (index, operation) in operations.iter().enumerate() {
-            let row_key = operation.row_key().to_owned();
-            let found = current
-                .get(row_key.as_bytes())
-                .map(|record| {
-                    let key = EntityKey {
-                        partition_key: partition_key.to_owned(),
-                        row_key: row_key.clone(),
-                    };
-                    codec::decode_selected(key, record, None)
-                })
-                .transpose()?;
-            let before = match indexed {
-                true => found.as_ref().map(|entity| entity.properties.clone()),
-                false => None,
-            };
-            match operation.clone().resolve(found, now) {
-                Err(refusal) => {
-                    return Ok(Err(Rejection {
-                        index,
-                        reason: RejectReason::Refused { row_key, refusal },
-                    }))
-                }
-                Ok(Effect::Put(entity)) => {
-                    records.push(codec::encode(entity.timestamp, &entity.properties));
-                    if indexed {
-                        indexed_writes.push(IndexedWrite {
-                            operation: index,
-                            row_key: row_key.clone(),
-                            before,
-                            after: Some(entity.properties.clone()),
-                        });
-                    }
-                    written.push(row_key.into_bytes());
-                    stored.push(Some(entity));
-                }
-                Ok(Effect::Remove) => {
-                    if indexed {
-                        indexed_writes.push(IndexedWrite {
-                            operation: index,
-                            row_key: row_key.clone(),
-                            before,
-                            after: None,
-                        });
-                    }
-                    deleted.push(row_key.into_bytes());
-                    stored.push(None);
-                }
-                Ok(Effect::Nothing) => stored.push(None),
+        let current = operations
+            .iter()
+            .map(|operation| {
+                let row_key = operation.row_key();
+                let key = EntityKey {
+                    partition_key: partition_key.to_owned(),
+                    row_key: row_key.to_owned(),
+                };
+                current
+                    .get(row_key.as_bytes())
+                    .map(|record| codec::decode_selected(key, record, None))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let plan = match plan_commit(operations.to_vec(), current, Ticks::next_commit(), indexed) {
+            Ok(plan) => plan,
+            Err(refused) => return Ok(Err(refused.into())),
+        };
+        let (mut written, mut records, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
+        for change in plan.changes {
+            if change.writes {
+                let entity = plan.results[change.operation]
+                    .as_ref()
+                    .expect("a write has its entity");
+                records.push(codec::encode(entity.timestamp, &entity.properties));
+                written.push(change.row_key.into_bytes());
+            } else {
+                deleted.push(change.row_key.into_bytes());
             }
         }
+        let (stored, indexed_writes) = (plan.results, plan.indexed_writes);
         if inserts_only {
             let insert_rows = prepared.get(tx, INSERT_ROWS)?;
             let inserted = tx.execute(&insert_rows, &[&self.id, &pk, &written, &records])?;

@@ -4,7 +4,6 @@
 //! nowhere else.
 
 mod catalog;
-mod clock;
 mod durability;
 mod format;
 mod indexes;
@@ -72,7 +71,6 @@ impl Default for StoreOptions {
 struct Shared {
     locks: locks::PartitionLocks,
     durability: durability::GroupCommit,
-    clock: clock::Clock,
     space: space::SpaceReserve,
     undo: undo::UndoLog,
     claims: indexes::UniqueClaims,
@@ -105,14 +103,13 @@ impl SledStore {
         if let Durability::Periodic { flush_every_ms } = options.durability {
             config = config.flush_every_ms(Some(flush_every_ms));
         }
-        let db = config.open()?;
+        let db = open_when_unlocked(&config)?;
         format::check_or_mark(&db)?;
         let secret = secret::load_or_create(&db)?;
         let catalog = db.open_tree(CATALOG_TREE)?;
         let shared = Arc::new(Shared {
             locks: locks::PartitionLocks::default(),
             durability: durability::GroupCommit::new(db.clone(), options.durability),
-            clock: clock::Clock::default(),
             space: space::SpaceReserve::new(path, options.min_free_bytes),
             undo: undo::UndoLog::open(&db)?,
             claims: indexes::UniqueClaims::default(),
@@ -309,6 +306,28 @@ impl Drop for SledStore {
     fn drop(&mut self) {
         if let Some(reclaimer) = self.reclaimer.take() {
             reclaimer.stop();
+        }
+    }
+}
+
+/// How long opening waits for the data directory's lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens the database, waiting up to [`LOCK_WAIT`] for the data directory's lock: a store this
+/// process has just dropped may hold it a little longer while its background threads end (a
+/// restart in-process, as tests do, met it on a loaded machine). A lock another process holds
+/// still refuses, once the wait is over.
+fn open_when_unlocked(config: &sled::Config) -> Result<sled::Db, sled::Error> {
+    let started = std::time::Instant::now();
+    loop {
+        match config.open() {
+            Err(sled::Error::Io(error))
+                if error.to_string().contains("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            opened => return opened,
         }
     }
 }

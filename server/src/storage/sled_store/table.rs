@@ -8,7 +8,7 @@ use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{Effect, EntityKey, IndexedWrite, Operation, Refusal, TableName, Ticks};
+use crate::model::{plan_commit, Effect, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{Attempt, Committed, IndexCatalog, Visit, Visitor, Waiting};
 
@@ -218,7 +218,7 @@ impl SledTable {
         partition_key: &str,
         mut operations: Vec<Operation>,
     ) -> Result<Result<Committed, Rejection>, StorageError> {
-        let now = self.shared.clock.next();
+        let now = Ticks::next_commit();
         let indexes = self.index_catalog();
         let indexed = indexes.any_kept();
 
@@ -226,83 +226,46 @@ impl SledTable {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(partition_key, insert, now);
         }
-        let encoded_keys: Vec<Vec<u8>> = operations
+        let mut encoded_keys: Vec<Vec<u8>> = operations
             .iter()
             .map(|operation| key::encode(partition_key, operation.row_key()))
             .collect();
-        let current_rows = self.current_rows(&encoded_keys)?;
-        let mut changes = Vec::with_capacity(operations.len());
-        let mut results = Vec::with_capacity(operations.len());
-        let mut indexed_writes = Vec::new();
-        let rows = encoded_keys.into_iter().zip(current_rows);
-        for (index, (operation, (encoded_key, current_row))) in
-            operations.into_iter().zip(rows).enumerate()
-        {
-            let row_key = operation.row_key();
-            // Only a merge (or an index) needs the current properties; skip them otherwise.
-            let keep: Option<&[String]> =
-                (!indexed && !operation.reads_current_properties()).then_some(&[]);
-            let current = match &current_row {
-                Some(bytes) => {
-                    let key = EntityKey {
-                        partition_key: partition_key.to_owned(),
-                        row_key: row_key.to_owned(),
-                    };
-                    Some(codec::decode_selected(key, bytes, keep)?)
-                }
-                None => None,
-            };
-            let before = match indexed {
-                true => current.as_ref().map(|entity| entity.properties.clone()),
-                false => None,
-            };
-            let after = match operation.resolve(current, now) {
-                Err(refusal) => {
-                    let (_, row_key) = key::split(&encoded_key)?;
-                    return Ok(Err(Rejection {
-                        index,
-                        reason: RejectReason::Refused {
-                            row_key: row_key.to_owned(),
-                            refusal,
-                        },
-                    }));
-                }
-                Ok(Effect::Put(entity)) => {
-                    let value = codec::encode(entity.timestamp, &entity.properties);
-                    if indexed {
-                        indexed_writes.push(IndexedWrite {
-                            operation: index,
-                            row_key: entity.key.row_key.clone(),
-                            before,
-                            after: Some(entity.properties.clone()),
-                        });
-                    }
-                    results.push(Some(entity));
-                    Some(value)
-                }
-                Ok(Effect::Remove) => {
-                    if indexed {
-                        indexed_writes.push(IndexedWrite {
-                            operation: index,
-                            row_key: key::split(&encoded_key)?.1.to_owned(),
-                            before,
-                            after: None,
-                        });
-                    }
-                    results.push(None);
-                    None
-                }
-                Ok(Effect::Nothing) => {
-                    results.push(None);
-                    continue;
-                }
-            };
+        let mut current_rows = self.current_rows(&encoded_keys)?;
+        // Only a merge or a patch (or an index) needs the current properties; skip them otherwise.
+        let current = operations
+            .iter()
+            .zip(&current_rows)
+            .map(|(operation, row)| {
+                let keep: Option<&[String]> =
+                    (!indexed && !operation.reads_current_properties()).then_some(&[]);
+                let key = EntityKey {
+                    partition_key: partition_key.to_owned(),
+                    row_key: operation.row_key().to_owned(),
+                };
+                row.as_ref()
+                    .map(|bytes| codec::decode_selected(key, bytes, keep))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let plan = match plan_commit(operations, current, now, indexed) {
+            Ok(plan) => plan,
+            Err(refused) => return Ok(Err(refused.into())),
+        };
+        let mut changes = Vec::with_capacity(plan.changes.len());
+        for change in &plan.changes {
+            let after = change.writes.then(|| {
+                let entity = plan.results[change.operation]
+                    .as_ref()
+                    .expect("a write has its entity");
+                codec::encode(entity.timestamp, &entity.properties)
+            });
             changes.push(RowChange {
-                key: encoded_key,
+                key: std::mem::take(&mut encoded_keys[change.operation]),
                 after,
-                before: current_row,
+                before: current_rows[change.operation].take(),
             });
         }
+        let (results, indexed_writes) = (plan.results, plan.indexed_writes);
         if changes.is_empty() {
             return Ok(Ok(Committed {
                 stored: results,
