@@ -4,23 +4,22 @@ use thiserror::Error;
 
 use crate::model::{PlanRefusal, Refusal};
 
-/// A fault of the store itself: never the client's doing, always worth logging.
+/// A fault of the store itself: never the client's doing, always worth logging. It names no
+/// backend: each store classifies its own faults ([`Fault`]) and boxes their source.
 #[derive(Debug, Error)]
 pub enum StorageError {
-    /// sled failed (I/O, or a corruption it detected).
-    #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
-    /// The PostgreSQL store's database failed (unreachable, refused, or a statement failed).
-    #[error("postgres: {}", super::postgres_store::explain(.0))]
-    Postgres(#[from] postgres::Error),
-    /// The PostgreSQL store's database could not be opened: `what` says which and why.
-    #[error("{what}: {}", super::postgres_store::explain(.error))]
-    Database {
-        what: String,
-        #[source]
-        error: postgres::Error,
+    /// The store's backend failed (I/O, a corruption it detected, the database out of reach or
+    /// refusing a statement), as the store classified it.
+    #[error("{context}{source}")]
+    Backend {
+        /// What kind of fault it is.
+        fault: Fault,
+        /// What the store was doing, when it says (ending in `": "`), or empty.
+        context: String,
+        /// The backend's own error.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The file system failed outside sled.
+    /// The file system failed outside the backend.
     #[error("file system: {0}")]
     Io(#[from] std::io::Error),
     /// A stored record could not be decoded.
@@ -41,32 +40,88 @@ pub enum StorageError {
     DiskFull { free_mib: u64, reserve_mib: u64 },
 }
 
+/// What kind of fault a store's backend met, as the store classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Out of reach (the database down, restarting, the connection broken): the request did
+    /// nothing, and may succeed once it is back.
+    Unavailable,
+    /// No space left on the device.
+    DiskFull,
+    /// Any other failure: I/O, a corruption, a refused statement.
+    Failed,
+}
+
+/// The errno of a full disk (ENOSPC).
+const ENOSPC: i32 = 28;
+
 impl StorageError {
+    /// A backend fault of kind `fault`, from its own error `source`.
+    pub fn backend(
+        fault: Fault,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StorageError {
+        StorageError::Backend {
+            fault,
+            context: String::new(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The same fault, saying what the store was doing (`what`).
+    pub fn during(self, what: impl std::fmt::Display) -> StorageError {
+        match self {
+            StorageError::Backend {
+                fault,
+                context,
+                source,
+            } => StorageError::Backend {
+                fault,
+                context: format!("{what}: {context}"),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// The backend's own error, when it is a `T`.
+    pub fn backend_source<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        match self {
+            StorageError::Backend { source, .. } => source.downcast_ref::<T>(),
+            _ => None,
+        }
+    }
+
     /// Whether the fault is a full disk: the reserve refused the write, or the file system
     /// reported no space left (ENOSPC).
     pub fn is_disk_full(&self) -> bool {
-        const ENOSPC: i32 = 28;
         match self {
-            StorageError::DiskFull { .. } => true,
-            StorageError::Io(io) | StorageError::Sled(sled::Error::Io(io)) => {
-                io.raw_os_error() == Some(ENOSPC)
-            }
+            StorageError::DiskFull { .. }
+            | StorageError::Backend {
+                fault: Fault::DiskFull,
+                ..
+            } => true,
+            StorageError::Io(io) => io.raw_os_error() == Some(ENOSPC),
             _ => false,
         }
     }
-}
 
-impl StorageError {
     /// Whether the fault is the database being out of reach (down, restarting, the connection
     /// broken): the request did nothing, and may succeed once it is back.
     pub fn is_unavailable(&self) -> bool {
-        match self {
-            StorageError::Postgres(error) | StorageError::Database { error, .. } => {
-                super::postgres_store::is_unreachable(error)
+        matches!(
+            self,
+            StorageError::Backend {
+                fault: Fault::Unavailable,
+                ..
             }
-            _ => false,
-        }
+        )
     }
+}
+
+/// Whether an I/O error is a full disk.
+pub fn io_is_disk_full(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(ENOSPC)
 }
 
 /// Why a commit refused an operation (an expected outcome, not a fault).

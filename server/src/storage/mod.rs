@@ -23,13 +23,14 @@ mod codec;
 mod error;
 mod indexes;
 mod postgres_store;
+mod secret;
 mod sled_store;
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
-pub use error::{RejectReason, Rejection, StorageError};
+pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
 pub use indexes::{
     build_in_background, clash_within_commit, entity_sort_key, value_taken, BuildStep,
     IndexCatalog, IndexRefusal,
@@ -37,9 +38,9 @@ pub use indexes::{
 pub use postgres_store::{
     PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
 };
+pub use secret::{StoreSecret, SECRET_BYTES};
 pub use sled_store::{
-    Durability, SledStore, SledTable, StoreOptions, StoreSecret, CURRENT_FORMAT, DEFAULT_CACHE_MIB,
-    FORMAT_KEY, SECRET_BYTES,
+    Durability, SledStore, SledTable, StoreOptions, CURRENT_FORMAT, DEFAULT_CACHE_MIB, FORMAT_KEY,
 };
 
 use crate::model::{

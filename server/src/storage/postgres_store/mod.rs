@@ -29,7 +29,6 @@ use super::{
 };
 use crate::model::{IndexDefinition, IndexState, TableName};
 
-pub(crate) use self::pool::{explain, is_unreachable};
 pub use self::purge::PURGE_BATCH;
 
 /// The schema this build creates and reads. A database records its version in `trestle_meta`;
@@ -102,27 +101,23 @@ impl PostgresStore {
     /// purger. A database that cannot be reached, or refuses what Trestle needs, is a clear
     /// error naming it.
     pub fn open(url: &str, options: PostgresOptions) -> Result<PostgresStore, StorageError> {
-        let config: postgres::Config = url.parse().map_err(|error| StorageError::Database {
-            what: "the store's URL is not a PostgreSQL connection string".into(),
-            error,
+        let config: postgres::Config = url.parse().map_err(|error| {
+            StorageError::from(error)
+                .during("the store's URL is not a PostgreSQL connection string")
         })?;
         let place = describe(&config);
         let tls = tls::Rustls::trusting(options.ca_pem.as_deref())?;
         let pool = Pool::connect(config, options.pool_size, tls).map_err(|error| {
-            StorageError::Database {
-                what: format!("cannot connect to {place}"),
-                error,
-            }
+            StorageError::from(error).during(format!("cannot connect to {place}"))
         })?;
         let secret = pool.with(|connection| {
             let client = &mut connection.client;
             client
                 .batch_execute(SCHEMA)
-                .map_err(|error| StorageError::Database {
-                    what: format!(
+                .map_err(|error| {
+                    StorageError::from(error).during(format!(
                         "cannot create Trestle's tables in {place} (the user needs CREATE on the schema it uses)"
-                    ),
-                    error,
+                    ))
                 })?;
             check_schema_version(client)?;
             read_or_make_secret(client)
@@ -226,12 +221,10 @@ fn check_schema_version(client: &mut Client) -> Result<(), StorageError> {
 
 /// The store's secret: the one a server made first, shared by every server over the database.
 fn read_or_make_secret(client: &mut Client) -> Result<StoreSecret, StorageError> {
-    let mut secret = [0u8; super::SECRET_BYTES];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-        .map_err(|_| std::io::Error::other("the system's random source failed"))?;
+    let secret = StoreSecret::generate()?;
     client.execute(
         "INSERT INTO trestle_meta VALUES ('token_secret', $1) ON CONFLICT DO NOTHING",
-        &[&secret.as_slice()],
+        &[&secret.bytes()],
     )?;
     let row = client.query_one(
         "SELECT value FROM trestle_meta WHERE key = 'token_secret'",

@@ -12,7 +12,7 @@ use postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::tls::Rustls;
 
-use crate::storage::StorageError;
+use crate::storage::{Fault, StorageError};
 
 /// How long connecting may take, unless the URL says (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -175,7 +175,7 @@ impl std::fmt::Debug for Pool {
 
 /// Whether `error` says the database is out of reach (down, restarting, refusing connections,
 /// or the connection broke) rather than that a statement failed: worth retrying later.
-pub(crate) fn is_unreachable(error: &postgres::Error) -> bool {
+pub(super) fn is_unreachable(error: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     if error.is_closed() {
         return true;
@@ -208,7 +208,7 @@ pub(super) fn is_retryable(error: &postgres::Error) -> bool {
 
 /// What `error` says in full: the database's own message and code for a statement it refused
 /// (the driver's display says only "db error"), else the driver's error and its cause.
-pub(crate) fn explain(error: &postgres::Error) -> String {
+pub(super) fn explain(error: &postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return format!("{} ({})", db.message(), db.code().code());
     }
@@ -220,6 +220,45 @@ pub(crate) fn explain(error: &postgres::Error) -> String {
 
 /// Whether `error` is a unique violation: a row a commit of inserts meant to add exists.
 pub(super) fn is_unique_violation(error: &StorageError) -> bool {
-    matches!(error, StorageError::Postgres(error)
-        if error.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION))
+    database_error(error)
+        .is_some_and(|error| error.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION))
+}
+
+/// The database's own error behind a storage fault, if it came from the database.
+pub(super) fn database_error(error: &StorageError) -> Option<&postgres::Error> {
+    error
+        .backend_source::<DatabaseError>()
+        .map(|error| &error.0)
+}
+
+/// A database error, displayed with what the server said (the driver's display says only "db
+/// error").
+#[derive(Debug)]
+pub(crate) struct DatabaseError(pub(crate) postgres::Error);
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&explain(&self.0))
+    }
+}
+
+impl std::error::Error for DatabaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// The database's faults, classified for the storage contract: out of reach, a full disk, or a
+/// failure.
+impl From<postgres::Error> for StorageError {
+    fn from(error: postgres::Error) -> StorageError {
+        let fault = if is_unreachable(&error) {
+            Fault::Unavailable
+        } else if error.code() == Some(&postgres::error::SqlState::DISK_FULL) {
+            Fault::DiskFull
+        } else {
+            Fault::Failed
+        };
+        StorageError::backend(fault, DatabaseError(error)).during("postgres")
+    }
 }

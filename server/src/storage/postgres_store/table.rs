@@ -10,7 +10,7 @@ use postgres::types::ToSql;
 use postgres::{IsolationLevel, Transaction};
 
 use super::indexes::from_hex;
-use super::pool::{is_retryable, is_unique_violation, Pool, Prepared};
+use super::pool::{database_error, is_retryable, is_unique_violation, Pool, Prepared};
 use crate::model::{
     plan_commit, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
 };
@@ -137,8 +137,9 @@ impl Table for PostgresTable {
                 outcome
             });
             match outcome {
-                Err(StorageError::Postgres(error))
-                    if is_retryable(&error) && attempt < COMMIT_ATTEMPTS =>
+                Err(error)
+                    if database_error(&error).is_some_and(is_retryable)
+                        && attempt < COMMIT_ATTEMPTS =>
                 {
                     tracing::debug!(%error, attempt, "commit conflicted in the database; again");
                     std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));

@@ -24,14 +24,14 @@ use catalog::{TableRecord, TableState};
 pub use durability::Durability;
 pub use format::{CURRENT_FORMAT, FORMAT_KEY};
 use reclaim::{drop_orphan_trees, Reclaimer};
-pub use secret::{StoreSecret, SECRET_BYTES};
 pub use table::SledTable;
 
 use super::{
-    codec, CreateRefusal, DurableListener, EntityView, RejectReason, Rejection, StorageError,
-    Store, Table, Ticket,
+    codec, CreateRefusal, DurableListener, EntityView, Fault, RejectReason, Rejection,
+    StorageError, Store, Table, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
+use crate::storage::StoreSecret;
 
 const CATALOG_TREE: &str = "catalog";
 const TABLE_TREE_PREFIX: &str = "t/";
@@ -307,6 +307,17 @@ impl Drop for SledStore {
         if let Some(reclaimer) = self.reclaimer.take() {
             reclaimer.stop();
         }
+    }
+}
+
+/// sled's faults, classified for the storage contract: a full disk, or a failure.
+impl From<sled::Error> for StorageError {
+    fn from(error: sled::Error) -> StorageError {
+        let fault = match &error {
+            sled::Error::Io(io) if super::io_is_disk_full(io) => Fault::DiskFull,
+            _ => Fault::Failed,
+        };
+        StorageError::backend(fault, error).during("sled")
     }
 }
 

@@ -1,58 +1,18 @@
-//! The store's own secret: 32 random bytes made at the store's first open and kept in it, with
-//! which the server seals the continuation tokens it issues. Kept in the store, not in the
-//! process, so a token still verifies after a restart (and, with a shared store, on any server).
+//! The store's secret ([`StoreSecret`]) as the sled store keeps it: under one key of sled's
+//! default tree, made and flushed at the first open.
 
-use super::StorageError;
+use crate::storage::{StorageError, StoreSecret};
 
 /// The key of the secret in sled's default tree.
 const SECRET_KEY: &[u8] = b"trestle.token_secret";
-/// Length of the secret.
-pub const SECRET_BYTES: usize = 32;
-
-/// The store's secret; its `Debug` output never shows it.
-#[derive(Clone)]
-pub struct StoreSecret([u8; SECRET_BYTES]);
-
-impl StoreSecret {
-    /// A secret read back from a store: exactly [`SECRET_BYTES`] bytes.
-    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<StoreSecret, StorageError> {
-        <[u8; SECRET_BYTES]>::try_from(bytes)
-            .map(StoreSecret)
-            .map_err(|_| {
-                StorageError::Corrupt(format!(
-                    "the token secret is {} bytes, expected {SECRET_BYTES}",
-                    bytes.len()
-                ))
-            })
-    }
-
-    /// The secret's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for StoreSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StoreSecret(<redacted>)")
-    }
-}
 
 /// The store's secret, made (durably) if the store has none yet.
 pub(crate) fn load_or_create(db: &sled::Db) -> Result<StoreSecret, StorageError> {
     if let Some(bytes) = db.get(SECRET_KEY)? {
-        let secret = <[u8; SECRET_BYTES]>::try_from(bytes.as_ref()).map_err(|_| {
-            StorageError::Corrupt(format!(
-                "the token secret is {} bytes, expected {SECRET_BYTES}",
-                bytes.len()
-            ))
-        })?;
-        return Ok(StoreSecret(secret));
+        return StoreSecret::from_bytes(&bytes);
     }
-    let mut secret = [0u8; SECRET_BYTES];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-        .map_err(|_| std::io::Error::other("the system's random source failed"))?;
-    db.insert(SECRET_KEY, &secret)?;
+    let secret = StoreSecret::generate()?;
+    db.insert(SECRET_KEY, secret.bytes())?;
     db.flush()?;
-    Ok(StoreSecret(secret))
+    Ok(secret)
 }
