@@ -86,6 +86,9 @@ async function batches() {
   assert.equal(result.status, 202);
   assert.equal(result.subResponses.length, 100);
   assert.ok(result.subResponses[0].etag);
+  // Each sub-response names its entity's RowKey.
+  assert.equal(result.subResponses[7].rowKey, "007");
+  assert.equal(result.getResponseForEntity("042").status, 204);
   // A duplicate second insert: nothing is written.
   await rejects(409, () =>
     table.submitTransaction([

@@ -204,17 +204,29 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
     })
 }
 
-/// The response body of a successful changeset: each operation's status and ETag.
-pub(crate) fn committed_changeset(boundary: &str, etags: &[Option<String>]) -> String {
+/// One operation's part of a successful changeset's response: the entity's address and, when it
+/// was written, its new ETag.
+pub(crate) struct SubResponse {
+    /// `<account URL>/<table>(PartitionKey='…',RowKey='…')`.
+    pub(crate) entity_url: String,
+    /// The new ETag of a written entity.
+    pub(crate) etag: Option<String>,
+}
+
+/// The response body of a successful changeset: each operation's status, with `Location` and
+/// `DataServiceId` naming its entity (the SDKs read each sub-response's RowKey from them) and the
+/// ETag of what it wrote.
+pub(crate) fn committed_changeset(boundary: &str, parts: &[SubResponse]) -> String {
     let changeset = format!("changesetresponse_{boundary}");
     let mut out = format!(
         "--batchresponse_{boundary}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"
     );
-    for etag in etags {
+    for part in parts {
+        let url = &part.entity_url;
         out.push_str(&format!(
-            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: 1.0;\r\n"
+            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: 1.0;\r\nLocation: {url}\r\nDataServiceId: {url}\r\n"
         ));
-        if let Some(etag) = etag {
+        if let Some(etag) = &part.etag {
             out.push_str(&format!("ETag: {etag}\r\n"));
         }
         out.push_str("\r\n");
@@ -251,6 +263,7 @@ pub(super) async fn submit_batch(
     api: &RestApi,
     request: &Request,
     access: &Access,
+    base: &str,
 ) -> Result<Response, Failure> {
     let content_type = request.header("content-type").unwrap_or("").to_owned();
     let parsed = parse_body(&request.body, move |body| {
@@ -308,6 +321,16 @@ pub(super) async fn submit_batch(
     if let Err((index, error)) = access.transaction(&table, &partition_key, &operations) {
         return Ok(refuse(index, Failure::from(error)));
     }
+    let entity_urls: Vec<String> = operations
+        .iter()
+        .map(|operation| {
+            format!(
+                "{base}/{table}(PartitionKey='{}',RowKey='{}')",
+                odata::quote_key(&partition_key),
+                odata::quote_key(operation.row_key())
+            )
+        })
+        .collect();
     let request_bytes = request.body.len();
     let committed = api
         .executor
@@ -321,11 +344,15 @@ pub(super) async fn submit_batch(
     };
     match outcome {
         Ok(stored) => {
-            let etags: Vec<Option<String>> = stored
+            let parts: Vec<SubResponse> = stored
                 .iter()
-                .map(|entity| entity.as_ref().map(|e| e.etag().into_string()))
+                .zip(entity_urls)
+                .map(|(entity, entity_url)| SubResponse {
+                    entity_url,
+                    etag: entity.as_ref().map(|e| e.etag().into_string()),
+                })
                 .collect();
-            Ok(respond(committed_changeset(&boundary, &etags)))
+            Ok(respond(committed_changeset(&boundary, &parts)))
         }
         Err(WorkError::Table(error)) => {
             let index = error.operation_index().unwrap_or(0);

@@ -15,6 +15,9 @@ use tokio_stream::StreamExt as _;
 use super::failure::Failure;
 use crate::error::ErrorCode;
 
+/// Azure's limit on a REST request's body (an entity, a batch): 4 MiB.
+pub(super) const AZURE_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 /// The most buffer allocated for a body before its bytes arrive.
 const FIRST_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -117,7 +120,8 @@ impl BodyLimits {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorCode::RequestBodyTooLarge,
                 format!(
-                    "the request body is over {} bytes, the server's limit (--max-message-mib)",
+                    "the request body is over {} bytes, the limit (4 MiB as on Azure, or \
+                     --max-message-mib if lower)",
                     self.max_bytes
                 ),
             )));

@@ -133,7 +133,7 @@ pub(crate) fn start(
         authenticator,
         keys,
         bodies: BodyLimits::new(
-            limits.max_message_bytes,
+            limits.max_message_bytes.min(body::AZURE_MAX_BODY_BYTES),
             limits.rest_body_buffer_bytes,
             limits.body_timeout,
         ),
@@ -254,7 +254,7 @@ async fn dispatch(
                 _ => Err(not_implemented(request, "")),
             }
         }
-        (&Method::POST, Resource::Batch) => batch::submit_batch(api, request, access).await,
+        (&Method::POST, Resource::Batch) => batch::submit_batch(api, request, access, &base).await,
         _ => Err(not_implemented(request, "")),
     }
 }

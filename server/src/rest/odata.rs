@@ -81,6 +81,8 @@ pub(crate) fn entity_from_json(
             "RowKey" => 1,
             "Timestamp" => 2,
             _ if name.contains('@') || name.starts_with("odata.") => continue,
+            // Azure's leniency: a null property is simply absent.
+            _ if value.is_null() => continue,
             _ => {
                 custom.push((name, value));
                 continue;
@@ -211,11 +213,20 @@ fn typed(name: &str, value: &Json, annotation: Option<&str>) -> Result<Value, Va
             },
             None => Value::Double(n.as_f64().ok_or_else(|| wrong("number"))?),
         },
+        // Azure's leniency: a Boolean or an Int32 given as a string of its value.
+        (Some("Edm.Boolean"), Json::String(s)) => Value::Bool(match s.as_str() {
+            b if b.eq_ignore_ascii_case("true") => true,
+            b if b.eq_ignore_ascii_case("false") => false,
+            _ => return Err(wrong("Edm.Boolean")),
+        }),
         (Some("Edm.Int32"), Json::Number(n)) => Value::Int32(
             n.as_i64()
                 .and_then(|i| i32::try_from(i).ok())
                 .ok_or_else(|| wrong("Edm.Int32"))?,
         ),
+        (Some("Edm.Int32"), Json::String(s)) => {
+            Value::Int32(s.trim().parse().map_err(|_| wrong("Edm.Int32"))?)
+        }
         (Some("Edm.Int64"), _) => Value::Int64(
             match value {
                 Json::Number(n) => n.as_i64(),
@@ -240,6 +251,9 @@ fn typed(name: &str, value: &Json, annotation: Option<&str>) -> Result<Value, Va
         }
         (Some("Edm.Binary"), _) => {
             Value::Binary(STANDARD.decode(text()?).map_err(|_| wrong("Edm.Binary"))?)
+        }
+        (Some(known @ ("Edm.String" | "Edm.Boolean" | "Edm.Int32" | "Edm.Double")), _) => {
+            return Err(wrong(known))
         }
         (Some(other), _) => {
             return Err(ValidationError::Argument(format!(
@@ -494,6 +508,35 @@ pub(crate) fn quote_key(key: &str) -> String {
 mod tests {
     use super::*;
     use crate::model::NewEntity;
+
+    #[test]
+    fn azures_leniencies_typed_strings_and_null_properties() {
+        let entity = entity_from_json(
+            br#"{"PartitionKey":"p","RowKey":"r","B":"false","B@odata.type":"Edm.Boolean",
+                "I":"32","I@odata.type":"Edm.Int32","N":null,"S":"x"}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(entity.properties["B"], Value::Bool(false));
+        assert_eq!(entity.properties["I"], Value::Int32(32));
+        assert!(!entity.properties.contains_key("N"));
+        let refused = |body: &str| {
+            entity_from_json(body.as_bytes(), None)
+                .unwrap_err()
+                .to_string()
+        };
+        let not_bool = refused(
+            r#"{"PartitionKey":"p","RowKey":"r","B":"maybe","B@odata.type":"Edm.Boolean"}"#,
+        );
+        assert!(not_bool.contains("not a valid Edm.Boolean"), "{not_bool}");
+        let not_int =
+            refused(r#"{"PartitionKey":"p","RowKey":"r","I":[1],"I@odata.type":"Edm.Int32"}"#);
+        assert!(not_int.contains("not a valid Edm.Int32"), "{not_int}");
+        assert!(refused(
+            r#"{"PartitionKey":"p","RowKey":"r","I":"1x","I@odata.type":"Edm.Int32"}"#
+        )
+        .contains("Edm.Int32"));
+    }
 
     #[test]
     fn bodies_that_are_not_one_entity_are_refused_with_the_reason() {
