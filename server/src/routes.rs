@@ -5,9 +5,11 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Routes;
 use tonic::transport::Server;
 
+use crate::config::Config;
 use crate::executor::Executor;
+use crate::grpc;
 use crate::grpc::service::table_service_server::TableServiceServer;
-use crate::{grpc, Config, ServeError};
+use crate::startup::ServeError;
 
 /// The services over the engine `executor` runs: `trestle.v1.TableService`, gRPC health
 /// (reporting it serving) and server reflection (v1 and v1alpha), the last two behind a

@@ -32,7 +32,7 @@ mod settings;
 mod shared_key;
 mod tables;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
@@ -48,6 +48,7 @@ use self::request::{authenticate, Request};
 use self::shared_key::AccountKeys;
 use crate::auth::{Access, Authenticator};
 use crate::config::Limits;
+pub use crate::config::RestListener;
 use crate::connections::{ConnectionTimeouts, Connections};
 use crate::error::ErrorCode;
 use crate::executor::Executor;
@@ -68,22 +69,6 @@ pub fn connection_string(endpoint: &str, account_key: &str) -> String {
 
 /// The service version the endpoint speaks.
 const VERSION: &str = "2019-02-02";
-
-/// The REST endpoint's listener, bound before serving (by `--rest-listen`, or by a test that
-/// needs its address first). Cloning shares it: the server takes it once.
-#[derive(Debug, Clone, Default)]
-pub struct RestListener(Arc<Mutex<Option<std::net::TcpListener>>>);
-
-impl RestListener {
-    /// A listener to serve the REST endpoint on.
-    pub fn new(listener: std::net::TcpListener) -> RestListener {
-        RestListener(Arc::new(Mutex::new(Some(listener))))
-    }
-
-    fn take(&self) -> Option<std::net::TcpListener> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
-}
 
 #[derive(Debug, Clone)]
 struct RestApi {
