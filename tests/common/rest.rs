@@ -34,7 +34,8 @@ pub async fn exchange(
     exchange_with(socket, method, path, "", body).await
 }
 
-/// [`exchange`] with `headers` (each line ending in CRLF) added to the request's.
+/// [`exchange`] with `headers` (each line ending in CRLF) before the request's own, so that they
+/// win where they name the same header (a server reads the first).
 pub async fn exchange_with(
     socket: &mut TcpStream,
     method: &str,
@@ -43,9 +44,9 @@ pub async fn exchange_with(
     body: &[u8],
 ) -> (u16, String) {
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nx-ms-version: 2019-02-02\r\n\
+        "{method} {path} HTTP/1.1\r\n{headers}Host: localhost\r\nx-ms-version: 2019-02-02\r\n\
          Accept: application/json;odata=nometadata\r\nContent-Type: application/json\r\n\
-         {headers}Content-Length: {}\r\n\r\n",
+         Content-Length: {}\r\n\r\n",
         body.len()
     );
     socket.write_all(head.as_bytes()).await.unwrap();

@@ -12,6 +12,7 @@ use serde::de::{DeserializeSeed, MapAccess, Visitor};
 use serde_json::{Number, Value as Json};
 use uuid::Uuid;
 
+use super::ACCOUNT;
 use crate::model::{
     quoted, ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks, ValidationError, Value,
     ValueRef, MAX_PROPERTIES,
@@ -345,16 +346,17 @@ impl<'a> EntityJson<'a> {
             object.string("odata.metadata", context);
         }
         if self.metadata == Metadata::Full {
-            let id = format!(
-                "{}/{}(PartitionKey='{}',RowKey='{}')",
-                self.base,
+            // As Azure writes them: the type `<account>.<table>`, the absolute id, and the
+            // edit link relative to the account.
+            let link = format!(
+                "{}(PartitionKey='{}',RowKey='{}')",
                 self.table,
                 quote_key(partition_key),
                 quote_key(row_key)
             );
-            object.string("odata.type", &format!("account.{}", self.table));
-            object.string("odata.id", &id);
-            object.string("odata.editLink", &id);
+            object.string("odata.type", &format!("{ACCOUNT}.{}", self.table));
+            object.string("odata.id", &format!("{}/{link}", self.base));
+            object.string("odata.editLink", &link);
         }
         if self.metadata != Metadata::None {
             object.string("odata.etag", ETag::for_timestamp(timestamp).as_str());

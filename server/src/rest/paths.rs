@@ -27,6 +27,8 @@ pub(crate) enum Resource {
 pub(crate) fn parse(path: &str) -> Option<(String, Resource)> {
     let path = path.strip_prefix('/')?;
     let (account, rest) = path.split_once('/')?;
+    // A trailing slash names the same resource (Azure's own test helpers send one).
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
     let rest = percent_decode(rest)?;
     let resource = if rest.is_empty() {
         Resource::Service
@@ -129,6 +131,14 @@ mod tests {
                 partition_key: "p'q".into(),
                 row_key: "it's x".into(),
             })
+        );
+        for slashed in ["/devstoreaccount1/Tables/", "/devstoreaccount1/Tables()/"] {
+            assert_eq!(parsed(slashed), Some(Resource::Tables), "{slashed}");
+        }
+        assert_eq!(parsed("/a/$batch/"), Some(Resource::Batch));
+        assert_eq!(
+            parsed("/a/Orders/"),
+            Some(Resource::Entities("Orders".into()))
         );
         assert_eq!(parsed("/a/Orders(PartitionKey='p')"), None);
         assert_eq!(parsed("/nothing"), None);

@@ -29,6 +29,19 @@ impl Request {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// How many times the query names parameter `name`.
+    pub(super) fn param_count(&self, name: &str) -> usize {
+        self.uri.query().map_or(0, |query| {
+            query
+                .split('&')
+                .filter(|pair| {
+                    let key = pair.split_once('=').map_or(*pair, |(key, _)| key);
+                    paths::percent_decode(key).is_some_and(|key| key == name)
+                })
+                .count()
+        })
+    }
+
     /// A query parameter, percent-decoded (`+` stays a plus, as Azure reads it).
     pub(super) fn param(&self, name: &str) -> Option<String> {
         self.uri.query()?.split('&').find_map(|pair| {
@@ -90,6 +103,15 @@ pub(super) fn authenticate(
     };
     if request.param("sig").is_some() {
         served_account()?;
+        // A field given twice could be read either way: refused, as a tampered signature.
+        if let Some(twice) = sas::FIELDS
+            .iter()
+            .find(|name| request.param_count(name) > 1)
+        {
+            return Err(failed(format!(
+                "the shared access signature gives its field {twice} more than once"
+            )));
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));

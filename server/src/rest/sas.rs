@@ -25,6 +25,12 @@ fn refuse(message: impl Into<String>) -> Refusal {
     }
 }
 
+/// Every field a shared access signature may carry.
+pub(crate) const FIELDS: [&str; 16] = [
+    "sv", "ss", "srt", "sp", "st", "se", "sip", "spr", "sig", "tn", "spk", "srk", "epk", "erk",
+    "si", "ses",
+];
+
 /// What a SAS-carrying request brings besides its parameters.
 pub(crate) struct Presented<'a> {
     /// The account in the request's path.

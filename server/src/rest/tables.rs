@@ -3,13 +3,13 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
-use serde_json::{json, Map, Value as Json};
+use serde_json::{Map, Value as Json};
 
 use super::failure::Failure;
 use super::odata::Metadata;
 use super::reply::{header_value, json_response, no_content};
 use super::request::Request;
-use super::RestApi;
+use super::{odata, RestApi, ACCOUNT};
 use crate::auth::Access;
 use crate::model::{Ticks, ValidationError, ValueRef};
 use crate::query::{self, Record};
@@ -51,7 +51,7 @@ pub(super) async fn create(
             format!("{base}/$metadata#Tables/@Element").into(),
         );
     }
-    out.insert("TableName".into(), name.to_string().into());
+    table_members(&mut out, metadata, base, &name.to_string());
     let mut response = json_response(StatusCode::CREATED, metadata, &Json::Object(out));
     if request.header("prefer").is_some() {
         response.headers_mut().insert(
@@ -94,7 +94,11 @@ pub(super) async fn list(
                 .as_ref()
                 .is_none_or(|f| f.matches(&TableRecord(name)))
         })
-        .map(|name| json!({ "TableName": name }))
+        .map(|name| {
+            let mut table = Map::new();
+            table_members(&mut table, metadata, base, &name);
+            Json::Object(table)
+        })
         .collect();
     let mut out = Map::new();
     if metadata != Metadata::None {
@@ -145,4 +149,17 @@ pub(super) async fn delete(
         .blocking(move |engine| engine.delete_table(&table))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A table's members in a response: with full metadata, its type, id and edit link as Azure
+/// writes them (`<account>.Tables`, the absolute id, the edit link relative to the account), then
+/// `TableName`.
+fn table_members(out: &mut Map<String, Json>, metadata: Metadata, base: &str, name: &str) {
+    if metadata == Metadata::Full {
+        let link = format!("Tables('{}')", odata::quote_key(name));
+        out.insert("odata.type".into(), format!("{ACCOUNT}.Tables").into());
+        out.insert("odata.id".into(), format!("{base}/{link}").into());
+        out.insert("odata.editLink".into(), link.into());
+    }
+    out.insert("TableName".into(), name.into());
 }

@@ -1,0 +1,98 @@
+//! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
+//! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
+//! as Azure does, and a shared access signature giving a field twice is refused.
+
+mod common;
+
+use common::rest::{exchange, exchange_with, server};
+use tokio::net::TcpStream;
+
+const FULL: &str = "Accept: application/json;odata=fullmetadata\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trailing_slash_names_the_same_resource() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, answer) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables/",
+        br#"{"TableName":"Slashed"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Slashed/",
+        br#"{"PartitionKey":"p","RowKey":"r"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = exchange(&mut socket, "GET", "/devstoreaccount1/Tables/", b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""TableName":"Slashed""#), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_metadata_names_types_ids_and_edit_links_as_azure_does() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        FULL,
+        br#"{"TableName":"Meta"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert!(
+        answer.contains(r#""odata.type":"devstoreaccount1.Tables""#)
+            && answer.contains(r#""odata.id":"http://localhost/devstoreaccount1/Tables('Meta')""#)
+            && answer.contains(r#""odata.editLink":"Tables('Meta')""#),
+        "{answer}"
+    );
+    let (_, listed) =
+        exchange_with(&mut socket, "GET", "/devstoreaccount1/Tables", FULL, b"").await;
+    assert!(
+        listed.contains(r#""odata.editLink":"Tables('Meta')""#),
+        "{listed}"
+    );
+
+    let (status, answer) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Meta",
+        br#"{"PartitionKey":"p","RowKey":"it's"}"#,
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let path = "/devstoreaccount1/Meta(PartitionKey='p',RowKey='it''s')";
+    let (status, answer) = exchange_with(&mut socket, "GET", path, FULL, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    let link = "Meta(PartitionKey='p',RowKey='it''s')";
+    assert!(
+        answer.contains(r#""odata.type":"devstoreaccount1.Meta""#)
+            && answer.contains(&format!(
+                r#""odata.id":"http://localhost/devstoreaccount1/{link}""#
+            ))
+            && answer.contains(&format!(r#""odata.editLink":"{link}""#)),
+        "{answer}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_access_signature_giving_a_field_twice_is_refused() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let path = "/devstoreaccount1/Tables?sv=2019-02-02&ss=t&srt=sco&sp=rl\
+                &se=2099-01-01T00%3A00%3A00Z&sig=c2ln&sig=b3RoZXI%3D";
+    let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer.contains("x-ms-error-code: AuthenticationFailed")
+            && answer.contains("field sig more than once"),
+        "{answer}"
+    );
+}
