@@ -80,6 +80,8 @@ pub enum ErrorCode {
     AuthorizationSourceIPMismatch,
     /// An account shared access signature is for other services than tables (REST).
     AuthorizationServiceMismatch,
+    /// A header's value is not one the service takes (an unknown `x-ms-version`) (REST).
+    InvalidHeaderValue,
 }
 
 impl ErrorCode {
@@ -122,6 +124,7 @@ impl ErrorCode {
         ErrorCode::AuthorizationProtocolMismatch,
         ErrorCode::AuthorizationSourceIPMismatch,
         ErrorCode::AuthorizationServiceMismatch,
+        ErrorCode::InvalidHeaderValue,
     ];
 
     /// The code as Azure spells it.
@@ -166,6 +169,7 @@ impl ErrorCode {
             ErrorCode::AuthorizationProtocolMismatch => "AuthorizationProtocolMismatch",
             ErrorCode::AuthorizationSourceIPMismatch => "AuthorizationSourceIPMismatch",
             ErrorCode::AuthorizationServiceMismatch => "AuthorizationServiceMismatch",
+            ErrorCode::InvalidHeaderValue => "InvalidHeaderValue",
         }
     }
 

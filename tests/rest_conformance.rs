@@ -96,3 +96,29 @@ async fn a_shared_access_signature_giving_a_field_twice_is_refused() {
         "{answer}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_service_version_is_refused_and_a_known_one_answered_back() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    for refused in ["invalid", "1999-01-01", "2999-01-01", "2019-2-02"] {
+        let header = format!("x-ms-version: {refused}\r\n");
+        let (status, answer) =
+            exchange_with(&mut socket, "GET", "/devstoreaccount1/Tables", &header, b"").await;
+        assert_eq!(status, 400, "{refused}: {answer}");
+        assert!(
+            answer.contains("x-ms-error-code: InvalidHeaderValue"),
+            "{answer}"
+        );
+    }
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Tables",
+        "x-ms-version: 2020-08-04\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("x-ms-version: 2020-08-04\r\n"), "{answer}");
+}

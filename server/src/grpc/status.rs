@@ -147,7 +147,8 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::KeyValueTooLarge
         | ErrorCode::InvalidDuplicateRow
         | ErrorCode::CommandsInBatchActOnDifferentPartitions
-        | ErrorCode::InvalidUri => Code::InvalidArgument,
+        | ErrorCode::InvalidUri
+        | ErrorCode::InvalidHeaderValue => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
     }
 }

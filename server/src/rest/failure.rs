@@ -114,7 +114,8 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::KeyValueTooLarge
         | C::InvalidDuplicateRow
         | C::CommandsInBatchActOnDifferentPartitions
-        | C::InvalidUri => StatusCode::BAD_REQUEST,
+        | C::InvalidUri
+        | C::InvalidHeaderValue => StatusCode::BAD_REQUEST,
     }
 }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
-use http::{HeaderMap, HeaderValue, Method, Uri};
+use http::{HeaderMap, Method, Uri};
 
 use self::body::BodyLimits;
 use self::connections::{Accepted, Peer};
@@ -160,18 +160,54 @@ async fn handle(
         headers,
         body: Bytes::new(),
     };
-    let mut response = match serve_request(&api, &mut request, body).await {
+    let version = request_version(&request);
+    let served = match &version {
+        Ok(_) => serve_request(&api, &mut request, body).await,
+        Err(failure) => Err(Failure::of(ErrorCode::InvalidHeaderValue, failure.clone())),
+    };
+    let mut response = match served {
         Ok(response) => response,
         Err(failure) => error_response(&request, failure),
     };
     let out = response.headers_mut();
     let request_id = request_id();
     out.insert("x-ms-request-id", header_value(&request_id));
-    out.insert("x-ms-version", HeaderValue::from_static(VERSION));
+    let version = version.ok().flatten();
+    out.insert(
+        "x-ms-version",
+        header_value(version.as_deref().unwrap_or(VERSION)),
+    );
     if let Some(client_id) = request.headers.get("x-ms-client-request-id") {
         out.insert("x-ms-client-request-id", client_id.clone());
     }
     response
+}
+
+/// The first service version, Azure's `2009-09-19`.
+const FIRST_VERSION: &str = "2009-09-19";
+
+/// The service version a request asks for (`x-ms-version`), answered back as the version served:
+/// `None` when it names none; refused when it is not a version (`YYYY-MM-DD`), or one before the
+/// first or after today. (Azure also refuses a well-formed date that is no version of its own;
+/// the endpoint does not keep Azure's list, and serves those as its own version.)
+fn request_version(request: &Request) -> Result<Option<String>, String> {
+    let Some(version) = request.header("x-ms-version") else {
+        return Ok(None);
+    };
+    let well_formed = version.len() == 10
+        && version.char_indices().all(|(at, c)| match at {
+            4 | 7 => c == '-',
+            _ => c.is_ascii_digit(),
+        });
+    let today = crate::model::Ticks::now().to_rfc3339();
+    if well_formed && version >= FIRST_VERSION && version <= &today[..10] {
+        Ok(Some(version.to_owned()))
+    } else {
+        Err(format!(
+            "x-ms-version {} is not a version of the service (this endpoint serves {VERSION})",
+            crate::model::quoted(version)
+        ))
+    }
 }
 
 /// Serves one request: authenticated from its line and headers, admitted, and only then its
