@@ -7,11 +7,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::rest::closed_within;
 use common::{
     assert_error, entity, fill_partition, get_request, insert_request, string, RawClient,
     TestServer,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
 use tonic::Code;
 use trestle_proto::access::{mint, Grant, KeyBounds, KeyRing, Permissions};
@@ -254,21 +255,6 @@ async fn handshaken(server: &TestServer) -> tokio::net::TcpStream {
     socket
 }
 
-/// Whether the server closes `socket` within `within`.
-async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, socket.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0)) | Ok(Err(_)) => return true,
-            // The server's own SETTINGS and pings: keep reading.
-            Ok(Ok(_)) => continue,
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_half_open_connections_are_closed_and_new_clients_served_throughout() {
     let server = TestServer::start_with(|config| {
@@ -363,7 +349,9 @@ async fn connections_over_the_cap_are_closed_at_once() {
     .await;
     let mut held = silent_connections(&server, 3).await;
     let mut over = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    assert!(closed_within(&mut over, Duration::from_millis(300)).await);
+    // At once: well before the held connections' 700 ms handshake timeout frees a slot (a wider
+    // window than the 300 ms it was, which a loaded two-core machine once missed).
+    assert!(closed_within(&mut over, Duration::from_millis(600)).await);
     // Once the silent ones are closed for their handshake, clients are served again.
     for socket in &mut held {
         assert!(closed_within(socket, Duration::from_secs(3)).await);
