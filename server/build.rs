@@ -1,7 +1,6 @@
 //! Generates from `proto/` (with protox: no system `protoc` needed) what only the server needs: the
 //! table service's server stubs, over the `trestle-proto` messages and answering with the
-//! hand-encoded responses of `grpc/pages.rs` and `grpc/reply.rs`; and the benchmark's echo
-//! baseline, which `trestle-bench` serves and calls and `trestle-server` never serves.
+//! hand-encoded responses of `grpc/pages.rs` and `grpc/reply.rs`.
 
 use std::error::Error;
 
@@ -24,9 +23,5 @@ fn main() -> Result<(), Box<dyn Error>> {
             "crate::grpc::pages::ScanEntitiesResponse",
         )
         .compile_fds(trestle)?;
-    tonic_prost_build::configure().compile_fds(protox::compile(
-        ["trestle/bench/v1/echo.proto"],
-        [PROTO_ROOT],
-    )?)?;
     Ok(())
 }

@@ -501,8 +501,10 @@ async fn malformed_values_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn relaxed_durability_acknowledges_writes_at_once() {
     let server = TestServer::start_with(|config| {
-        config.store.durability =
-            trestle_server::storage::Durability::Periodic { flush_every_ms: 50 };
+        if let trestle_server::storage::StoreConfig::Embedded { options, .. } = &mut config.store {
+            options.durability =
+                trestle_server::storage::Durability::Periodic { flush_every_ms: 50 };
+        }
     })
     .await;
     let mut client = server.client_with_table(T).await;

@@ -10,7 +10,7 @@ use common::postgres::Postgres;
 use common::{assert_error, fill_partition, get_request, TestServer};
 use tonic::Code;
 use trestle_proto::pb;
-use trestle_server::config::DatabaseStore;
+use trestle_server::storage::{PostgresOptions, StoreConfig};
 
 /// A server keeping its store in the database at `url`.
 async fn server_over(url: &str) -> TestServer {
@@ -20,12 +20,15 @@ async fn server_over(url: &str) -> TestServer {
 /// A server keeping its store in the database at `url`, verifying its TLS certificate with
 /// `ca_pem`.
 async fn server_verifying(url: &str, ca_pem: Option<Vec<u8>>) -> TestServer {
-    let database = DatabaseStore {
+    let store = StoreConfig::Postgres {
         url: url.to_owned(),
-        pool_size: 4,
-        ca_pem,
+        options: PostgresOptions {
+            pool_size: 4,
+            ca_pem,
+            ..PostgresOptions::default()
+        },
     };
-    TestServer::start_with(move |config| config.database = Some(database)).await
+    TestServer::start_with(move |config| config.store = store).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,13 +252,15 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let rest = listener.local_addr().unwrap();
-    let database = DatabaseStore {
+    let store = StoreConfig::Postgres {
         url: url.clone(),
-        pool_size: 2,
-        ca_pem: None,
+        options: PostgresOptions {
+            pool_size: 2,
+            ..PostgresOptions::default()
+        },
     };
     let server = TestServer::start_with(move |config| {
-        config.database = Some(database);
+        config.store = store;
         config.rest = trestle_server::rest::RestListener::new(listener);
     })
     .await;

@@ -94,7 +94,10 @@ async fn shutdown_closes_the_rest_connections_still_open() {
     served.unwrap().unwrap();
     assert!(closed_within(&mut socket, Duration::from_secs(1)).await);
     // The store was released: it opens again.
-    trestle_server::Engine::open(data_dir.path(), Default::default()).unwrap();
+    trestle_server::Engine::open(&trestle_server::storage::StoreConfig::embedded(
+        data_dir.path(),
+    ))
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

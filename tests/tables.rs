@@ -250,7 +250,8 @@ async fn deleting_a_large_table_makes_it_disappear_at_once() {
 #[tokio::test]
 async fn creating_a_table_while_its_namesake_is_reclaimed_is_table_being_deleted() {
     // Reclamation paused, so the deleted table stays "being deleted" for the whole test.
-    let server = TestServer::start_with(|config| config.store.reclaim_deleted_tables = false).await;
+    let server =
+        TestServer::start_with(|config| config.store.set_reclaim_deleted_tables(false)).await;
     let mut client = server.client_with_table("Events").await;
     client
         .insert_entity(insert_request("Events", entity("p", "r", &[])))

@@ -3,11 +3,11 @@
 //! conditioned on the ETag read, so that an entity changed in between is read again rather than
 //! deleted on a stale match. A call does a bounded amount of work and answers with a continuation.
 
-use crate::engine::{Engine, MatchSink};
+use crate::engine::{Engine, MatchSink, Waiting};
 use crate::error::TableError;
 use crate::model::{IfMatch, Operation, ValidationError, MAX_TRANSACTION_OPERATIONS};
 use crate::query::QuerySpec;
-use crate::storage::{EntityView, StorageError, Waiting};
+use crate::storage::{EntityView, StorageError};
 
 /// Entities one call deletes at most before answering with a continuation.
 pub const MAX_DELETES_PER_CALL: u64 = 1000;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::auth::Authenticator;
-use crate::storage::{Durability, StoreOptions, DEFAULT_CACHE_MIB};
+use crate::storage::{Durability, PostgresOptions, StoreOptions, DEFAULT_CACHE_MIB};
+pub use crate::storage::{StoreConfig, DEFAULT_STORE_POOL_SIZE};
 
 /// Where the server listens by default: loopback only; opening wider is an explicit choice.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -51,13 +52,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// What the library needs to serve.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The data directory of the sled store (created if missing); unused with `database`.
-    pub data_dir: PathBuf,
-    /// Store settings.
-    pub store: StoreOptions,
-    /// A PostgreSQL database to keep the store in instead of `data_dir`, and how many
-    /// connections to hold to it.
-    pub database: Option<DatabaseStore>,
+    /// The store: embedded in a data directory, or in a PostgreSQL database.
+    pub store: StoreConfig,
     /// Who may do what; open (no keys) by default, which only a loopback listener allows.
     pub authenticator: Authenticator,
     /// Serve open mode on a non-loopback address anyway.
@@ -75,12 +71,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for a data directory.
+    /// Defaults for the embedded store in a data directory.
     pub fn new(data_dir: impl Into<PathBuf>) -> Config {
+        Config::over(StoreConfig::embedded(data_dir))
+    }
+
+    /// Defaults for `store`.
+    pub fn over(store: StoreConfig) -> Config {
         Config {
-            data_dir: data_dir.into(),
-            database: None,
-            store: StoreOptions::default(),
+            store,
             authenticator: Authenticator::open(),
             insecure_open: false,
             protect_introspection: false,
@@ -91,61 +90,6 @@ impl Config {
         }
     }
 }
-
-/// The PostgreSQL database a server keeps its store in.
-#[derive(Debug, Clone)]
-pub struct DatabaseStore {
-    /// A libpq connection string or `postgres://` URL.
-    pub url: String,
-    /// Connections the server holds to it: at most this many storage calls at once.
-    pub pool_size: usize,
-    /// CA certificates (PEM) that verify its certificate over TLS (`sslmode=require`); the
-    /// system's roots if `None`.
-    pub ca_pem: Option<Vec<u8>>,
-}
-
-impl DatabaseStore {
-    /// The connection string with its password hidden, for logs.
-    pub fn redacted_url(&self) -> String {
-        redact_password(&self.url)
-    }
-}
-
-/// `url` (a `postgres://` URL or libpq's `key=value` form) with any password replaced by `***`.
-fn redact_password(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let authority = match authority.rsplit_once('@') {
-            Some((user_info, host)) => match user_info.split_once(':') {
-                Some((user, _)) => format!("{user}:***@{host}"),
-                None => authority.to_owned(),
-            },
-            None => authority.to_owned(),
-        };
-        let tail = tail
-            .split('&')
-            .map(|part| match part.split_once("password=") {
-                Some((before, _)) => format!("{before}password=***"),
-                None => part.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join("&");
-        return format!("{scheme}://{authority}{tail}");
-    }
-    url.split_whitespace()
-        .map(|pair| {
-            if pair.starts_with("password=") {
-                "password=***"
-            } else {
-                pair
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Connections to the database, by default.
-pub const DEFAULT_STORE_POOL_SIZE: usize = 16;
 
 /// A PEM certificate chain and its private key.
 #[derive(Clone)]
@@ -490,20 +434,24 @@ impl ServeArgs {
             _ => None,
         };
         Ok(Config {
-            data_dir: self.data_dir.clone(),
-            database: match &self.store {
-                Some(url) => Some(DatabaseStore {
+            store: match &self.store {
+                Some(url) => StoreConfig::Postgres {
                     url: url.clone(),
-                    pool_size: self.store_pool_size,
-                    ca_pem: self.store_ca_file.as_ref().map(read).transpose()?,
-                }),
-                None => None,
-            },
-            store: StoreOptions {
-                cache_bytes: self.cache_mib * 1024 * 1024,
-                durability,
-                min_free_bytes: self.min_free_mib * 1024 * 1024,
-                ..StoreOptions::default()
+                    options: PostgresOptions {
+                        pool_size: self.store_pool_size,
+                        ca_pem: self.store_ca_file.as_ref().map(read).transpose()?,
+                        ..PostgresOptions::default()
+                    },
+                },
+                None => StoreConfig::Embedded {
+                    data_dir: self.data_dir.clone(),
+                    options: StoreOptions {
+                        cache_bytes: self.cache_mib * 1024 * 1024,
+                        durability,
+                        min_free_bytes: self.min_free_mib * 1024 * 1024,
+                        ..StoreOptions::default()
+                    },
+                },
             },
             authenticator,
             insecure_open: self.insecure_open,
@@ -528,26 +476,5 @@ impl ServeArgs {
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             rest: RestListener::default(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_password;
-
-    #[test]
-    fn logged_database_urls_hide_the_password() {
-        assert_eq!(
-            redact_password("postgres://trestle:secret@db:5432/trestle?sslmode=require"),
-            "postgres://trestle:***@db:5432/trestle?sslmode=require"
-        );
-        assert_eq!(
-            redact_password("postgres://trestle@db/trestle?password=secret"),
-            "postgres://trestle@db/trestle?password=***"
-        );
-        assert_eq!(
-            redact_password("host=db user=trestle password=secret dbname=trestle"),
-            "host=db user=trestle password=*** dbname=trestle"
-        );
     }
 }

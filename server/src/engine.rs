@@ -1,7 +1,6 @@
 //! Azure Table semantics over the store: the operations the service offers, on validated model
 //! types, synchronous (the gRPC layer runs them on the blocking pool).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::TableError;
@@ -12,9 +11,8 @@ use crate::model::{
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    build_in_background, read_entity, Attempt, Committed, CreateRefusal, DurableListener,
-    EntityView, IndexRefusal, RejectReason, Rejection, SledStore, StorageError, Store,
-    StoreOptions, Table, Ticket, Waiting,
+    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, IndexRefusal,
+    RejectReason, Rejection, StorageError, Store, StoreConfig, Table, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -108,6 +106,49 @@ impl<T> Pending<T> {
     }
 }
 
+/// Whether a point read or a commit may wait for its partition (held by another commit or a
+/// scan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// It may (on the blocking pool).
+    Allowed,
+    /// It may not (on a runtime worker): it gives its input back instead.
+    NotAllowed,
+}
+
+/// What a call did: its result, or, not allowed to wait, its input given back untouched.
+#[derive(Debug)]
+pub enum Attempt<T, I> {
+    /// The call ran.
+    Done(T),
+    /// The call would have waited; nothing was read or written.
+    WouldWait(I),
+}
+
+impl<T, I> Attempt<T, I> {
+    /// The result of a call that was allowed to wait, and so always ran.
+    ///
+    /// # Panics
+    /// If the call gave its input back, which only a call not allowed to wait does.
+    pub fn ran(self) -> T {
+        match self {
+            Attempt::Done(value) => value,
+            Attempt::WouldWait(_) => panic!("a call allowed to wait gave its input back"),
+        }
+    }
+
+    /// The input given back mapped, the result kept.
+    pub fn map_input<J>(self, f: impl FnOnce(I) -> J) -> Attempt<T, J> {
+        match self {
+            Attempt::Done(value) => Attempt::Done(value),
+            Attempt::WouldWait(input) => Attempt::WouldWait(f(input)),
+        }
+    }
+}
+
+/// A commit's stored entities once durable, or its operations given back.
+pub type CommitAttempt = Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>;
+
 /// The table service's semantics.
 #[derive(Debug)]
 pub struct Engine {
@@ -117,10 +158,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens the sled store in `data_dir`.
-    pub fn open(data_dir: &Path, options: StoreOptions) -> Result<Engine, TableError> {
-        let store = SledStore::open(data_dir, options)?;
-        Ok(Engine::over(Arc::new(store)))
+    /// Opens the store `config` names.
+    pub fn open(config: &StoreConfig) -> Result<Engine, TableError> {
+        Ok(Engine::over(storage::open(config)?))
     }
 
     /// The engine over `store`.
@@ -317,7 +357,6 @@ impl Engine {
 
     /// Applies a transaction: all operations or none. Errors name the failing operation's index.
     /// Not allowed to wait, it gives the operations back rather than wait for the partition.
-    #[allow(clippy::type_complexity)]
     pub fn transact(
         &self,
         table: &str,
@@ -325,7 +364,7 @@ impl Engine {
         operations: Vec<Operation>,
         request_bytes: usize,
         waiting: Waiting,
-    ) -> Result<Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>, TableError> {
+    ) -> Result<CommitAttempt, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
         self.commit(table, partition_key, operations, true, waiting)
             .map_err(|error| match error {
@@ -334,7 +373,6 @@ impl Engine {
             })
     }
 
-    #[allow(clippy::type_complexity)]
     fn commit(
         &self,
         table_name: &str,
@@ -342,11 +380,14 @@ impl Engine {
         operations: Vec<Operation>,
         in_transaction: bool,
         waiting: Waiting,
-    ) -> Result<Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>, TableError> {
+    ) -> Result<CommitAttempt, TableError> {
         let table = self.table(table_name)?;
-        let committed = match table.commit(partition_key, operations, waiting)? {
-            Attempt::Done(committed) => committed,
-            Attempt::WouldWait(operations) => return Ok(Attempt::WouldWait(operations)),
+        let committed = match waiting {
+            Waiting::Allowed => table.commit(partition_key, operations)?,
+            Waiting::NotAllowed => match table.try_commit(partition_key, operations)? {
+                Ok(committed) => committed,
+                Err(operations) => return Ok(Attempt::WouldWait(operations)),
+            },
         };
         match committed {
             Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
@@ -380,20 +421,24 @@ impl Engine {
     {
         query::validate_selection(select)?;
         let table = self.table(table)?;
-        let mut read = Some(read);
-        let attempt = read_entity(
-            table.as_ref(),
-            key,
-            |entity| (read.take().expect("read once"))(&entity.selecting(select)),
-            waiting,
-        )?;
-        match attempt {
-            Attempt::Done(Some(value)) => Ok(Attempt::Done(value)),
-            Attempt::Done(None) => Err(TableError::EntityNotFound {
+        let (mut read, mut value) = (Some(read), None);
+        let mut visit = |entity: EntityView<'_>| {
+            if let Some(read) = read.take() {
+                value = Some(read(&entity.selecting(select))?);
+            }
+            Ok(())
+        };
+        let found = match waiting {
+            Waiting::Allowed => Some(table.get(key, &mut visit)?),
+            Waiting::NotAllowed => table.try_get(key, &mut visit)?,
+        };
+        match (found, value) {
+            (Some(true), Some(value)) => Ok(Attempt::Done(value)),
+            (None, _) => Ok(Attempt::WouldWait(read.expect("not read"))),
+            _ => Err(TableError::EntityNotFound {
                 partition_key: key.partition_key.clone(),
                 row_key: key.row_key.clone(),
             }),
-            Attempt::WouldWait(_) => Ok(Attempt::WouldWait(read.expect("not read"))),
         }
     }
 

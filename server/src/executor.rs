@@ -20,9 +20,9 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use crate::engine::{Engine, Pending};
+use crate::engine::{Attempt, Engine, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
-use crate::storage::{Attempt, Ticket, Waiting};
+use crate::storage::Ticket;
 
 /// Why storage work gave no value.
 #[derive(Debug, thiserror::Error)]
@@ -151,12 +151,12 @@ fn finish<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, WorkError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::StoreOptions;
+    use crate::storage::StoreConfig;
 
     #[tokio::test]
     async fn a_panic_in_any_mode_is_an_internal_error_and_the_service_goes_on() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
+        let engine = Arc::new(Engine::open(&StoreConfig::embedded(dir.path())).unwrap());
         let executor = Executor::new(engine, 8);
         let failed = executor
             .blocking(|_| -> Result<(), TableError> { panic!("a bug in a handler") })
@@ -180,7 +180,7 @@ mod tests {
     #[tokio::test]
     async fn short_work_that_would_wait_is_handed_to_the_blocking_pool() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(dir.path(), StoreOptions::default()).unwrap());
+        let engine = Arc::new(Engine::open(&StoreConfig::embedded(dir.path())).unwrap());
         let executor = Executor::new(engine, 8);
         let modes = std::sync::Mutex::new(Vec::new());
         let modes = Arc::new(modes);

@@ -53,21 +53,8 @@ pub async fn serve(
         tracing::warn!(%addr, "OPEN MODE: no key file, every request has full access; fine for local development only");
     }
     let engine = {
-        let config = config.clone();
-        tokio::task::spawn_blocking(move || match &config.database {
-            Some(database) => {
-                let options = storage::PostgresOptions {
-                    ca_pem: database.ca_pem.clone(),
-                    pool_size: database.pool_size,
-                    purge_deleted_tables: config.store.reclaim_deleted_tables,
-                };
-                let store = storage::PostgresStore::open(&database.url, options)
-                    .map_err(error::TableError::from)?;
-                Ok(Engine::over(Arc::new(store)))
-            }
-            None => Engine::open(&config.data_dir, config.store),
-        })
-        .await??
+        let store = config.store.clone();
+        tokio::task::spawn_blocking(move || Engine::open(&store)).await??
     };
     let engine = Arc::new(engine);
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
@@ -80,10 +67,7 @@ pub async fn serve(
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
-    let store = match &config.database {
-        Some(database) => format!("postgres {}", database.redacted_url()),
-        None => format!("sled {}", config.data_dir.display()),
-    };
+    let store = config.store.describe();
     tracing::info!(%addr, %store, tls = config.tls.is_some(), "serving");
     let (shutdown, grace_over) = shutdown::with_grace(shutdown, config.shutdown_grace);
     let serving = routes::transport(&config)?

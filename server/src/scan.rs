@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::error::TableError;
 use crate::model::{Index, IndexRange, IndexState, KeyRange, Ticks, ValidationError, ValueRef};
 use crate::query::{
-    index_range, plan, ContinuationToken, Expr, PlanKind, QuerySpec, Record, ResumeAt, ScanPlan,
-    TokenSeal,
+    index_range, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec, Record,
+    ResumeAt, ScanPlan, TokenSeal,
 };
 use crate::storage::{EntityView, StorageError, Table, Visit};
 
@@ -71,14 +71,31 @@ impl Record for FilterView<'_, '_> {
 pub(crate) struct Scan {
     table: Arc<dyn Table>,
     pub(crate) spec: QuerySpec,
-    pub(crate) plan: ScanPlan,
-    /// The planned ranges still to read.
-    ranges: Vec<KeyRange>,
-    /// For a query of an index: the index, and the range of it still to read (then `ranges` is
-    /// not read).
-    index: Option<(Index, IndexRange)>,
+    /// The query's filter (with the caller's scope), if any.
+    filter: Option<Expr>,
+    /// What is still to read.
+    source: Source,
     /// Seals the tokens the scan issues.
     seal: TokenSeal,
+}
+
+/// What a scan reads, and what of it is still to read.
+#[derive(Debug)]
+enum Source {
+    /// Key ranges (ascending and disjoint), as planned from the query's keys and filter.
+    Keys {
+        /// The ranges still to read.
+        ranges: Vec<KeyRange>,
+        /// How they were planned (for query stats).
+        kind: PlanKind,
+    },
+    /// A declared index, in its order.
+    Index {
+        /// The index.
+        index: Index,
+        /// The range of it still to read.
+        range: IndexRange,
+    },
 }
 
 /// What one chunk read.
@@ -95,43 +112,41 @@ impl Scan {
     /// whose seal `seal` checks.
     pub(crate) fn prepare(
         table: Arc<dyn Table>,
-        spec: QuerySpec,
+        query: CheckedQuery,
         continuation: &str,
         seal: &TokenSeal,
     ) -> Result<Scan, TableError> {
-        let index = match spec.index.as_str() {
-            "" => None,
+        let CheckedQuery { spec, filter } = query;
+        let source = match spec.index.as_str() {
+            "" => {
+                let ScanPlan { ranges, kind } = plan(filter.as_ref(), &spec.key_range());
+                Source::Keys { ranges, kind }
+            }
             name => {
                 let index = ready_index(table.as_ref(), name)?;
                 let range = index_range(
                     &index.definition,
-                    spec.filter_expr.as_ref(),
+                    filter.as_ref(),
                     spec.partition_key.as_deref(),
                 );
-                Some((index, range))
+                Source::Index { index, range }
             }
         };
-        let plan = match &index {
-            None => plan(spec.filter_expr.as_ref(), &spec.key_range()),
-            Some(_) => ScanPlan {
-                ranges: Vec::new(),
-                kind: PlanKind::Index,
-            },
-        };
         let mut scan = Scan {
-            ranges: plan.ranges.clone(),
-            index,
             table,
             spec,
-            plan,
+            filter,
+            source,
             seal: seal.clone(),
         };
         if !continuation.is_empty() {
             let token =
                 ContinuationToken::decode(continuation, seal, scan.table.id(), scan.spec.shape())?;
-            let inside = match (&token.resume_at, &scan.index) {
-                (ResumeAt::Key(key), None) => scan.ranges.iter().any(|r| r.contains(key)),
-                (ResumeAt::Sort(sort_key), Some((_, range))) => range.contains(sort_key),
+            let inside = match (&token.resume_at, &scan.source) {
+                (ResumeAt::Key(key), Source::Keys { ranges, .. }) => {
+                    ranges.iter().any(|r| r.contains(key))
+                }
+                (ResumeAt::Sort(sort_key), Source::Index { range, .. }) => range.contains(sort_key),
                 _ => false,
             };
             if !inside {
@@ -147,29 +162,28 @@ impl Scan {
 
     /// The plan's name for query stats: `index:<name>` for an index query.
     pub(crate) fn plan_name(&self) -> String {
-        match &self.index {
-            Some((index, _)) => format!("index:{}", index.definition.name),
-            None => self.plan.kind.as_str().to_owned(),
+        match &self.source {
+            Source::Index { index, .. } => format!("index:{}", index.definition.name),
+            Source::Keys { kind, .. } => kind.as_str().to_owned(),
         }
     }
 
     /// Moves the scan to `position` (inclusive, in the scan's direction).
     pub(crate) fn resume_at(&mut self, position: ResumeAt) {
         let reverse = self.spec.reverse;
-        match position {
-            ResumeAt::Key(position) => {
-                self.ranges = self
-                    .ranges
+        match (position, &mut self.source) {
+            (ResumeAt::Key(position), Source::Keys { ranges, .. }) => {
+                *ranges = ranges
                     .iter()
                     .map(|r| r.from(&position, reverse))
                     .filter(|r| !r.is_empty())
                     .collect();
             }
-            ResumeAt::Sort(sort_key) => {
-                if let Some((_, range)) = &mut self.index {
-                    *range = range.from(&sort_key, reverse);
-                }
+            (ResumeAt::Sort(sort_key), Source::Index { range, .. }) => {
+                *range = range.from(&sort_key, reverse);
             }
+            // A position of the other kind than the scan's source is refused by `prepare`.
+            _ => {}
         }
     }
 
@@ -203,7 +217,7 @@ impl Scan {
         let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
         let (mut partition, mut examined_in_partition) = (String::new(), 0usize);
         let limit = self.spec.page_size as usize;
-        let filter = self.spec.filter_expr.as_ref();
+        let filter = self.filter.as_ref();
         // An index query's range may span partitions the request's partition_key excludes.
         let partition_only = self.spec.partition_key.as_deref();
         let mut visitor = |entity: &EntityView<'_>| {
@@ -240,14 +254,14 @@ impl Scan {
             bytes += on_match(&entity.selecting(&self.spec.select))?;
             Ok(Visit::Next)
         };
-        let resume_at = match &self.index {
-            Some((index, range)) => self
+        let resume_at = match &self.source {
+            Source::Index { index, range } => self
                 .table
                 .visit_index(index, range, self.spec.reverse, &mut visitor)?
                 .map(ResumeAt::Sort),
-            None => self
+            Source::Keys { ranges, .. } => self
                 .table
-                .visit(&self.ranges, self.spec.reverse, &mut visitor)?
+                .visit(ranges, self.spec.reverse, &mut visitor)?
                 .map(ResumeAt::Key),
         };
         if timed_out {

@@ -6,16 +6,16 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::fill;
+use trestle_server::engine::Waiting;
 use trestle_server::error::{ErrorCode, TableError};
 use trestle_server::model::EntityKey;
-use trestle_server::storage::{StoreOptions, Waiting};
+use trestle_server::storage::StoreConfig;
 use trestle_server::Engine;
 
-fn options(reclaim: bool) -> StoreOptions {
-    StoreOptions {
-        reclaim_deleted_tables: reclaim,
-        ..StoreOptions::default()
-    }
+fn store(dir: &std::path::Path, reclaim: bool) -> StoreConfig {
+    let mut store = StoreConfig::embedded(dir);
+    store.set_reclaim_deleted_tables(reclaim);
+    store
 }
 
 fn code(result: Result<impl std::fmt::Debug, TableError>) -> ErrorCode {
@@ -25,7 +25,7 @@ fn code(result: Result<impl std::fmt::Debug, TableError>) -> ErrorCode {
 #[test]
 fn recreating_a_table_while_it_is_reclaimed_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), options(false)).unwrap();
+    let engine = Engine::open(&store(dir.path(), false)).unwrap();
     engine.create_table("Events").unwrap();
     fill(&engine, "Events", 1_000);
     engine.delete_table("events").unwrap();
@@ -58,7 +58,7 @@ fn recreating_a_table_while_it_is_reclaimed_is_refused() {
 fn a_reclamation_cut_short_by_a_crash_finishes_at_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let engine = Engine::open(dir.path(), options(false)).unwrap();
+        let engine = Engine::open(&store(dir.path(), false)).unwrap();
         engine.create_table("Events").unwrap();
         engine.create_table("Kept").unwrap();
         fill(&engine, "Events", 2_000);
@@ -66,7 +66,7 @@ fn a_reclamation_cut_short_by_a_crash_finishes_at_the_next_start() {
         engine.delete_table("Events").unwrap();
         // Dropped here without reclaiming: as if the process died mid-reclamation.
     }
-    let engine = Engine::open(dir.path(), options(true)).unwrap();
+    let engine = Engine::open(&store(dir.path(), true)).unwrap();
     let names: Vec<_> = engine
         .list_tables("", 0, "")
         .unwrap()

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use support::Client;
 use tokio::sync::oneshot;
 use trestle_proto::pb;
+use trestle_server::engine::Waiting;
 use trestle_server::model::EntityKey;
-use trestle_server::storage::{StoreOptions, Waiting};
+use trestle_server::storage::StoreConfig;
 use trestle_server::Engine;
 
 const TABLE: &str = "Embedded";
@@ -62,7 +63,7 @@ async fn serve_closes_the_connections_still_open_after_its_grace_period_and_free
     // moments of the last handle), with the rows written before the shutdown.
     let opened_by = Instant::now() + Duration::from_secs(5);
     let engine = loop {
-        match Engine::open(data_dir.path(), StoreOptions::default()) {
+        match Engine::open(&StoreConfig::embedded(data_dir.path())) {
             Ok(engine) => break engine,
             Err(error) if Instant::now() < opened_by => {
                 let _ = error;

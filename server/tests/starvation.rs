@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::{fill_sized, ServerProcess};
 use tokio_stream::StreamExt;
 use trestle_proto::pb;
-use trestle_server::storage::StoreOptions;
+use trestle_server::storage::StoreConfig;
 use trestle_server::Engine;
 
 const TABLE: &str = "Wide";
@@ -52,7 +52,7 @@ fn whole_table() -> pb::QueryEntitiesRequest {
 async fn two_hundred_unread_streams_of_a_large_table_starve_nothing_and_stay_in_budget() {
     let data_dir = tempfile::tempdir().unwrap();
     {
-        let engine = Engine::open(data_dir.path(), StoreOptions::default()).unwrap();
+        let engine = Engine::open(&StoreConfig::embedded(data_dir.path())).unwrap();
         engine.create_table(TABLE).unwrap();
         fill_sized(&engine, TABLE, 200_000, 200);
         engine.flush().unwrap();

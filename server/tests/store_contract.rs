@@ -18,7 +18,7 @@ use trestle_server::model::{
 };
 use trestle_server::storage::{
     read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
-    StorageError, Store, StoreOptions, Table, Visit, Waiting,
+    StorageError, Store, StoreOptions, Table, Visit,
 };
 
 /// splitmix64: a small deterministic generator, so a failing seed can be replayed.
@@ -179,10 +179,7 @@ fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
             }
         }
     }
-    let outcome = table
-        .commit(partition_key, operations, Waiting::Allowed)
-        .unwrap()
-        .ran();
+    let outcome = table.commit(partition_key, operations).unwrap();
     match (outcome, refused_at) {
         (Err(rejection), Some(index)) => {
             assert_eq!(rejection.index, index, "the refused operation");
@@ -223,9 +220,7 @@ fn point_reads(table: &dyn Table, model: &Model) {
                     .collect::<Result<_, _>>()?;
                 Ok((view.timestamp, properties))
             };
-            let read = read_entity(table, &key(partition_key, row_key), read, Waiting::Allowed)
-                .unwrap()
-                .ran();
+            let read = read_entity(table, &key(partition_key, row_key), read).unwrap();
             let expected = model
                 .get(&(partition_key.to_string(), row_key.to_string()))
                 .map(|e| (e.timestamp, e.properties.clone()));
@@ -325,9 +320,9 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
                 assert!(store.delete_table(&name).unwrap());
                 assert!(store.table(&name).unwrap().is_none());
                 let insert = vec![Operation::Insert(new_entity(&mut rng, "a", "r"))];
-                let gone = table.commit("a", insert, Waiting::Allowed);
+                let gone = table.commit("a", insert);
                 assert!(matches!(
-                    gone.unwrap().ran(),
+                    gone.unwrap(),
                     Err(rejection) if rejection.reason == RejectReason::TableGone
                 ));
                 assert_eq!(
@@ -403,11 +398,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
                 Operation::Insert(NewEntity::new(key("p", &row_key), Properties::new()).unwrap())
             })
             .collect();
-        table
-            .commit("p", inserts, Waiting::Allowed)
-            .unwrap()
-            .ran()
-            .unwrap();
+        table.commit("p", inserts).unwrap().unwrap();
     }
     assert!(not_purging.delete_table(&name).unwrap());
     assert_eq!(
@@ -436,13 +427,8 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
         .unwrap();
     assert_eq!(seen, 0, "the new table starts empty");
     // A handle on the purged table reads nothing (its catalog row is gone too).
-    let read = read_entity(
-        old_table.as_ref(),
-        &key("p", "0000-000"),
-        |_| Ok(()),
-        Waiting::Allowed,
-    );
-    assert!(read.unwrap().ran().is_none());
+    let read = read_entity(old_table.as_ref(), &key("p", "0000-000"), |_| Ok(()));
+    assert!(read.unwrap().is_none());
 }
 
 #[test]
@@ -581,11 +567,7 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
                 Operation::Insert(NewEntity::new(key, properties).unwrap())
             })
             .collect();
-        table
-            .commit("p", inserts, Waiting::Allowed)
-            .unwrap()
-            .ran()
-            .unwrap();
+        table.commit("p", inserts).unwrap().unwrap();
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let entries = |admin: &mut postgres::Client| -> i64 {

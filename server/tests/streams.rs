@@ -8,7 +8,7 @@ use std::cell::Cell;
 use support::fill;
 use trestle_server::engine::MatchSink;
 use trestle_server::query::QuerySpec;
-use trestle_server::storage::{EntityView, StorageError, StoreOptions};
+use trestle_server::storage::{EntityView, StorageError, StoreConfig};
 use trestle_server::Engine;
 
 /// A reader that counts how often the scan asks whether it is still there.
@@ -33,7 +33,7 @@ impl MatchSink for Reader {
 /// examines at most 10,000 entities of one partition, so the whole scan takes three chunks.
 fn asks_when(waiting: bool) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), StoreOptions::default()).unwrap();
+    let engine = Engine::open(&StoreConfig::embedded(dir.path())).unwrap();
     engine.create_table("Events").unwrap();
     fill(&engine, "Events", 25_000);
     let spec = QuerySpec {

@@ -9,7 +9,7 @@ use support::fill;
 use trestle_server::engine::MatchSink;
 use trestle_server::error::ErrorCode;
 use trestle_server::query::QuerySpec;
-use trestle_server::storage::{EntityView, StorageError, StoreOptions};
+use trestle_server::storage::{EntityView, StorageError, StoreConfig};
 use trestle_server::Engine;
 
 /// Counts the matches of a page.
@@ -39,12 +39,12 @@ fn page(engine: &Engine, continuation: &str) -> Result<(usize, Option<String>), 
 fn a_token_resumes_after_a_restart_and_a_changed_or_foreign_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let token = {
-        let engine = Engine::open(dir.path(), StoreOptions::default()).unwrap();
+        let engine = Engine::open(&StoreConfig::embedded(dir.path())).unwrap();
         engine.create_table("Events").unwrap();
         fill(&engine, "Events", 25);
         page(&engine, "").unwrap().1.expect("a continuation")
     };
-    let engine = Engine::open(dir.path(), StoreOptions::default()).unwrap();
+    let engine = Engine::open(&StoreConfig::embedded(dir.path())).unwrap();
     assert_eq!(page(&engine, &token).unwrap().0, 10);
 
     let bytes = URL_SAFE_NO_PAD.decode(&token).unwrap();
@@ -60,7 +60,7 @@ fn a_token_resumes_after_a_restart_and_a_changed_or_foreign_token_is_refused() {
     }
 
     let other_dir = tempfile::tempdir().unwrap();
-    let other = Engine::open(other_dir.path(), StoreOptions::default()).unwrap();
+    let other = Engine::open(&StoreConfig::embedded(other_dir.path())).unwrap();
     other.create_table("Events").unwrap();
     fill(&other, "Events", 25);
     assert_eq!(page(&other, &token), Err(ErrorCode::InvalidInput));

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 use trestle_proto::pb;
+use trestle_server::storage::StoreConfig;
 
 /// The generated gRPC client: these tests speak the wire contract directly.
 pub type RawClient = pb::table_service_client::TableServiceClient<
@@ -60,11 +61,9 @@ impl TestServer {
             .expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, stop) = oneshot::channel::<()>();
-        let mut config = trestle_server::Config::new(data_dir.path());
-        config.database = database.map(|url| trestle_server::config::DatabaseStore {
-            url,
-            pool_size: trestle_server::config::DEFAULT_STORE_POOL_SIZE,
-            ca_pem: None,
+        let mut config = trestle_server::Config::over(match database {
+            Some(url) => StoreConfig::postgres(url),
+            None => StoreConfig::embedded(data_dir.path()),
         });
         configure(&mut config);
         tokio::spawn(async move {

@@ -8,10 +8,10 @@ use tonic::Status;
 use super::status;
 use super::stream::{ChunkFuture, STREAM_BATCH_BYTES};
 use super::wire::EntityEncoder;
+use crate::engine::{Attempt, Waiting};
 use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
 use crate::error::TableError;
 use crate::executor::{self, WorkError};
-use crate::storage::{Attempt, Waiting};
 
 /// Runs storage work for the service.
 #[derive(Debug, Clone)]

@@ -164,54 +164,6 @@ impl Index {
     }
 }
 
-/// One entity a commit writes, as the indexes see it.
-#[derive(Debug)]
-pub struct IndexedWrite {
-    /// The commit's operation that writes it (0-based).
-    pub operation: usize,
-    /// Its RowKey (the PartitionKey is the commit's).
-    pub row_key: String,
-    /// Its properties before the commit (`None`: no entity).
-    pub before: Option<Properties>,
-    /// Its properties after the commit (`None`: deleted).
-    pub after: Option<Properties>,
-}
-
-/// What a commit changes in a table's indexes: the entries to remove and those to add, each with
-/// the operation that adds it. An entry that stays the same is in neither; a unique entry that one
-/// entity of the commit gives up and another takes is in both (remove, then add).
-#[derive(Debug, Default)]
-pub struct EntryChanges {
-    /// Entries to remove.
-    pub removed: Vec<IndexEntry>,
-    /// Entries to add (or to point at another entity), with the operation adding each.
-    pub added: Vec<(usize, IndexEntry)>,
-}
-
-impl EntryChanges {
-    /// The changes of `writes` to entities of partition `partition_key` in every kept index of
-    /// `indexes`.
-    pub fn of(indexes: &[Index], partition_key: &str, writes: &[IndexedWrite]) -> EntryChanges {
-        let mut changes = EntryChanges::default();
-        for write in writes {
-            for index in indexes.iter().filter(|index| index.is_kept()) {
-                let entry = |properties: &Option<Properties>| {
-                    properties
-                        .as_ref()
-                        .and_then(|p| index.entry(partition_key, &write.row_key, p))
-                };
-                let (old, new) = (entry(&write.before), entry(&write.after));
-                if old == new {
-                    continue;
-                }
-                changes.removed.extend(old);
-                changes.added.extend(new.map(|new| (write.operation, new)));
-            }
-        }
-        changes
-    }
-}
-
 /// A range of sort keys of one index: `start` inclusive, `end` exclusive (`None`: to the end).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexRange {

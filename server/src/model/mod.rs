@@ -20,14 +20,13 @@ pub use entity::{
 pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, IfMatch};
 pub use index::{
-    put_escaped, put_value, successor_of_prefix, type_tag, EntryChanges, Index, IndexDefinition,
-    IndexEntry, IndexRange, IndexScope, IndexState, IndexedWrite, MAX_INDEXES_PER_TABLE,
-    MAX_INDEX_PROPERTIES,
+    put_escaped, put_value, successor_of_prefix, type_tag, Index, IndexDefinition, IndexEntry,
+    IndexRange, IndexScope, IndexState, MAX_INDEXES_PER_TABLE, MAX_INDEX_PROPERTIES,
 };
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
-pub use plan::{plan_commit, CommitPlan, PlanRefusal, PlannedChange};
+pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};

@@ -157,30 +157,8 @@ impl Operation {
                 },
                 old,
             ) => {
-                let (properties, previous) = match old {
-                    Some(old) => (old.properties, Some(old.timestamp)),
-                    None => (Properties::new(), None),
-                };
-                let (key, properties) = match condition {
-                    Some(condition) => {
-                        // The entity as it stands: an empty one, with no timestamp yet, for an
-                        // upsert that finds none.
-                        let current = StoredEntity {
-                            key,
-                            properties,
-                            timestamp: previous.unwrap_or(Ticks::MIN),
-                        };
-                        if !condition.holds(&current) {
-                            return Err(Refusal::PatchConditionFalse {
-                                condition: condition.text().to_owned(),
-                            });
-                        }
-                        (current.key, current.properties)
-                    }
-                    None => (key, properties),
-                };
-                let patched = patch::apply(&steps, properties).map_err(Refusal::Invalid)?;
-                validate_shape(&key, &patched).map_err(Refusal::Invalid)?;
+                let previous = old.as_ref().map(|old| old.timestamp);
+                let (key, patched) = apply_patch(key, &steps, condition, old)?;
                 Ok(put(key, patched, previous))
             }
             (Operation::Insert(_), Some(_)) => Err(Refusal::AlreadyExists),
@@ -231,6 +209,35 @@ impl Operation {
             (Operation::Check { .. }, _) => Ok(Effect::Nothing),
         }
     }
+}
+
+/// A patch's `steps` applied to the entity `old` (an empty one if none) if its `condition` holds:
+/// the entity's key and its properties after.
+fn apply_patch(
+    key: EntityKey,
+    steps: &[PatchStep],
+    condition: Option<PatchCondition>,
+    old: Option<StoredEntity>,
+) -> Result<(EntityKey, Properties), Refusal> {
+    // The entity as it stands: an empty one, with no timestamp yet, for an upsert that finds none.
+    let current = match old {
+        Some(old) => StoredEntity { key, ..old },
+        None => StoredEntity {
+            key,
+            properties: Properties::new(),
+            timestamp: Ticks::MIN,
+        },
+    };
+    if let Some(condition) = condition {
+        if !condition.holds(&current) {
+            return Err(Refusal::PatchConditionFalse {
+                condition: condition.text().to_owned(),
+            });
+        }
+    }
+    let patched = patch::apply(steps, current.properties).map_err(Refusal::Invalid)?;
+    validate_shape(&current.key, &patched).map_err(Refusal::Invalid)?;
+    Ok((current.key, patched))
 }
 
 #[cfg(test)]

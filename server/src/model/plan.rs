@@ -1,10 +1,11 @@
 //! The commit planner: what a commit of operations does, decided once for every store. From the
-//! operations, the rows as they stand and the commit's timestamp, it yields each operation's
-//! result, the rows to write and to remove, and what the declared indexes must follow, or the
-//! first operation that cannot apply and why. Stores keep what is theirs: locking, reading the
-//! rows, writing the plan atomically, and their fast paths.
+//! operations, the rows as they stand, the table's indexes and the commit's timestamp, it yields
+//! each operation's result, the rows to write and to remove, and the index entries to add and to
+//! remove, or the first operation that cannot apply and why. Stores keep what is theirs: locking,
+//! reading the rows, checking a unique entry against other partitions, writing the plan
+//! atomically, and their fast paths.
 
-use super::{Effect, IndexedWrite, Operation, Refusal, StoredEntity, Ticks};
+use super::{Effect, EntityKey, Index, IndexEntry, Operation, Refusal, StoredEntity, Ticks};
 
 /// A commit, decided.
 #[derive(Debug, Default)]
@@ -13,8 +14,11 @@ pub struct CommitPlan {
     pub results: Vec<Option<StoredEntity>>,
     /// The rows the commit changes, in operation order (a check changes none).
     pub changes: Vec<PlannedChange>,
-    /// The before and after of every changed row, for the declared indexes (empty unless asked).
-    pub indexed_writes: Vec<IndexedWrite>,
+    /// Index entries the commit removes. An entry that stays the same is neither removed nor
+    /// added; a unique entry one entity of the commit gives up and another takes is both.
+    pub removed_entries: Vec<IndexEntry>,
+    /// Index entries the commit adds (or points at another entity).
+    pub added_entries: Vec<AddedEntry>,
 }
 
 /// One row a commit changes.
@@ -28,6 +32,33 @@ pub struct PlannedChange {
     pub writes: bool,
 }
 
+/// An index entry a commit adds, and the operation whose entity it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedEntry {
+    /// The entry.
+    pub entry: IndexEntry,
+    /// The operation (0-based).
+    pub operation: usize,
+    /// The entity's row, in the commit's partition.
+    pub row_key: String,
+    /// The index's name, for a refusal.
+    pub index_name: String,
+}
+
+impl AddedEntry {
+    /// The refusal of this entry's operation: its unique index holds the value for `holder`.
+    pub fn taken_by(&self, holder: EntityKey) -> PlanRefusal {
+        PlanRefusal {
+            index: self.operation,
+            row_key: self.row_key.clone(),
+            refusal: Refusal::IndexValueTaken {
+                index: self.index_name.clone(),
+                holder,
+            },
+        }
+    }
+}
+
 /// The operation of a commit that cannot apply, and why: nothing of the commit happens.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanRefusal {
@@ -39,28 +70,33 @@ pub struct PlanRefusal {
     pub refusal: Refusal,
 }
 
-/// Plans a commit of `operations`, each on the row `current` holds at its position (as read by
-/// the store, with its properties if the operation or an index needs them), stamped `now` (or one
-/// tick past an entity's previous timestamp). With `indexed`, the plan lists every changed row's
-/// properties before and after.
+/// Plans a commit of `operations` on partition `partition_key`, each on the row `current` holds
+/// at its position (as read by the store, with its properties if the operation or an index needs
+/// them), stamped `now` (or one tick past an entity's previous timestamp), keeping every kept
+/// index of `indexes`. Refuses the first operation that cannot apply, then the first that adds a
+/// unique entry an earlier operation of the commit adds too.
 pub fn plan_commit(
+    partition_key: &str,
     operations: Vec<Operation>,
     current: Vec<Option<StoredEntity>>,
     now: Ticks,
-    indexed: bool,
+    indexes: &[Index],
 ) -> Result<CommitPlan, PlanRefusal> {
     debug_assert_eq!(operations.len(), current.len());
+    let kept: Vec<&Index> = indexes.iter().filter(|index| index.is_kept()).collect();
     let mut plan = CommitPlan {
         results: Vec::with_capacity(operations.len()),
         changes: Vec::with_capacity(operations.len()),
-        indexed_writes: Vec::new(),
+        ..CommitPlan::default()
     };
     for (index, (operation, current)) in operations.into_iter().zip(current).enumerate() {
         let row_key = operation.row_key().to_owned();
-        let before = match indexed {
-            true => current.as_ref().map(|entity| entity.properties.clone()),
-            false => None,
+        let entries_of = |entity: Option<&StoredEntity>| -> Vec<Option<IndexEntry>> {
+            kept.iter()
+                .map(|kept| entity.and_then(|e| kept.entry(partition_key, &row_key, &e.properties)))
+                .collect()
         };
+        let before = entries_of(current.as_ref());
         let (result, writes) = match operation.resolve(current, now) {
             Err(refusal) => {
                 return Err(PlanRefusal {
@@ -76,13 +112,18 @@ pub fn plan_commit(
                 continue;
             }
         };
-        if indexed {
-            plan.indexed_writes.push(IndexedWrite {
+        let after = entries_of(result.as_ref());
+        for ((old, new), kept) in before.into_iter().zip(after).zip(&kept) {
+            if old == new {
+                continue;
+            }
+            plan.removed_entries.extend(old);
+            plan.added_entries.extend(new.map(|entry| AddedEntry {
+                entry,
                 operation: index,
                 row_key: row_key.clone(),
-                before,
-                after: result.as_ref().map(|entity| entity.properties.clone()),
-            });
+                index_name: kept.definition.name.clone(),
+            }));
         }
         plan.results.push(result);
         plan.changes.push(PlannedChange {
@@ -91,15 +132,32 @@ pub fn plan_commit(
             writes,
         });
     }
-    Ok(plan)
+    match clash_within_commit(partition_key, &plan.added_entries) {
+        Some(refusal) => Err(refusal),
+        None => Ok(plan),
+    }
+}
+
+/// The refusal of the first entry that adds a unique value an earlier entry of the same commit
+/// adds too (two of its entities with the same unique values).
+fn clash_within_commit(partition_key: &str, added: &[AddedEntry]) -> Option<PlanRefusal> {
+    added.iter().enumerate().find_map(|(at, entry)| {
+        let earlier = added[..at]
+            .iter()
+            .find(|other| other.entry.unique && other.entry == entry.entry)?;
+        Some(entry.taken_by(EntityKey {
+            partition_key: partition_key.to_owned(),
+            row_key: earlier.row_key.clone(),
+        }))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{
-        CheckCondition, EntityKey, IfMatch, NewEntity, Properties, UpsertMode, ValidationError,
-        Value,
+        CheckCondition, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState, NewEntity,
+        Properties, UpsertMode, ValidationError, Value,
     };
 
     fn key(row: &str) -> EntityKey {
@@ -144,7 +202,7 @@ mod tests {
             Some(stored("e", 0, 5)),
             None,
         ];
-        let plan = plan_commit(operations, current, Ticks(100), true).unwrap();
+        let plan = plan_commit("p", operations, current, Ticks(100), &[by_n(false)]).unwrap();
         let changes: Vec<_> = plan
             .changes
             .iter()
@@ -163,17 +221,138 @@ mod tests {
         assert_eq!(plan.results.len(), 6);
         assert!(plan.results[4].is_none() && plan.results[5].is_none());
         assert_eq!(plan.results[0].as_ref().unwrap().timestamp, Ticks(100));
-        assert_eq!(plan.indexed_writes.len(), 5);
-        assert!(plan.indexed_writes[4].after.is_none());
-        assert!(plan.indexed_writes[1].before.is_some());
+        // N changes from 0 on b, c and e (removed), is new on a and d: the index follows.
+        let added: Vec<_> = plan
+            .added_entries
+            .iter()
+            .map(|a| a.row_key.as_str())
+            .collect();
+        assert_eq!(added, ["a", "b", "c", "d"]);
+        assert_eq!(plan.removed_entries.len(), 3);
         let unindexed = plan_commit(
+            "p",
             vec![Operation::Insert(entity("a", 1))],
             vec![None],
             Ticks(1),
-            false,
+            &[],
         )
         .unwrap();
-        assert!(unindexed.indexed_writes.is_empty());
+        assert!(unindexed.added_entries.is_empty() && unindexed.removed_entries.is_empty());
+    }
+
+    /// An index `ByN` over property `N`.
+    fn by_n(unique: bool) -> Index {
+        let definition =
+            IndexDefinition::new("ByN".into(), vec!["N".into()], IndexScope::Table, unique)
+                .unwrap();
+        Index {
+            id: 7,
+            definition,
+            state: IndexState::Ready,
+        }
+    }
+
+    #[test]
+    fn an_entry_that_stays_the_same_is_neither_removed_nor_added() {
+        let plan = plan_commit(
+            "p",
+            vec![Operation::Merge(entity("a", 1), IfMatch::Any)],
+            vec![Some(stored("a", 1, 5))],
+            Ticks(100),
+            &[by_n(true)],
+        )
+        .unwrap();
+        assert!(plan.added_entries.is_empty() && plan.removed_entries.is_empty());
+        let failed = Index {
+            state: IndexState::Failed("a conflict".into()),
+            ..by_n(true)
+        };
+        let plan = plan_commit(
+            "p",
+            vec![Operation::Insert(entity("b", 2))],
+            vec![None],
+            Ticks(100),
+            &[failed],
+        )
+        .unwrap();
+        assert!(plan.added_entries.is_empty(), "a failed index is not kept");
+    }
+
+    #[test]
+    fn two_entities_of_one_commit_never_take_one_unique_value() {
+        let operations = vec![
+            Operation::Insert(entity("a", 1)),
+            Operation::Insert(entity("b", 2)),
+            Operation::Insert(entity("c", 1)),
+        ];
+        let refused = plan_commit(
+            "p",
+            operations.clone(),
+            vec![None, None, None],
+            Ticks(100),
+            &[by_n(true)],
+        )
+        .unwrap_err();
+        assert_eq!((refused.index, refused.row_key.as_str()), (2, "c"));
+        assert_eq!(
+            refused.refusal,
+            Refusal::IndexValueTaken {
+                index: "ByN".into(),
+                holder: key("a"),
+            }
+        );
+        // Not unique: both entries are added.
+        let plan = plan_commit(
+            "p",
+            operations,
+            vec![None, None, None],
+            Ticks(1),
+            &[by_n(false)],
+        )
+        .unwrap();
+        assert_eq!(plan.added_entries.len(), 3);
+        // One entity gives a unique value up and another takes it in the same commit.
+        let plan = plan_commit(
+            "p",
+            vec![
+                Operation::Update(entity("a", 9), IfMatch::Any),
+                Operation::Insert(entity("b", 1)),
+            ],
+            vec![Some(stored("a", 1, 5)), None],
+            Ticks(100),
+            &[by_n(true)],
+        )
+        .unwrap();
+        assert_eq!(plan.removed_entries, [plan.added_entries[1].entry.clone()]);
+        assert_eq!(plan.added_entries[1].row_key, "b");
+    }
+
+    #[test]
+    fn an_entry_taken_elsewhere_refuses_the_operation_adding_it() {
+        let plan = plan_commit(
+            "p",
+            vec![
+                Operation::Check {
+                    row_key: "z".into(),
+                    condition: CheckCondition::NotExists,
+                },
+                Operation::Insert(entity("a", 1)),
+            ],
+            vec![None, None],
+            Ticks(100),
+            &[by_n(true)],
+        )
+        .unwrap();
+        let holder = EntityKey::new("q".into(), "x".into()).unwrap();
+        let refused = plan.added_entries[0].taken_by(holder.clone());
+        assert_eq!((refused.index, refused.row_key.as_str()), (1, "a"));
+        assert_eq!(
+            refused.refusal,
+            Refusal::IndexValueTaken {
+                index: "ByN".into(),
+                holder,
+            }
+        );
     }
 
     #[test]
@@ -187,20 +366,22 @@ mod tests {
             },
         ];
         let refused = plan_commit(
+            "p",
             operations,
             vec![None, Some(stored("b", 0, 5)), None],
             Ticks(100),
-            false,
+            &[],
         )
         .unwrap_err();
         assert_eq!(refused.index, 1);
         assert_eq!(refused.row_key, "b");
         assert_eq!(refused.refusal, Refusal::AlreadyExists);
         let missing = plan_commit(
+            "p",
             vec![Operation::Update(entity("x", 1), IfMatch::Any)],
             vec![None],
             Ticks(1),
-            false,
+            &[],
         )
         .unwrap_err();
         assert_eq!(missing.refusal, Refusal::NotFound);
@@ -215,7 +396,7 @@ mod tests {
             more.insert(format!("P{n}"), Value::Int32(n));
         }
         let merge = Operation::Merge(NewEntity::new(key("w"), more).unwrap(), IfMatch::Any);
-        let invalid = plan_commit(vec![merge], vec![Some(wide)], Ticks(1), false).unwrap_err();
+        let invalid = plan_commit("p", vec![merge], vec![Some(wide)], Ticks(1), &[]).unwrap_err();
         assert!(matches!(
             invalid.refusal,
             Refusal::Invalid(ValidationError::TooManyProperties { .. })
@@ -227,18 +408,20 @@ mod tests {
         // The row was stamped at 500 by a server whose clock ran ahead; this commit's clock says
         // 100: the entity is stamped one tick after its previous timestamp.
         let plan = plan_commit(
+            "p",
             vec![Operation::Update(entity("a", 1), IfMatch::Any)],
             vec![Some(stored("a", 0, 500))],
             Ticks(100),
-            false,
+            &[],
         )
         .unwrap();
         assert_eq!(plan.results[0].as_ref().unwrap().timestamp, Ticks(501));
         let fresh = plan_commit(
+            "p",
             vec![Operation::Upsert(entity("a", 1), UpsertMode::Merge)],
             vec![None],
             Ticks(100),
-            false,
+            &[],
         )
         .unwrap();
         assert_eq!(fresh.results[0].as_ref().unwrap().timestamp, Ticks(100));

@@ -35,8 +35,6 @@ pub struct QuerySpec {
     pub page_size: u32,
     /// Azure `$filter` text; empty = every entity.
     pub filter: String,
-    /// The parsed `filter`, set by [`QuerySpec::validate`].
-    pub filter_expr: Option<Expr>,
     /// A condition the caller's access imposes (a token's key range), ANDed with the filter by
     /// [`QuerySpec::validate`]; not part of the filter text or its comparison limit.
     pub scope: Option<Expr>,
@@ -47,8 +45,9 @@ pub struct QuerySpec {
 }
 
 impl QuerySpec {
-    /// Checks the combination of key fields, the page size and the projection.
-    pub fn validate(mut self) -> Result<QuerySpec, ValidationError> {
+    /// Checks the combination of key fields, the page size and the projection, and parses the
+    /// filter: the query a scan can run.
+    pub fn validate(mut self) -> Result<CheckedQuery, ValidationError> {
         let has_row_bounds = !self.row_key_start.is_empty()
             || !self.row_key_end.is_empty()
             || !self.row_key_prefix.is_empty();
@@ -76,17 +75,18 @@ impl QuerySpec {
             ));
         }
         self.page_size = page_size(self.page_size)?;
-        if !self.filter.trim().is_empty() {
-            self.filter_expr = Some(parse_filter(&self.filter)?);
-        }
+        let mut filter = match self.filter.trim().is_empty() {
+            true => None,
+            false => Some(parse_filter(&self.filter)?),
+        };
         if let Some(scope) = self.scope.take() {
-            self.filter_expr = Some(match self.filter_expr.take() {
+            filter = Some(match filter {
                 Some(filter) => Expr::And(Box::new(scope), Box::new(filter)),
                 None => scope,
             });
         }
         self.select = validate_select(self.select)?;
-        Ok(self)
+        Ok(CheckedQuery { spec: self, filter })
     }
 
     /// The key range the query's key fields cover.
@@ -116,6 +116,15 @@ impl QuerySpec {
             .field(self.index.to_ascii_lowercase().as_bytes());
         hash.0
     }
+}
+
+/// A query request as checked by [`QuerySpec::validate`]: only a checked query is planned and run.
+#[derive(Debug, Clone)]
+pub struct CheckedQuery {
+    /// The request, its page size and projection settled.
+    pub spec: QuerySpec,
+    /// Its filter, parsed, with the caller's scope ANDed in; `None`: every entity.
+    pub filter: Option<Expr>,
 }
 
 /// Parses the OData filter `filter`, or says where and why it is invalid.
@@ -233,7 +242,10 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert_eq!(QuerySpec::default().validate().unwrap().page_size, 1000);
+        assert_eq!(
+            QuerySpec::default().validate().unwrap().spec.page_size,
+            1000
+        );
         let duplicate = QuerySpec {
             select: vec!["a".into(), "a".into()],
             ..QuerySpec::default()

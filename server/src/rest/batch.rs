@@ -257,16 +257,10 @@ pub(crate) fn failed_changeset(
     )
 }
 
-/// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
-/// response (or the failing one's, its index first in the message).
-pub(super) async fn submit_batch(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    base: &str,
-) -> Result<Response, Failure> {
+/// The operations of a `$batch` request's body, parsed off the runtime if it is large.
+async fn parse_request(request: &Request) -> Result<Vec<BatchOperation>, Failure> {
     let content_type = request.header("content-type").unwrap_or("").to_owned();
-    let parsed = parse_body(&request.body, move |body| {
+    parse_body(&request.body, move |body| {
         parse(&content_type, body).map_err(|error| match error {
             BatchError::Invalid(invalid) => Failure::invalid(invalid),
             BatchError::NotServed(what) => Failure::of(
@@ -275,49 +269,51 @@ pub(super) async fn submit_batch(
             ),
         })
     })
-    .await?;
-    let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
+    .await
+}
+
+/// A batch's `202 Accepted` response, its parts delimited by `batchresponse_<boundary>`.
+fn batch_response(boundary: &str, body: String) -> Response {
+    let mut response = (StatusCode::ACCEPTED, body).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        header_value(&format!(
+            "multipart/mixed; boundary=batchresponse_{boundary}"
+        )),
+    );
+    response
+}
+
+/// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
+/// response (or the failing one's, its index first in the message).
+pub(super) async fn submit_batch(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    base: &str,
+) -> Result<Response, Failure> {
+    let parsed = parse_request(request).await?;
     let boundary = request_id();
-    let respond = |body: String| {
-        let mut response = (StatusCode::ACCEPTED, body).into_response();
-        response.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            header_value(&format!(
-                "multipart/mixed; boundary=batchresponse_{boundary}"
-            )),
-        );
-        response
-    };
+    let respond = |body: String| batch_response(&boundary, body);
     let refuse = |index: usize, failure: Failure| {
+        let Failure {
+            status,
+            code,
+            message,
+            ..
+        } = failure;
         respond(failed_changeset(
             &boundary,
-            failure.status,
-            failure.code.as_str(),
+            status,
+            code.as_str(),
             index,
-            &failure.message,
+            &message,
         ))
     };
-    let mut operations = Vec::with_capacity(parsed.len());
-    for (index, operation) in parsed.into_iter().enumerate() {
-        if operation.table != table {
-            let why = format!(
-                "a batch acts on one table; operation {index} names {:?}",
-                operation.table
-            );
-            return Ok(refuse(
-                index,
-                Failure::invalid(ValidationError::Argument(why)),
-            ));
-        }
-        if operation.partition_key != partition_key {
-            let error = TableError::DifferentPartitions {
-                expected: partition_key.clone(),
-                found: operation.partition_key,
-            };
-            return Ok(refuse(index, Failure::from(error)));
-        }
-        operations.push(operation.operation);
-    }
+    let (table, partition_key, operations) = match one_partition(parsed) {
+        Ok(batch) => batch,
+        Err((index, failure)) => return Ok(refuse(index, failure)),
+    };
     if let Err((index, error)) = access.transaction(&table, &partition_key, &operations) {
         return Ok(refuse(index, Failure::from(error)));
     }
@@ -356,12 +352,35 @@ pub(super) async fn submit_batch(
         }
         Err(WorkError::Table(error)) => {
             let index = error.operation_index().unwrap_or(0);
-            let failure = match error {
-                TableError::Operation { source, .. } => Failure::from(*source),
-                other => Failure::from(other),
-            };
-            Ok(refuse(index, failure))
+            Ok(refuse(index, Failure::of_operation(error)))
         }
         Err(other) => Ok(refuse(0, Failure::from(other))),
     }
+}
+
+/// The table, partition and operations of a batch whose operations all name the first one's
+/// table and partition; or the first that does not, and why.
+fn one_partition(
+    parsed: Vec<BatchOperation>,
+) -> Result<(String, String, Vec<Operation>), (usize, Failure)> {
+    let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
+    let mut operations = Vec::with_capacity(parsed.len());
+    for (index, operation) in parsed.into_iter().enumerate() {
+        if operation.table != table {
+            let why = format!(
+                "a batch acts on one table; operation {index} names {:?}",
+                operation.table
+            );
+            return Err((index, Failure::invalid(ValidationError::Argument(why))));
+        }
+        if operation.partition_key != partition_key {
+            let error = TableError::DifferentPartitions {
+                expected: partition_key.clone(),
+                found: operation.partition_key,
+            };
+            return Err((index, Failure::from(error)));
+        }
+        operations.push(operation.operation);
+    }
+    Ok((table, partition_key, operations))
 }

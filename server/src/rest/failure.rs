@@ -43,6 +43,15 @@ impl Failure {
     pub(super) fn invalid(error: ValidationError) -> Failure {
         Failure::from(TableError::Invalid(error))
     }
+
+    /// The failure of one operation of a batch: its own error, without the index (a changeset
+    /// response carries the index apart).
+    pub(super) fn of_operation(error: TableError) -> Failure {
+        match error {
+            TableError::Operation { source, .. } => Failure::from(*source),
+            other => Failure::from(other),
+        }
+    }
 }
 
 /// The client's text of an engine error: the same as gRPC's (internal detail never sent). The

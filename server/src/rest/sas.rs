@@ -72,15 +72,48 @@ pub(crate) fn grant(
              range open on that side"
         )));
     }
-    let account = presented.account;
     let is_account_sas = param("ss").is_some() || param("srt").is_some();
-    let to_sign = if is_account_sas {
+    let to_sign = string_to_sign(&field, presented.account, is_account_sas, &version)?;
+    if !keys.signed(to_sign.as_bytes(), &field("sig")) {
+        return Err(refuse(
+            "the shared access signature does not match its parameters under the account's keys",
+        ));
+    }
+    let (not_before, expires) = validity(&field("st"), &field("se"), presented.now)?;
+    check_origin(&param, presented)?;
+    let mut grant = Grant {
+        permissions: Permissions::default(),
+        table: None,
+        partitions: KeyBounds::default(),
+        rows: KeyBounds::default(),
+        not_before,
+        expires,
+    };
+    if is_account_sas {
+        grant.permissions = account_permissions(&field("ss"), &field("srt"), &field("sp"))?;
+    } else {
+        grant.permissions = table_permissions(&field("sp"))?;
+        grant.table = Some(field("tn"));
+        (grant.partitions, grant.rows) =
+            key_range(param("spk"), param("srk"), param("epk"), param("erk"))?;
+    }
+    Ok(grant)
+}
+
+/// The text a SAS signs: an account SAS's fields, or a table SAS's (naming its table).
+fn string_to_sign(
+    field: &dyn Fn(&str) -> String,
+    account: &str,
+    is_account_sas: bool,
+    version: &str,
+) -> Result<String, Refusal> {
+    Ok(if is_account_sas {
         let mut text = format!("{account}\n");
         for name in ["sp", "ss", "srt", "st", "se", "sip", "spr", "sv"] {
             text.push_str(&field(name));
             text.push('\n');
         }
-        if version.as_str() >= "2020-12-06" {
+        if version >= "2020-12-06" {
             text.push_str(&field("ses"));
             text.push('\n');
         }
@@ -101,21 +134,22 @@ pub(crate) fn grant(
             field("si"),
             field("sip"),
             field("spr"),
-            version.clone(),
+            version.to_owned(),
             field("spk"),
             field("srk"),
             field("epk"),
             field("erk"),
         ]
         .join("\n")
-    };
-    if !keys.signed(to_sign.as_bytes(), &field("sig")) {
-        return Err(refuse(
-            "the shared access signature does not match its parameters under the account's keys",
-        ));
-    }
-    let (not_before, expires) = validity(&field("st"), &field("se"), presented.now)?;
-    if field("spr") == "https" {
+    })
+}
+
+/// Refuses a request the SAS's protocol (`spr`) or address range (`sip`) does not allow.
+fn check_origin(
+    param: &dyn Fn(&str) -> Option<String>,
+    presented: &Presented<'_>,
+) -> Result<(), Refusal> {
+    if param("spr").as_deref() == Some("https") {
         return Err(Refusal {
             code: ErrorCode::AuthorizationProtocolMismatch,
             message: "the shared access signature allows HTTPS only (spr=https); this endpoint \
@@ -135,23 +169,7 @@ pub(crate) fn grant(
             });
         }
     }
-    let mut grant = Grant {
-        permissions: Permissions::default(),
-        table: None,
-        partitions: KeyBounds::default(),
-        rows: KeyBounds::default(),
-        not_before,
-        expires,
-    };
-    if is_account_sas {
-        grant.permissions = account_permissions(&field("ss"), &field("srt"), &field("sp"))?;
-    } else {
-        grant.permissions = table_permissions(&field("sp"))?;
-        grant.table = Some(field("tn"));
-        (grant.partitions, grant.rows) =
-            key_range(param("spk"), param("srk"), param("epk"), param("erk"))?;
-    }
-    Ok(grant)
+    Ok(())
 }
 
 /// `st` and `se` as Unix seconds; refused outside the window.

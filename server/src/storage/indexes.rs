@@ -6,11 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::Reader;
-use super::{EntityView, RejectReason, Rejection, StorageError, Table};
-use crate::model::{
-    EntityKey, EntryChanges, Index, IndexDefinition, IndexScope, IndexState, IndexedWrite,
-    KeyPosition, Refusal,
-};
+use super::{EntityView, StorageError, Table};
+use crate::model::{Index, IndexDefinition, IndexScope, IndexState, KeyPosition};
 
 const CATALOG_V1: u8 = 1;
 
@@ -219,65 +216,6 @@ pub fn entity_sort_key(
         .sort_key(entity.partition_key, entity.row_key, |name| {
             values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
         }))
-}
-
-/// The refusal of `operation` (writing row `row_key`) because unique index `index_id` holds its
-/// values for `holder`.
-pub fn value_taken(
-    catalog: &IndexCatalog,
-    operation: usize,
-    row_key: &str,
-    index_id: u64,
-    holder: EntityKey,
-) -> Rejection {
-    let index = catalog
-        .indexes
-        .iter()
-        .find(|index| index.id == index_id)
-        .map(|index| index.definition.name.clone())
-        .unwrap_or_default();
-    Rejection {
-        index: operation,
-        reason: RejectReason::Refused {
-            row_key: row_key.to_owned(),
-            refusal: Refusal::IndexValueTaken { index, holder },
-        },
-    }
-}
-
-/// The refusal of the first operation of a commit that adds a unique entry an earlier operation
-/// of the same commit adds too (two of its entities with the same unique values).
-pub fn clash_within_commit(
-    catalog: &IndexCatalog,
-    partition_key: &str,
-    changes: &EntryChanges,
-    writes: &[IndexedWrite],
-) -> Option<Rejection> {
-    let row_of = |operation: usize| {
-        writes
-            .iter()
-            .find(|write| write.operation == operation)
-            .map_or("", |write| write.row_key.as_str())
-    };
-    for (at, (operation, entry)) in changes.added.iter().enumerate() {
-        let earlier = changes.added[..at]
-            .iter()
-            .find(|(_, other)| other.unique && other == entry);
-        if let Some((holder, _)) = earlier {
-            let holder = EntityKey {
-                partition_key: partition_key.to_owned(),
-                row_key: row_of(*holder).to_owned(),
-            };
-            return Some(value_taken(
-                catalog,
-                *operation,
-                row_of(*operation),
-                entry.index_id,
-                holder,
-            ));
-        }
-    }
-    None
 }
 
 /// What one step of an index build did.

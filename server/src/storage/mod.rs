@@ -20,6 +20,7 @@
 //! store's short calls are run inline on a runtime worker.
 
 mod codec;
+mod config;
 mod error;
 mod indexes;
 mod postgres_store;
@@ -30,11 +31,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 pub use codec::{EntityView, StoredProperties};
+pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
-pub use indexes::{
-    build_in_background, clash_within_commit, entity_sort_key, value_taken, BuildStep,
-    IndexCatalog, IndexRefusal,
-};
+pub use indexes::{build_in_background, entity_sort_key, BuildStep, IndexCatalog, IndexRefusal};
 pub use postgres_store::{
     PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
 };
@@ -75,52 +74,8 @@ pub enum Visit {
 /// Sees each entity of a scan, read in place, and says whether to go on.
 pub type Visitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + 'a;
 
-/// Whether a call may wait for a lock another call holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waiting {
-    /// It may (on the blocking pool).
-    Allowed,
-    /// It may not (on a runtime worker): it gives its input back instead.
-    NotAllowed,
-}
-
-/// What a call did: its result, or, not allowed to wait, its input given back untouched.
-#[derive(Debug)]
-pub enum Attempt<T, I> {
-    /// The call ran.
-    Done(T),
-    /// The call would have waited; nothing was read or written.
-    WouldWait(I),
-}
-
-impl<T, I> Attempt<T, I> {
-    /// The result of a call that was allowed to wait, and so always ran.
-    ///
-    /// # Panics
-    /// If the call gave its input back, which only a call not allowed to wait does.
-    pub fn ran(self) -> T {
-        match self {
-            Attempt::Done(value) => value,
-            Attempt::WouldWait(_) => panic!("a call allowed to wait gave its input back"),
-        }
-    }
-
-    /// The input given back mapped, the result kept.
-    pub fn map_input<J>(self, f: impl FnOnce(I) -> J) -> Attempt<T, J> {
-        match self {
-            Attempt::Done(value) => Attempt::Done(value),
-            Attempt::WouldWait(input) => Attempt::WouldWait(f(input)),
-        }
-    }
-
-    /// The result mapped, the input kept.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Attempt<U, I> {
-        match self {
-            Attempt::Done(value) => Attempt::Done(f(value)),
-            Attempt::WouldWait(input) => Attempt::WouldWait(input),
-        }
-    }
-}
+/// What a commit does: what it stored, or the operation refused and why (nothing written).
+pub type CommitOutcome = Result<Committed, Rejection>;
 
 /// Why a table cannot be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,9 +138,12 @@ pub trait Store: Send + Sync + Debug {
     fn secret(&self) -> &StoreSecret;
 
     /// Whether every call is local and short (no network, no waiting on other processes), so
-    /// the engine may run point reads and commits on a runtime worker rather than hand them to
-    /// the blocking pool.
-    fn calls_are_local(&self) -> bool;
+    /// the engine may try point reads and commits on a runtime worker ([`Table::try_get`],
+    /// [`Table::try_commit`]) rather than hand them to the blocking pool. Not, unless a store
+    /// says so.
+    fn calls_are_local(&self) -> bool {
+        false
+    }
 }
 
 /// A table's declared indexes: part of the [`Table`] contract. Every commit keeps every index
@@ -243,27 +201,44 @@ pub trait Table: Indexed + Send + Sync + Debug {
 
     /// Reads one entity in place, passing it to `read`; `false` if it does not exist or the
     /// table is gone. A reader who saw one row of a commit never finds another of its rows
-    /// unwritten. With [`Waiting::NotAllowed`], a read that would wait for a commit in progress
-    /// reads nothing and says so.
+    /// unwritten.
     fn get(
         &self,
         key: &EntityKey,
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
-        waiting: Waiting,
-    ) -> Result<Attempt<bool, ()>, StorageError>;
+    ) -> Result<bool, StorageError>;
 
     /// Applies `operations` on one partition atomically: every precondition is checked against
     /// the current rows, then every effect is written, or nothing is. Each row appears at most
     /// once in `operations`. Returns what each operation stored and the ticket to wait for, or
-    /// the first operation refused and why. With [`Waiting::NotAllowed`], a commit that would
-    /// wait for the partition (held by another commit or a scan) gives its operations back.
-    #[allow(clippy::type_complexity)]
+    /// the first operation refused and why.
     fn commit(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
-        waiting: Waiting,
-    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError>;
+    ) -> Result<CommitOutcome, StorageError>;
+
+    /// [`Table::get`] if it need not wait for a commit in progress; `None`, having read nothing,
+    /// if it would. A store whose calls are local ([`Store::calls_are_local`]) offers it, so that
+    /// a point read can run on a runtime worker; by default nothing is tried.
+    fn try_get(
+        &self,
+        _key: &EntityKey,
+        _read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+    ) -> Result<Option<bool>, StorageError> {
+        Ok(None)
+    }
+
+    /// [`Table::commit`] if the partition is free now; `Err` with `operations` given back
+    /// untouched if it would wait (another commit or a scan holds it). Offered as
+    /// [`Table::try_get`] is; by default nothing is tried.
+    fn try_commit(
+        &self,
+        _partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<Result<CommitOutcome, Vec<Operation>>, StorageError> {
+        Ok(Err(operations))
+    }
 
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
     /// `reverse`, until the visitor says [`Visit::Stop`]; returns the position it stopped at (to
@@ -314,31 +289,19 @@ pub(crate) fn in_scan_order(
     }
 }
 
-/// Reads one entity of `table` in place with `read`: `None` if it does not exist; `WouldWait`
-/// (and `read` given back) if it would have waited and `waiting` does not allow it.
-pub fn read_entity<R, F>(
+/// Reads one entity of `table` in place with `read`: `None` if it does not exist.
+pub fn read_entity<R>(
     table: &dyn Table,
     key: &EntityKey,
-    read: F,
-    waiting: Waiting,
-) -> Result<Attempt<Option<R>, F>, StorageError>
-where
-    F: FnOnce(EntityView<'_>) -> Result<R, StorageError>,
-{
+    read: impl FnOnce(EntityView<'_>) -> Result<R, StorageError>,
+) -> Result<Option<R>, StorageError> {
     let mut read = Some(read);
     let mut value = None;
-    let attempt = table.get(
-        key,
-        &mut |entity| {
-            if let Some(read) = read.take() {
-                value = Some(read(entity)?);
-            }
-            Ok(())
-        },
-        waiting,
-    )?;
-    Ok(match attempt {
-        Attempt::Done(_) => Attempt::Done(value),
-        Attempt::WouldWait(()) => Attempt::WouldWait(read.expect("a read that waited ran nothing")),
-    })
+    table.get(key, &mut |entity| {
+        if let Some(read) = read.take() {
+            value = Some(read(entity)?);
+        }
+        Ok(())
+    })?;
+    Ok(value)
 }

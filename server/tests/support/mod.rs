@@ -268,8 +268,8 @@ pub fn fill(engine: &trestle_server::Engine, table: &str, rows: usize) {
 /// Fills partition `p` of `table` with `rows` entities, each with an Int32 `V` and, when
 /// `blob_bytes` is not 0, a string `Blob` of that many bytes.
 pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blob_bytes: usize) {
+    use trestle_server::engine::Waiting;
     use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
-    use trestle_server::storage::Waiting;
     let blob = "x".repeat(blob_bytes);
     for chunk in 0..rows.div_ceil(100) {
         let operations = (0..100.min(rows - chunk * 100))

@@ -8,16 +8,15 @@
 use postgres::types::ToSql;
 
 use super::pool::Prepared;
-use super::table::{
-    partition_lock, read_snapshot, table_lock, visit_portal, PostgresTable, LOCK_TABLE,
-};
+use super::sql::{partition_lock, read_snapshot, table_lock, visit_portal, LOCK_TABLE};
+use super::table::PostgresTable;
 use crate::model::{
-    EntityKey, EntryChanges, Index, IndexDefinition, IndexRange, IndexState, IndexedWrite,
+    AddedEntry, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexRange, IndexState,
     KeyPosition,
 };
 use crate::storage::{
-    clash_within_commit, entity_sort_key, value_taken, BuildStep, EntityView, IndexCatalog,
-    IndexRefusal, Indexed, Rejection, StorageError, Visitor,
+    entity_sort_key, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
+    StorageError, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -44,61 +43,28 @@ const PARTITION_RUN: &str = "SELECT rk, record FROM trestle_entities
     WHERE table_id = $1 AND pk = $2 AND rk >= $3 ORDER BY rk LIMIT $4";
 const CATALOG: &str = "SELECT indexes FROM trestle_tables WHERE id = $1 AND live";
 
-/// An entry to add: its index, sort key and entity, and the operation adding it.
-struct NewEntry<'a> {
-    operation: usize,
-    index_id: i64,
-    sort_key: &'a [u8],
-    row_key: &'a str,
-}
-
 impl PostgresTable {
-    /// Writes what a commit's `writes` change in the indexes of `catalog`, in the commit's
-    /// transaction; or the operation refused because a unique index holds its values for another
-    /// entity (the caller rolls back).
+    /// Writes `plan`'s index entries in the commit's transaction; or the operation refused
+    /// because a unique index holds its value for an entity of another partition (the caller
+    /// rolls back). Unique values are kept by the entries' primary key: a second commit adding one
+    /// waits for the first and then finds it taken.
     pub(super) fn write_entries(
         &self,
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
-        catalog: &IndexCatalog,
         partition_key: &str,
-        writes: &[IndexedWrite],
+        plan: &CommitPlan,
     ) -> Result<Result<(), Rejection>, StorageError> {
-        let changes = EntryChanges::of(&catalog.indexes, partition_key, writes);
-        if let Some(rejection) = clash_within_commit(catalog, partition_key, &changes, writes) {
-            return Ok(Err(rejection));
-        }
-        if !changes.removed.is_empty() {
-            let ids: Vec<i64> = changes.removed.iter().map(|e| e.index_id as i64).collect();
-            let keys: Vec<&[u8]> = changes.removed.iter().map(|e| &e.sort_key[..]).collect();
+        let removed = &plan.removed_entries;
+        if !removed.is_empty() {
+            let ids: Vec<i64> = removed.iter().map(|e| e.index_id as i64).collect();
+            let keys: Vec<&[u8]> = removed.iter().map(|e| &e.sort_key[..]).collect();
             let delete = prepared.get(tx, DELETE_ENTRIES)?;
             tx.execute(&delete, &[&ids, &keys])?;
         }
-        let row_of = |operation: usize| {
-            writes
-                .iter()
-                .find(|write| write.operation == operation)
-                .map_or("", |write| write.row_key.as_str())
-        };
-        let added: Vec<NewEntry<'_>> = changes
-            .added
-            .iter()
-            .map(|(operation, entry)| NewEntry {
-                operation: *operation,
-                index_id: entry.index_id as i64,
-                sort_key: &entry.sort_key,
-                row_key: row_of(*operation),
-            })
-            .collect();
-        match self.add_entries(tx, prepared, partition_key, &added)? {
+        match self.add_entries(tx, prepared, partition_key, &plan.added_entries)? {
             None => Ok(Ok(())),
-            Some((entry, holder)) => Ok(Err(value_taken(
-                catalog,
-                entry.operation,
-                entry.row_key,
-                entry.index_id as u64,
-                holder,
-            ))),
+            Some((taken, holder)) => Ok(Err(taken.taken_by(holder).into())),
         }
     }
 
@@ -109,29 +75,32 @@ impl PostgresTable {
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
         partition_key: &str,
-        entries: &'e [NewEntry<'e>],
-    ) -> Result<Option<(&'e NewEntry<'e>, EntityKey)>, StorageError> {
+        entries: &'e [AddedEntry],
+    ) -> Result<Option<(&'e AddedEntry, EntityKey)>, StorageError> {
         if entries.is_empty() {
             return Ok(None);
         }
-        let ids: Vec<i64> = entries.iter().map(|e| e.index_id).collect();
-        let keys: Vec<&[u8]> = entries.iter().map(|e| e.sort_key).collect();
+        let ids: Vec<i64> = entries.iter().map(|a| a.entry.index_id as i64).collect();
+        let keys: Vec<&[u8]> = entries.iter().map(|a| &a.entry.sort_key[..]).collect();
         let pks: Vec<&[u8]> = vec![partition_key.as_bytes(); entries.len()];
-        let rks: Vec<&[u8]> = entries.iter().map(|e| e.row_key.as_bytes()).collect();
+        let rks: Vec<&[u8]> = entries.iter().map(|a| a.row_key.as_bytes()).collect();
         let add = prepared.get(tx, ADD_ENTRIES)?;
         let returned = tx.query(&add, &[&ids, &keys, &pks, &rks])?;
         if returned.len() == entries.len() {
             return Ok(None);
         }
-        let added: Vec<(i64, &[u8])> = returned.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let kept: Vec<(i64, &[u8])> = returned.iter().map(|r| (r.get(0), r.get(1))).collect();
         let Some(taken) = entries
             .iter()
-            .find(|e| !added.contains(&(e.index_id, e.sort_key)))
+            .find(|a| !kept.contains(&(a.entry.index_id as i64, &a.entry.sort_key[..])))
         else {
             return Ok(None);
         };
         let holder = prepared.get(tx, ENTRY_HOLDER)?;
-        let row = tx.query_one(&holder, &[&taken.index_id, &taken.sort_key])?;
+        let row = tx.query_one(
+            &holder,
+            &[&(taken.entry.index_id as i64), &taken.entry.sort_key],
+        )?;
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         let holder = EntityKey {
             partition_key: text(row.get(0)),
@@ -215,43 +184,20 @@ impl PostgresTable {
                 &(BUILD_STEP + 1),
             ],
         )?;
-        let mut next = Some(KeyPosition::after_rows(partition_key.as_str()));
-        let mut entries = Vec::new();
-        for (at, row) in rows.iter().enumerate() {
-            let row_key = std::str::from_utf8(row.get(0))
-                .map_err(|_| StorageError::Corrupt("a stored key is not UTF-8".into()))?;
-            if at as i64 == BUILD_STEP {
-                next = Some(KeyPosition::row(partition_key.as_str(), row_key));
-                break;
+        let (entries, next) = entries_of_run(index, &partition_key, &rows)?;
+        // One statement cannot add one sort key twice: find such a pair here.
+        let twice = same_values(&entries).map(|(first, second)| (first.row_key.clone(), second));
+        let taken = match twice {
+            Some((first, second)) => {
+                let holder = EntityKey {
+                    partition_key: partition_key.clone(),
+                    row_key: first,
+                };
+                Some((second, holder))
             }
-            let entity = EntityView::parse(&partition_key, row_key, row.get(1))?;
-            if let Some(sort_key) = entity_sort_key(index, &entity)? {
-                entries.push((sort_key, row_key.to_owned()));
-            }
-        }
-        if index.definition.unique {
-            // One statement cannot add one sort key twice: find such a pair here.
-            let mut sorted: Vec<&(Vec<u8>, String)> = entries.iter().collect();
-            sorted.sort();
-            if let Some(pair) = sorted.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-                return Ok(BuildStep::Conflict(format!(
-                    "entities (PartitionKey {:?}, RowKey {:?}) and ({:?}, {:?}) have the same values",
-                    partition_key, pair[0].1, partition_key, pair[1].1
-                )));
-            }
-        }
-        let new_entries: Vec<NewEntry<'_>> = entries
-            .iter()
-            .map(|(sort_key, row_key)| NewEntry {
-                operation: 0,
-                index_id: index_id as i64,
-                sort_key,
-                row_key,
-            })
-            .collect();
-        if let Some((entry, holder)) =
-            self.add_entries(client, prepared, &partition_key, &new_entries)?
-        {
+            None => self.add_entries(client, prepared, &partition_key, &entries)?,
+        };
+        if let Some((entry, holder)) = taken {
             return Ok(BuildStep::Conflict(format!(
                 "entities (PartitionKey {:?}, RowKey {:?}) and ({:?}, {:?}) have the same values",
                 holder.partition_key, holder.row_key, partition_key, entry.row_key
@@ -373,18 +319,45 @@ impl Indexed for PostgresTable {
     }
 }
 
-/// Decodes the hex text PostgreSQL's `encode(..., 'hex')` writes.
-pub(super) fn from_hex(text: &str) -> Result<Vec<u8>, StorageError> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Ok(c - b'0'),
-        b'a'..=b'f' => Ok(c - b'a' + 10),
-        _ => Err(StorageError::Corrupt("an index catalog is not hex".into())),
-    };
-    text.as_bytes()
-        .chunks(2)
-        .map(|pair| match pair {
-            [high, low] => Ok(digit(*high)? << 4 | digit(*low)?),
-            _ => Err(StorageError::Corrupt("an index catalog is not hex".into())),
-        })
-        .collect()
+/// Two of `entries` of a unique index with the same sort key, if any.
+fn same_values(entries: &[AddedEntry]) -> Option<(&AddedEntry, &AddedEntry)> {
+    let mut sorted: Vec<&AddedEntry> = entries.iter().filter(|a| a.entry.unique).collect();
+    sorted.sort_by(|a, b| (&a.entry.sort_key, &a.row_key).cmp(&(&b.entry.sort_key, &b.row_key)));
+    sorted
+        .windows(2)
+        .find(|pair| pair[0].entry.sort_key == pair[1].entry.sort_key)
+        .map(|pair| (pair[0], pair[1]))
+}
+
+/// The entries of `index` for a run of `rows` (`rk, record`) of partition `partition_key`, and
+/// where the build goes on: past the partition, or at the row past [`BUILD_STEP`].
+fn entries_of_run(
+    index: &Index,
+    partition_key: &str,
+    rows: &[postgres::Row],
+) -> Result<(Vec<AddedEntry>, Option<KeyPosition>), StorageError> {
+    let mut next = Some(KeyPosition::after_rows(partition_key));
+    let mut entries = Vec::new();
+    for (at, row) in rows.iter().enumerate() {
+        let row_key = std::str::from_utf8(row.get(0))
+            .map_err(|_| StorageError::Corrupt("a stored key is not UTF-8".into()))?;
+        if at as i64 == BUILD_STEP {
+            next = Some(KeyPosition::row(partition_key, row_key));
+            break;
+        }
+        let entity = EntityView::parse(partition_key, row_key, row.get(1))?;
+        if let Some(sort_key) = entity_sort_key(index, &entity)? {
+            entries.push(AddedEntry {
+                entry: IndexEntry {
+                    index_id: index.id,
+                    sort_key,
+                    unique: index.definition.unique,
+                },
+                operation: 0,
+                row_key: row_key.to_owned(),
+                index_name: index.definition.name.clone(),
+            });
+        }
+    }
+    Ok((entries, next))
 }

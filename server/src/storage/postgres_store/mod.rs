@@ -15,6 +15,7 @@
 mod indexes;
 mod pool;
 mod purge;
+mod sql;
 mod table;
 mod tls;
 
@@ -85,6 +86,16 @@ pub struct PostgresOptions {
     /// Purge deleted tables in the background (off only in tests that observe a table being
     /// deleted).
     pub purge_deleted_tables: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            ca_pem: None,
+            pool_size: crate::storage::DEFAULT_STORE_POOL_SIZE,
+            purge_deleted_tables: true,
+        }
+    }
 }
 
 /// The PostgreSQL store.
@@ -310,7 +321,7 @@ impl Store for PostgresStore {
                 return Ok(false);
             };
             let id: i64 = found.get(0);
-            let lock_table = prepared.get(&mut tx, table::LOCK_TABLE)?;
+            let lock_table = prepared.get(&mut tx, sql::LOCK_TABLE)?;
             tx.execute(&lock_table, &[&id])?;
             let delete_table = prepared.get(&mut tx, DELETE_TABLE)?;
             let deleted = tx.execute(&delete_table, &[&id])? == 1;
@@ -331,9 +342,5 @@ impl Store for PostgresStore {
 
     fn secret(&self) -> &StoreSecret {
         &self.secret
-    }
-
-    fn calls_are_local(&self) -> bool {
-        false
     }
 }

@@ -7,20 +7,18 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use postgres::types::ToSql;
-use postgres::{IsolationLevel, Transaction};
+use postgres::Transaction;
 
-use super::indexes::from_hex;
 use super::pool::{database_error, is_retryable, is_unique_violation, Pool, Prepared};
+use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
-    plan_commit, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, TableName, Ticks,
+    plan_commit, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, StoredEntity, TableName,
+    Ticks,
 };
 use crate::storage::{
-    codec, in_scan_order, Attempt, Committed, EntityView, IndexCatalog, RejectReason, Rejection,
-    StorageError, Table, Visit, Visitor, Waiting,
+    codec, in_scan_order, CommitOutcome, Committed, EntityView, IndexCatalog, RejectReason,
+    Rejection, StorageError, Table, Visitor,
 };
-
-/// Rows a scan fetches from its portal at a time.
-const SCAN_BATCH: i32 = 256;
 
 /// How often a commit is run again after a serialization failure or a deadlock before the
 /// failure is reported.
@@ -29,18 +27,6 @@ const COMMIT_ATTEMPTS: u32 = 10;
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
     WHERE t.id = $1";
-/// The table's lock: shared by its commits (they run side by side), taken exclusively by its
-/// deletion, which so waits for the commits under way, and after which commits find the table
-/// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
-/// write nothing, however many commits hold them at once. (The two-key space is apart from the
-/// partitions' one-key space.)
-pub(super) fn table_lock(table_id: i64) -> String {
-    format!("29810, {}", table_id % i64::from(i32::MAX))
-}
-
-/// The exclusive form of the table's lock, for its deletion.
-pub(super) const LOCK_TABLE: &str =
-    "SELECT pg_advisory_xact_lock(29810, ($1::bigint % 2147483647)::int4)";
 
 /// Whether the table is live (read after the lock: a later snapshot) and the rows the commit
 /// touches.
@@ -57,6 +43,14 @@ const INSERT_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, recor
 const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
 
+/// The refusal of a commit to a table deleted meanwhile.
+fn table_gone() -> Rejection {
+    Rejection {
+        index: 0,
+        reason: RejectReason::TableGone,
+    }
+}
+
 /// A live table of the PostgreSQL store.
 #[derive(Debug)]
 pub struct PostgresTable {
@@ -65,19 +59,6 @@ pub struct PostgresTable {
     pub(super) pool: Arc<Pool>,
     /// The table's indexes as of its lookup (commits read them afresh).
     pub(super) catalog: IndexCatalog,
-}
-
-/// The advisory-lock key of a partition: 64 bits of FNV-1a over the table id and the key.
-pub(super) fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in table_id
-        .to_be_bytes()
-        .iter()
-        .chain(partition_key.as_bytes())
-    {
-        hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash as i64
 }
 
 impl Table for PostgresTable {
@@ -90,14 +71,12 @@ impl Table for PostgresTable {
     }
 
     /// One database transaction, run again (from a fresh read) after a serialization failure or
-    /// a deadlock, which engines without advisory locks may raise. A remote store's call never
-    /// runs inline, so `Waiting` does not apply.
+    /// a deadlock, which engines without advisory locks may raise.
     fn commit(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
-        _: Waiting,
-    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError> {
+    ) -> Result<CommitOutcome, StorageError> {
         let mut attempt = 1;
         loop {
             let outcome = self.pool.with(|connection| {
@@ -145,7 +124,7 @@ impl Table for PostgresTable {
                     std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
                     attempt += 1;
                 }
-                outcome => return outcome.map(Attempt::Done),
+                outcome => return outcome,
             }
         }
     }
@@ -154,8 +133,7 @@ impl Table for PostgresTable {
         &self,
         key: &EntityKey,
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
-        _: Waiting,
-    ) -> Result<Attempt<bool, ()>, StorageError> {
+    ) -> Result<bool, StorageError> {
         let params: [&(dyn ToSql + Sync); 3] = [
             &self.id,
             &key.partition_key.as_bytes(),
@@ -163,16 +141,16 @@ impl Table for PostgresTable {
         ];
         // No row: the table is gone, its catalog row purged too.
         let Some(row) = self.pool.query_opt(GET, &params)? else {
-            return Ok(Attempt::Done(false));
+            return Ok(false);
         };
         let live: bool = row.get(0);
         let record: Option<&[u8]> = row.get(1);
         match record {
             Some(record) if live => {
                 read(EntityView::parse(&key.partition_key, &key.row_key, record)?)?;
-                Ok(Attempt::Done(true))
+                Ok(true)
             }
-            _ => Ok(Attempt::Done(false)),
+            _ => Ok(false),
         }
     }
 
@@ -227,9 +205,10 @@ impl PostgresTable {
     }
 
     /// Checks every operation against the partition's current rows (read in one statement) and
-    /// writes every effect (in at most two), or refuses the first that fails. A commit of inserts
-    /// only (`inserts_only`) reads nothing: it writes with a plain `INSERT`, which fails with a
-    /// unique violation if a row exists (the caller then runs it again the other way).
+    /// writes every effect (in at most two, and the index entries' in two more), or refuses the
+    /// first that fails. A commit of inserts only (`inserts_only`) reads nothing: it writes with a
+    /// plain `INSERT`, which fails with a unique violation if a row exists (the caller then runs
+    /// it again the other way).
     fn commit_in(
         &self,
         tx: &mut postgres::Client,
@@ -238,67 +217,42 @@ impl PostgresTable {
         partition_key: &str,
         operations: &[Operation],
         inserts_only: bool,
-    ) -> Result<Result<Committed, Rejection>, StorageError> {
-        let indexed = catalog.any_kept();
-        let pk = partition_key.as_bytes();
-        let gone = Rejection {
-            index: 0,
-            reason: RejectReason::TableGone,
+    ) -> Result<CommitOutcome, StorageError> {
+        let current = match inserts_only {
+            true => operations.iter().map(|_| None).collect(),
+            false => match self.read_rows(tx, prepared, partition_key, operations)? {
+                Some(current) => current,
+                None => return Ok(Err(table_gone())),
+            },
         };
-        let mut current = std::collections::HashMap::new();
-        if !inserts_only {
-            let row_keys: Vec<&[u8]> = operations
-                .iter()
-                .map(|operation| operation.row_key().as_bytes())
-                .collect();
-            let read_rows = prepared.get(tx, READ_ROWS)?;
-            let rows = tx.query(&read_rows, &[&self.id, &pk, &row_keys])?;
-            if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
-                return Ok(Err(gone));
-            }
-            for row in &rows {
-                if let Some(row_key) = row.get::<_, Option<Vec<u8>>>(1) {
-                    current.insert(row_key, row.get::<_, Vec<u8>>(2));
-                }
-            }
-        }
-        let current = operations
-            .iter()
-            .map(|operation| {
-                let row_key = operation.row_key();
-                let key = EntityKey {
-                    partition_key: partition_key.to_owned(),
-                    row_key: row_key.to_owned(),
-                };
-                current
-                    .get(row_key.as_bytes())
-                    .map(|record| codec::decode_selected(key, record, None))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let plan = match plan_commit(operations.to_vec(), current, Ticks::next_commit(), indexed) {
+        let now = Ticks::next_commit();
+        let plan = match plan_commit(
+            partition_key,
+            operations.to_vec(),
+            current,
+            now,
+            &catalog.indexes,
+        ) {
             Ok(plan) => plan,
             Err(refused) => return Ok(Err(refused.into())),
         };
         let (mut written, mut records, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
-        for change in plan.changes {
-            if change.writes {
-                let entity = plan.results[change.operation]
-                    .as_ref()
-                    .expect("a write has its entity");
-                records.push(codec::encode(entity.timestamp, &entity.properties));
-                written.push(change.row_key.into_bytes());
-            } else {
-                deleted.push(change.row_key.into_bytes());
+        for change in &plan.changes {
+            match &plan.results[change.operation] {
+                Some(entity) if change.writes => {
+                    records.push(codec::encode(entity.timestamp, &entity.properties));
+                    written.push(change.row_key.as_bytes());
+                }
+                _ => deleted.push(change.row_key.as_bytes()),
             }
         }
-        let (stored, indexed_writes) = (plan.results, plan.indexed_writes);
+        let pk = partition_key.as_bytes();
         if inserts_only {
             let insert_rows = prepared.get(tx, INSERT_ROWS)?;
             let inserted = tx.execute(&insert_rows, &[&self.id, &pk, &written, &records])?;
             // Nothing inserted (and no unique violation): the table is gone.
             if inserted < written.len() as u64 {
-                return Ok(Err(gone));
+                return Ok(Err(table_gone()));
             }
         } else if !written.is_empty() {
             let write_rows = prepared.get(tx, WRITE_ROWS)?;
@@ -308,20 +262,57 @@ impl PostgresTable {
             let delete_rows = prepared.get(tx, DELETE_ROWS)?;
             tx.execute(&delete_rows, &[&self.id, &pk, &deleted])?;
         }
-        if indexed {
-            let written =
-                self.write_entries(tx, prepared, catalog, partition_key, &indexed_writes)?;
-            if let Err(rejection) = written {
-                return Ok(Err(rejection));
-            }
+        if let Err(rejection) = self.write_entries(tx, prepared, partition_key, &plan)? {
+            return Ok(Err(rejection));
         }
         Ok(Ok(Committed {
-            stored,
+            stored: plan.results,
             ticket: None,
         }))
     }
 
-    /// Visits one range through a portal, [`SCAN_BATCH`] rows per fetch.
+    /// The entity at each operation's row, read in one statement (after the partition's lock: a
+    /// later snapshot than the transaction's start); `None` if the table is gone.
+    fn read_rows(
+        &self,
+        tx: &mut postgres::Client,
+        prepared: &mut Prepared<'_>,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<Option<Vec<Option<StoredEntity>>>, StorageError> {
+        let row_keys: Vec<&[u8]> = operations
+            .iter()
+            .map(|operation| operation.row_key().as_bytes())
+            .collect();
+        let read_rows = prepared.get(tx, READ_ROWS)?;
+        let rows = tx.query(
+            &read_rows,
+            &[&self.id, &partition_key.as_bytes(), &row_keys],
+        )?;
+        if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+            return Ok(None);
+        }
+        let mut records = std::collections::HashMap::new();
+        for row in &rows {
+            if let Some(row_key) = row.get::<_, Option<&[u8]>>(1) {
+                records.insert(row_key, row.get::<_, &[u8]>(2));
+            }
+        }
+        let current = operations.iter().map(|operation| {
+            let row_key = operation.row_key();
+            let key = EntityKey {
+                partition_key: partition_key.to_owned(),
+                row_key: row_key.to_owned(),
+            };
+            records
+                .get(row_key.as_bytes())
+                .map(|record| codec::decode_selected(key, record, None))
+                .transpose()
+        });
+        Ok(Some(current.collect::<Result<_, _>>()?))
+    }
+
+    /// Visits one range through a portal, [`SCAN_BATCH`](super::sql::SCAN_BATCH) rows per fetch.
     fn visit_range(
         &self,
         snapshot: &mut Transaction<'_>,
@@ -351,54 +342,6 @@ impl PostgresTable {
         let portal = snapshot.bind(&statement, &refs)?;
         let stopped_at = visit_portal(snapshot, &portal, visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
-    }
-}
-
-/// A read-only `REPEATABLE READ` transaction: one snapshot for a whole scan call.
-pub(super) fn read_snapshot(
-    client: &mut postgres::Client,
-) -> Result<Transaction<'_>, postgres::Error> {
-    client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-}
-
-/// Where a visitor stopped: the entity's keys, and the row it came in.
-pub(super) struct StoppedAt {
-    pub(super) partition_key: String,
-    pub(super) row_key: String,
-    pub(super) row: postgres::Row,
-}
-
-/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched
-/// [`SCAN_BATCH`] rows at a time, until it stops (where, then) or the rows run out.
-pub(super) fn visit_portal(
-    snapshot: &mut Transaction<'_>,
-    portal: &postgres::Portal,
-    visitor: &mut Visitor<'_>,
-) -> Result<Option<StoppedAt>, StorageError> {
-    loop {
-        let rows = snapshot.query_portal(portal, SCAN_BATCH)?;
-        let fetched = rows.len();
-        for row in rows {
-            let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
-            let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
-            let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
-            let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
-            if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
-                let (partition_key, row_key) = (pk.to_owned(), rk.to_owned());
-                return Ok(Some(StoppedAt {
-                    partition_key,
-                    row_key,
-                    row,
-                }));
-            }
-        }
-        if fetched < SCAN_BATCH as usize {
-            return Ok(None);
-        }
     }
 }
 

@@ -17,12 +17,11 @@ use super::table::SledTable;
 use super::undo::RowChange;
 use super::{EntityView, Rejection, StorageError};
 use crate::model::{
-    successor_of_prefix, EntityKey, EntryChanges, Index, IndexDefinition, IndexRange, IndexState,
-    IndexedWrite, KeyPosition, KeyRange,
+    successor_of_prefix, CommitPlan, EntityKey, Index, IndexDefinition, IndexRange, IndexState,
+    KeyPosition, KeyRange,
 };
 use crate::storage::{
-    clash_within_commit, entity_sort_key, value_taken, BuildStep, IndexCatalog, IndexRefusal,
-    Indexed, Visit, Visitor,
+    entity_sort_key, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -114,43 +113,34 @@ impl SledTable {
         Ok(())
     }
 
-    /// The rows a commit's `writes` change in the indexes of `catalog`, with the claims on the
-    /// unique values it adds held; or the operation refused because a unique index holds its
-    /// values for another entity.
+    /// The rows `plan`'s index entries change, with the claims on the unique values it adds
+    /// held; or the operation refused because a unique index of `catalog` holds its value for an
+    /// entity of another partition. The rows' before images (for an undo record) are read only
+    /// with `before_images`.
     #[allow(clippy::type_complexity)]
-    ///
-    /// The rows' before images (for an undo record) are read only with `before_images`.
     pub(super) fn entry_changes(
         &self,
         catalog: &IndexCatalog,
         partition_key: &str,
-        writes: &[IndexedWrite],
+        plan: &CommitPlan,
         before_images: bool,
     ) -> Result<Result<(Vec<RowChange>, Claims<'_>), Rejection>, StorageError> {
-        let changes = EntryChanges::of(&catalog.indexes, partition_key, writes);
-        if let Some(rejection) = clash_within_commit(catalog, partition_key, &changes, writes) {
-            return Ok(Err(rejection));
-        }
         let claims = self.shared.claims.hold(
-            changes
-                .added
+            plan.added_entries
                 .iter()
-                .filter(|(_, entry)| entry.unique)
-                .map(|(_, entry)| (entry.index_id, entry.sort_key.as_slice())),
+                .filter(|added| added.entry.unique)
+                .map(|added| (added.entry.index_id, added.entry.sort_key.as_slice())),
         );
-        let mut rows = Vec::with_capacity(changes.removed.len() + changes.added.len());
-        let released: Vec<Vec<u8>> = changes
-            .removed
+        let released: Vec<Vec<u8>> = plan
+            .removed_entries
             .iter()
             .map(|entry| key::index_entry(entry.index_id, &entry.sort_key))
             .collect();
-        for (operation, entry) in &changes.added {
+        let mut rows = Vec::with_capacity(released.len() + plan.added_entries.len());
+        for added in &plan.added_entries {
+            let entry = &added.entry;
             let entry_key = key::index_entry(entry.index_id, &entry.sort_key);
-            let write = writes
-                .iter()
-                .find(|write| write.operation == *operation)
-                .expect("an added entry's write");
-            let entity_key = key::encode(partition_key, &write.row_key);
+            let entity_key = key::encode(partition_key, &added.row_key);
             let before = match before_images || entry.unique {
                 true => self.tree.get(&entry_key)?,
                 false => None,
@@ -166,13 +156,7 @@ impl SledTable {
                         partition_key: partition_key.to_owned(),
                         row_key: row_key.to_owned(),
                     };
-                    return Ok(Err(value_taken(
-                        catalog,
-                        *operation,
-                        &write.row_key,
-                        entry.index_id,
-                        holder,
-                    )));
+                    return Ok(Err(added.taken_by(holder).into()));
                 }
             }
             rows.push(RowChange {

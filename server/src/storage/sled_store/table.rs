@@ -8,9 +8,11 @@ use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{plan_commit, Effect, EntityKey, Operation, Refusal, TableName, Ticks};
+use crate::model::{
+    plan_commit, Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks,
+};
 use crate::model::{KeyPosition, KeyRange};
-use crate::storage::{Attempt, Committed, IndexCatalog, Visit, Visitor, Waiting};
+use crate::storage::{CommitOutcome, Committed, IndexCatalog, Visit, Visitor};
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
@@ -70,10 +72,10 @@ impl SledTable {
         (!*gate).then_some(gate)
     }
 
-    /// The gate, if `waiting` allows waiting for it or it is free now: `Err` when it is not
-    /// (a deletion is retiring the table), `Ok(None)` once the table is retired.
-    fn gate_when(&self, waiting: Waiting) -> Result<Option<Gate<'_>>, ()> {
-        if waiting == Waiting::Allowed {
+    /// The gate, waiting for it if `wait` or if it is free now: `Err` when it is not (a
+    /// deletion is retiring the table), `Ok(None)` once the table is retired.
+    fn gate_when(&self, wait: bool) -> Result<Option<Gate<'_>>, ()> {
+        if wait {
             return Ok(self.gate());
         }
         match self.retired.try_read() {
@@ -86,6 +88,75 @@ impl SledTable {
         }
     }
 
+    /// [`Table::get`]: waits while a commit is writing several rows of the entity's partition,
+    /// so that a reader who saw one row of a commit never finds another of its rows unwritten;
+    /// unless `wait`, it reads nothing (`None`) rather than wait.
+    fn get_waiting(
+        &self,
+        key: &EntityKey,
+        read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+        wait: bool,
+    ) -> Result<Option<bool>, StorageError> {
+        let Ok(gate) = self.gate_when(wait) else {
+            return Ok(None);
+        };
+        let Some(_gate) = gate else {
+            return Ok(Some(false));
+        };
+        let partition_key = key.partition_key.as_bytes();
+        if wait {
+            self.shared.locks.wait_for_writer(self.id, partition_key);
+        } else if self.shared.locks.writer_busy(self.id, partition_key) {
+            return Ok(None);
+        }
+        let encoded = key::encode(&key.partition_key, &key.row_key);
+        match self.tree.get(&encoded)? {
+            Some(bytes) => {
+                read(EntityView::parse(&key.partition_key, &key.row_key, &bytes)?)?;
+                Ok(Some(true))
+            }
+            None => Ok(Some(false)),
+        }
+    }
+
+    /// [`Table::commit`], the only path that writes entities: applies `operations` on one
+    /// partition atomically; unless `wait`, gives them back rather than wait for the partition.
+    ///
+    /// Under the partition's lock every operation's precondition is checked against the current
+    /// rows, then all effects are written, atomically across a crash (`SledTable::apply`), before
+    /// the lock is released; scans hold the lock's shared side and point reads wait while rows
+    /// are written, so readers see all of them or none. A lone insert checks and writes in one
+    /// step (`SledTable::insert_alone`). The ticket becomes durable with the next group commit
+    /// (`GroupCommit::record_write`); no ticket when nothing was written.
+    fn commit_waiting(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+        wait: bool,
+    ) -> Result<Result<CommitOutcome, Vec<Operation>>, StorageError> {
+        let Ok(gate) = self.gate_when(wait) else {
+            return Ok(Err(operations));
+        };
+        let Some(_gate) = gate else {
+            return Ok(Ok(Err(Rejection {
+                index: 0,
+                reason: RejectReason::TableGone,
+            })));
+        };
+        self.shared.space.check()?;
+        let partition_id = partition_key.as_bytes();
+        let partition = if wait {
+            self.shared.locks.lock(self.id, partition_id)
+        } else {
+            match self.shared.locks.try_lock(self.id, partition_id) {
+                Some(partition) => partition,
+                None => return Ok(Err(operations)),
+            }
+        };
+        self.commit_locked(&partition, partition_key, operations)
+            .map(Ok)
+    }
+
     /// A lone insert (the commonest write) as one compare-and-swap that stores the entity only
     /// where no row is: one descent of the tree instead of a read and then a write. Called by
     /// [`Table::commit`] under the partition's lock and the table's gate.
@@ -94,7 +165,7 @@ impl SledTable {
         partition_key: &str,
         insert: Operation,
         now: Ticks,
-    ) -> Result<Result<Committed, Rejection>, StorageError> {
+    ) -> Result<CommitOutcome, StorageError> {
         let encoded_key = key::encode(partition_key, insert.row_key());
         let Ok(Effect::Put(entity)) = insert.resolve(None, now) else {
             unreachable!("an insert where no row is stores its entity");
@@ -211,17 +282,17 @@ impl SledTable {
         Ok(())
     }
 
-    /// [`Table::commit`] once the partition is held (by `partition`) and the table's gate too.
+    /// [`Table::commit`] once the partition is held (by `partition`) and the table's gate too:
+    /// reads the rows, plans the commit and writes the plan.
     fn commit_locked(
         &self,
         partition: &PartitionGuard<'_>,
         partition_key: &str,
         mut operations: Vec<Operation>,
-    ) -> Result<Result<Committed, Rejection>, StorageError> {
+    ) -> Result<CommitOutcome, StorageError> {
         let now = Ticks::next_commit();
-        let indexes = self.index_catalog();
-        let indexed = indexes.any_kept();
-
+        let catalog = self.index_catalog();
+        let indexed = catalog.any_kept();
         if let (false, [Operation::Insert(_)]) = (indexed, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(partition_key, insert, now);
@@ -230,66 +301,46 @@ impl SledTable {
             .iter()
             .map(|operation| key::encode(partition_key, operation.row_key()))
             .collect();
-        let mut current_rows = self.current_rows(&encoded_keys)?;
-        // Only a merge or a patch (or an index) needs the current properties; skip them otherwise.
-        let current = operations
-            .iter()
-            .zip(&current_rows)
-            .map(|(operation, row)| {
-                let keep: Option<&[String]> =
-                    (!indexed && !operation.reads_current_properties()).then_some(&[]);
-                let key = EntityKey {
-                    partition_key: partition_key.to_owned(),
-                    row_key: operation.row_key().to_owned(),
-                };
-                row.as_ref()
-                    .map(|bytes| codec::decode_selected(key, bytes, keep))
-                    .transpose()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let plan = match plan_commit(operations, current, now, indexed) {
+        let mut rows = self.current_rows(&encoded_keys)?;
+        let current = decode_current(partition_key, &operations, &rows, indexed)?;
+        let plan = match plan_commit(partition_key, operations, current, now, &catalog.indexes) {
             Ok(plan) => plan,
             Err(refused) => return Ok(Err(refused.into())),
         };
-        let mut changes = Vec::with_capacity(plan.changes.len());
-        for change in &plan.changes {
-            let after = change.writes.then(|| {
-                let entity = plan.results[change.operation]
-                    .as_ref()
-                    .expect("a write has its entity");
-                codec::encode(entity.timestamp, &entity.properties)
-            });
-            changes.push(RowChange {
+        let mut changes: Vec<RowChange> = plan
+            .changes
+            .iter()
+            .map(|change| RowChange {
                 key: std::mem::take(&mut encoded_keys[change.operation]),
-                after,
-                before: current_rows[change.operation].take(),
-            });
-        }
-        let (results, indexed_writes) = (plan.results, plan.indexed_writes);
+                after: plan.results[change.operation]
+                    .as_ref()
+                    .filter(|_| change.writes)
+                    .map(|entity| codec::encode(entity.timestamp, &entity.properties)),
+                before: rows[change.operation].take(),
+            })
+            .collect();
         if changes.is_empty() {
             return Ok(Ok(Committed {
-                stored: results,
+                stored: plan.results,
                 ticket: None,
             }));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
-        let (mut entry_rows, mut _claims) = (Vec::new(), Vec::new());
-        if indexed {
-            let several = changes.len() > 1;
-            match self.entry_changes(&indexes, partition_key, &indexed_writes, several)? {
-                Ok((rows, claims)) => (entry_rows, _claims) = (rows, claims),
+        let several = changes.len() > 1;
+        let (entries, _claims) =
+            match self.entry_changes(&catalog, partition_key, &plan, several)? {
+                Ok(entries_and_claims) => entries_and_claims,
                 Err(rejection) => return Ok(Err(rejection)),
-            }
-        }
-        if changes.len() == 1 && !entry_rows.is_empty() {
+            };
+        if let ([_], false) = (changes.as_slice(), entries.is_empty()) {
             let entity = changes.pop().expect("one row");
-            self.apply_one_with_entries(entity, entry_rows)?;
+            self.apply_one_with_entries(entity, entries)?;
         } else {
-            changes.extend(entry_rows);
+            changes.extend(entries);
             self.apply(partition, partition_key, changes)?;
         }
         Ok(Ok(Committed {
-            stored: results,
+            stored: plan.results,
             ticket: self.shared.durability.record_write(),
         }))
     }
@@ -350,6 +401,31 @@ impl SledTable {
     }
 }
 
+/// The entities `rows` hold for `operations` (rows of `partition_key`), with the properties only
+/// where a merge or a patch or an index (`indexed`) needs them.
+fn decode_current(
+    partition_key: &str,
+    operations: &[Operation],
+    rows: &[Option<sled::IVec>],
+    indexed: bool,
+) -> Result<Vec<Option<StoredEntity>>, StorageError> {
+    operations
+        .iter()
+        .zip(rows)
+        .map(|(operation, row)| {
+            let keep: Option<&[String]> =
+                (!indexed && !operation.reads_current_properties()).then_some(&[]);
+            let key = EntityKey {
+                partition_key: partition_key.to_owned(),
+                row_key: operation.row_key().to_owned(),
+            };
+            row.as_ref()
+                .map(|bytes| codec::decode_selected(key, bytes, keep))
+                .transpose()
+        })
+        .collect()
+}
+
 impl Table for SledTable {
     /// The table's name as created.
     fn name(&self) -> &TableName {
@@ -361,76 +437,41 @@ impl Table for SledTable {
         self.id
     }
 
-    /// Waits while a commit is writing several rows of the entity's partition, so that a reader
-    /// who saw one row of a commit never finds another of its rows unwritten.
     fn get(
         &self,
         key: &EntityKey,
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
-        waiting: Waiting,
-    ) -> Result<Attempt<bool, ()>, StorageError> {
-        let Ok(gate) = self.gate_when(waiting) else {
-            return Ok(Attempt::WouldWait(()));
-        };
-        let Some(_gate) = gate else {
-            return Ok(Attempt::Done(false));
-        };
-        let partition_key = key.partition_key.as_bytes();
-        match waiting {
-            Waiting::Allowed => self.shared.locks.wait_for_writer(self.id, partition_key),
-            Waiting::NotAllowed => {
-                if self.shared.locks.writer_busy(self.id, partition_key) {
-                    return Ok(Attempt::WouldWait(()));
-                }
-            }
-        }
-        let encoded = key::encode(&key.partition_key, &key.row_key);
-        match self.tree.get(&encoded)? {
-            Some(bytes) => {
-                read(EntityView::parse(&key.partition_key, &key.row_key, &bytes)?)?;
-                Ok(Attempt::Done(true))
-            }
-            None => Ok(Attempt::Done(false)),
-        }
+    ) -> Result<bool, StorageError> {
+        Ok(self
+            .get_waiting(key, read, true)?
+            .expect("a read allowed to wait"))
     }
 
-    /// The only path that writes entities: applies `operations` on one partition atomically.
-    ///
-    /// Under the partition's lock every operation's precondition is checked against the current
-    /// rows, then all effects are written, atomically across a crash (`SledTable::apply`), before the
-    /// lock is released; scans hold the lock's shared side and point reads wait while rows are
-    /// written, so readers see all of them or none. A lone insert checks and writes in one step
-    /// (`SledTable::insert_alone`).
-    /// Returns the entity each operation stored (`None` for deletes and checks) and the ticket
-    /// that becomes durable with the next group commit (`GroupCommit::record_write`); no
-    /// ticket when nothing was written. Each row appears at most once in
-    /// `operations` (the caller validates that), so no operation needs to see another's effect.
+    fn try_get(
+        &self,
+        key: &EntityKey,
+        read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
+    ) -> Result<Option<bool>, StorageError> {
+        self.get_waiting(key, read, false)
+    }
+
     fn commit(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
-        waiting: Waiting,
-    ) -> Result<Attempt<Result<Committed, Rejection>, Vec<Operation>>, StorageError> {
-        let Ok(gate) = self.gate_when(waiting) else {
-            return Ok(Attempt::WouldWait(operations));
-        };
-        let Some(_gate) = gate else {
-            return Ok(Attempt::Done(Err(Rejection {
-                index: 0,
-                reason: RejectReason::TableGone,
-            })));
-        };
-        self.shared.space.check()?;
-        let partition_id = partition_key.as_bytes();
-        let partition = match waiting {
-            Waiting::Allowed => self.shared.locks.lock(self.id, partition_id),
-            Waiting::NotAllowed => match self.shared.locks.try_lock(self.id, partition_id) {
-                Some(partition) => partition,
-                None => return Ok(Attempt::WouldWait(operations)),
-            },
-        };
-        self.commit_locked(&partition, partition_key, operations)
-            .map(Attempt::Done)
+    ) -> Result<CommitOutcome, StorageError> {
+        match self.commit_waiting(partition_key, operations, true)? {
+            Ok(outcome) => Ok(outcome),
+            Err(_) => unreachable!("a commit allowed to wait runs"),
+        }
+    }
+
+    fn try_commit(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<Result<CommitOutcome, Vec<Operation>>, StorageError> {
+        self.commit_waiting(partition_key, operations, false)
     }
 
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
@@ -465,7 +506,7 @@ mod tests {
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{read_entity, SledStore, Store, StoreOptions, Waiting};
+    use crate::storage::{read_entity, SledStore, Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
     fn table_with_even_rows(dir: &std::path::Path) -> (SledStore, Arc<SledTable>) {
@@ -477,11 +518,7 @@ mod tests {
             .step_by(2)
             .map(|row| insert(&format!("r{row:03}"), row))
             .collect();
-        table
-            .commit("p", inserts, Waiting::Allowed)
-            .unwrap()
-            .ran()
-            .unwrap();
+        table.commit("p", inserts).unwrap().unwrap();
         (store, table)
     }
 
@@ -535,20 +572,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_store, table) = table_with_even_rows(dir.path());
         let held = table.shared.locks.lock_for_scan(table.id, b"p");
-        let attempt = table
-            .commit("p", vec![insert("r001", 1)], Waiting::NotAllowed)
-            .unwrap();
-        assert!(matches!(&attempt, Attempt::WouldWait(operations) if operations.len() == 1));
+        let attempt = table.try_commit("p", vec![insert("r001", 1)]).unwrap();
+        assert!(matches!(&attempt, Err(operations) if operations.len() == 1));
         // Another partition is free.
-        let other = table
-            .commit("q", vec![insert("r001", 1)], Waiting::NotAllowed)
-            .unwrap();
-        assert!(matches!(other, Attempt::Done(Ok(_))));
+        let other = table.try_commit("q", vec![insert("r001", 1)]).unwrap();
+        assert!(matches!(other, Ok(Ok(_))));
         drop(held);
-        let after = table
-            .commit("p", vec![insert("r001", 1)], Waiting::NotAllowed)
-            .unwrap();
-        assert!(matches!(after, Attempt::Done(Ok(_))));
+        let after = table.try_commit("p", vec![insert("r001", 1)]).unwrap();
+        assert!(matches!(after, Ok(Ok(_))));
         assert_eq!(count_all(&table), 102);
     }
 
@@ -558,10 +589,7 @@ mod tests {
         let (_store, table) = table_with_even_rows(dir.path());
         let existing = key::encode("p", "r010");
         let before = table.tree.get(&existing).unwrap();
-        let refused = table
-            .commit("p", vec![insert("r010", -1)], Waiting::Allowed)
-            .unwrap()
-            .ran();
+        let refused = table.commit("p", vec![insert("r010", -1)]).unwrap();
         match refused {
             Err(Rejection {
                 index: 0,
@@ -579,21 +607,14 @@ mod tests {
         );
 
         let stored = table
-            .commit("p", vec![insert("r011", 11)], Waiting::Allowed)
+            .commit("p", vec![insert("r011", 11)])
             .unwrap()
-            .ran()
             .unwrap();
         let entity = stored.stored[0].as_ref().expect("the stored entity");
         assert_eq!(entity.key.row_key, "r011");
-        let read = read_entity(
-            table.as_ref(),
-            &entity.key,
-            |view| Ok(view.timestamp),
-            Waiting::Allowed,
-        )
-        .unwrap()
-        .ran()
-        .expect("the row is stored");
+        let read = read_entity(table.as_ref(), &entity.key, |view| Ok(view.timestamp))
+            .unwrap()
+            .expect("the row is stored");
         assert_eq!(read, entity.timestamp);
     }
 
@@ -657,21 +678,13 @@ mod tests {
         assert!(rows.len() * 15 * MAX_VALUE_BYTES > MAX_UNDO_RECORD_BYTES);
         for row_key in rows {
             let replace = Operation::Upsert(large(row_key), UpsertMode::Replace);
-            table
-                .commit("p", vec![replace], Waiting::Allowed)
-                .unwrap()
-                .ran()
-                .unwrap();
+            table.commit("p", vec![replace]).unwrap().unwrap();
         }
         let shrink = rows
             .iter()
             .map(|row_key| Operation::Update(row(row_key, -1), IfMatch::Any))
             .collect();
-        table
-            .commit("p", shrink, Waiting::Allowed)
-            .unwrap()
-            .ran()
-            .unwrap();
+        table.commit("p", shrink).unwrap().unwrap();
         for row_key in rows {
             let stored = table.tree.get(key::encode("p", row_key)).unwrap().unwrap();
             assert!(stored.len() < 64, "{row_key} was not replaced");

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use trestle_server::engine::Waiting;
 use trestle_server::model::{EntityKey, NewEntity, Operation, Value};
-use trestle_server::storage::{StoreOptions, Ticket, Waiting};
+use trestle_server::storage::{StoreConfig, Ticket};
 use trestle_server::Engine;
 
 use crate::measure::{drive, Measurement, OpResult, Rng};
@@ -38,7 +39,7 @@ impl EngineUnderTest {
     pub(crate) fn open() -> EngineUnderTest {
         let data_dir =
             std::env::temp_dir().join(format!("trestle-engine-bench-{}", std::process::id()));
-        let engine = Engine::open(&data_dir, StoreOptions::default()).expect("open the engine");
+        let engine = Engine::open(&StoreConfig::embedded(&data_dir)).expect("open the engine");
         // As the server does: the flusher publishes each durable ticket, writers await theirs.
         let (publish, durable) = watch::channel(engine.durable());
         engine.on_durable(Box::new(move |ticket| {

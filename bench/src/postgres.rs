@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::workloads::{self, Plan};
 use crate::Row;
 
-#[path = "../../../../tests/common/postgres.rs"]
+#[path = "../../tests/common/postgres.rs"]
 mod cluster;
 
 pub(crate) use cluster::Postgres as Cluster;

@@ -1,0 +1,100 @@
+//! What the PostgreSQL store's tables and indexes share below both: the advisory locks' keys
+//! (a table's and a partition's), read snapshots, scans through a portal, and the hex text the
+//! catalog is read back in.
+
+use postgres::{IsolationLevel, Transaction};
+
+use crate::storage::{EntityView, StorageError, Visit, Visitor};
+
+/// Rows a scan fetches from its portal at a time.
+pub(super) const SCAN_BATCH: i32 = 256;
+
+/// The table's lock: shared by its commits (they run side by side), taken exclusively by its
+/// deletion, which so waits for the commits under way, and after which commits find the table
+/// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
+/// write nothing, however many commits hold them at once. (The two-key space is apart from the
+/// partitions' one-key space.)
+pub(super) fn table_lock(table_id: i64) -> String {
+    format!("29810, {}", table_id % i64::from(i32::MAX))
+}
+
+/// The exclusive form of the table's lock, for its deletion.
+pub(super) const LOCK_TABLE: &str =
+    "SELECT pg_advisory_xact_lock(29810, ($1::bigint % 2147483647)::int4)";
+
+/// The advisory-lock key of a partition: 64 bits of FNV-1a over the table id and the key.
+pub(super) fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in table_id
+        .to_be_bytes()
+        .iter()
+        .chain(partition_key.as_bytes())
+    {
+        hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash as i64
+}
+
+/// A read-only `REPEATABLE READ` transaction: one snapshot for a whole scan call.
+pub(super) fn read_snapshot(
+    client: &mut postgres::Client,
+) -> Result<Transaction<'_>, postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+}
+
+/// Where a visitor stopped: the entity's keys, and the row it came in.
+pub(super) struct StoppedAt {
+    pub(super) partition_key: String,
+    pub(super) row_key: String,
+    pub(super) row: postgres::Row,
+}
+
+/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched
+/// [`SCAN_BATCH`] rows at a time, until it stops (where, then) or the rows run out.
+pub(super) fn visit_portal(
+    snapshot: &mut Transaction<'_>,
+    portal: &postgres::Portal,
+    visitor: &mut Visitor<'_>,
+) -> Result<Option<StoppedAt>, StorageError> {
+    loop {
+        let rows = snapshot.query_portal(portal, SCAN_BATCH)?;
+        let fetched = rows.len();
+        for row in rows {
+            let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
+            let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
+            let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
+            let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
+            if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
+                let (partition_key, row_key) = (pk.to_owned(), rk.to_owned());
+                return Ok(Some(StoppedAt {
+                    partition_key,
+                    row_key,
+                    row,
+                }));
+            }
+        }
+        if fetched < SCAN_BATCH as usize {
+            return Ok(None);
+        }
+    }
+}
+
+/// Decodes the hex text PostgreSQL's `encode(..., 'hex')` writes.
+pub(super) fn from_hex(text: &str) -> Result<Vec<u8>, StorageError> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        _ => Err(StorageError::Corrupt("an index catalog is not hex".into())),
+    };
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [high, low] => Ok(digit(*high)? << 4 | digit(*low)?),
+            _ => Err(StorageError::Corrupt("an index catalog is not hex".into())),
+        })
+        .collect()
+}
