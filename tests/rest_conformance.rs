@@ -1,6 +1,7 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
-//! as Azure does, and a shared access signature giving a field twice is refused.
+//! as Azure does, a shared access signature giving a field twice is refused, and the filter and
+//! ETag leniencies Azure has (or not).
 
 mod common;
 
@@ -121,4 +122,81 @@ async fn an_unknown_service_version_is_refused_and_a_known_one_answered_back() {
     .await;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("x-ms-version: 2020-08-04\r\n"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_true_or_false_filters_everything_or_nothing_and_booleans_read_in_any_case() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, _) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        br#"{"TableName":"Lenient"}"#,
+    )
+    .await;
+    assert_eq!(status, 201);
+    for (row, flag) in [("a", true), ("b", false)] {
+        let body = format!(r#"{{"PartitionKey":"p","RowKey":"{row}","Flag":{flag}}}"#);
+        let (status, answer) = exchange(
+            &mut socket,
+            "POST",
+            "/devstoreaccount1/Lenient",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let rows = |answer: &str| {
+        ["\"RowKey\":\"a\"", "\"RowKey\":\"b\""]
+            .iter()
+            .filter(|row| answer.contains(*row))
+            .count()
+    };
+    for (filter, expected) in [
+        ("true", 2),
+        ("false", 0),
+        ("not%20false", 2),
+        ("Flag%20eq%20True", 1),
+        ("Flag%20eq%20FALSE%20or%20false", 1),
+    ] {
+        let path = format!("/devstoreaccount1/Lenient()?$filter={filter}");
+        let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+        assert_eq!(status, 200, "{filter}: {answer}");
+        assert_eq!(rows(&answer), expected, "{filter}: {answer}");
+    }
+    // The weak indicator is case-sensitive (RFC 7232): a lower-case `w/` is no ETag.
+    let (_, got) = exchange(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Lenient(PartitionKey='p',RowKey='a')",
+        b"",
+    )
+    .await;
+    let etag = got
+        .lines()
+        .find_map(|line| line.strip_prefix("ETag: ").or(line.strip_prefix("etag: ")))
+        .expect("an ETag header")
+        .to_owned();
+    let lower = format!("If-Match: w{}\r\n", &etag[1..]);
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "DELETE",
+        "/devstoreaccount1/Lenient(PartitionKey='p',RowKey='a')",
+        &lower,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("x-ms-error-code: InvalidInput"), "{answer}");
+    let exact = format!("If-Match: {etag}\r\n");
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "DELETE",
+        "/devstoreaccount1/Lenient(PartitionKey='p',RowKey='a')",
+        &exact,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 204, "{answer}");
 }

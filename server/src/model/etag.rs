@@ -89,7 +89,16 @@ mod tests {
     fn if_match_refuses_malformed_tags() {
         assert_eq!(IfMatch::parse(""), Err(ValidationError::IfMatchMissing));
         assert_eq!(IfMatch::parse("*"), Ok(IfMatch::Any));
-        for bad in ["x", "\"x\"", "W/x", "W/\"\"", "datetime'2020'"] {
+        // The weak indicator is case-sensitive (RFC 7232): `w/"…"` is refused, not read as `W/`.
+        let lower = format!("w{}", &ETag::for_timestamp(Ticks(7)).as_str()[1..]);
+        for bad in [
+            "x",
+            "\"x\"",
+            "W/x",
+            "W/\"\"",
+            "datetime'2020'",
+            lower.as_str(),
+        ] {
             assert!(
                 matches!(
                     IfMatch::parse(bad),

@@ -170,6 +170,8 @@ impl KeyBox {
 fn boxes(expr: &Expr, negate: bool) -> Vec<KeyBox> {
     match (expr, negate) {
         (Expr::Not(inner), _) => boxes(inner, !negate),
+        (Expr::Constant(value), _) if *value != negate => vec![KeyBox::FULL],
+        (Expr::Constant(_), _) => Vec::new(),
         (Expr::And(a, b), false) | (Expr::Or(a, b), true) => {
             intersect_all(&boxes(a, negate), &boxes(b, negate))
         }
@@ -297,6 +299,16 @@ mod tests {
 
     fn kind(filter: &str) -> PlanKind {
         plan_of(filter).kind
+    }
+
+    #[test]
+    fn constant_filters_read_everything_or_nothing() {
+        assert_eq!(kind("true"), PlanKind::TableScan);
+        assert_eq!(kind("false"), PlanKind::Empty);
+        assert_eq!(kind("not true"), PlanKind::Empty);
+        assert_eq!(kind("PartitionKey eq 'a' and true"), PlanKind::Partition);
+        assert_eq!(kind("PartitionKey eq 'a' or false"), PlanKind::Partition);
+        assert_eq!(kind("PartitionKey eq 'a' or true"), PlanKind::TableScan);
     }
 
     #[test]

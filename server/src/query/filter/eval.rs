@@ -58,6 +58,7 @@ impl Expr {
             Expr::And(a, b) => a.matches(entity) && b.matches(entity),
             Expr::Or(a, b) => a.matches(entity) || b.matches(entity),
             Expr::Not(inner) => !inner.matches(entity),
+            Expr::Constant(value) => *value,
             Expr::Compare {
                 property,
                 op,

@@ -84,6 +84,8 @@ pub enum Expr {
     Or(Box<Expr>, Box<Expr>),
     /// The inner expression does not hold.
     Not(Box<Expr>),
+    /// `true` or `false` standing alone: every entity, or none.
+    Constant(bool),
     /// `property op literal`.
     Compare {
         /// The property compared.

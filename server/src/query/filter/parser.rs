@@ -9,6 +9,19 @@ const KEYWORDS: &[&str] = &[
     "and", "or", "not", "eq", "ne", "gt", "ge", "lt", "le", "true", "false", "null",
 ];
 
+/// The comparison operators.
+const OPERATORS: &[&str] = &["eq", "ne", "gt", "ge", "lt", "le"];
+
+/// The boolean literal `word` is, in any case (`true`, `True`, `FALSE`), as Azure's service and
+/// emulator read it.
+fn boolean(word: &str) -> Option<bool> {
+    match word {
+        _ if word.eq_ignore_ascii_case("true") => Some(true),
+        _ if word.eq_ignore_ascii_case("false") => Some(false),
+        _ => None,
+    }
+}
+
 pub(super) fn parse(text: &str) -> Result<Expr, FilterError> {
     let tokens = tokenize(text)?;
     if tokens.is_empty() {
@@ -126,16 +139,15 @@ impl Parser {
 
     fn comparison(&mut self) -> Result<Expr, FilterError> {
         let start = self.offset();
+        if let Some(value) = self.lone_boolean() {
+            self.pos += 1;
+            self.count_comparison(start)?;
+            return Ok(Expr::Constant(value));
+        }
         let left = self.operand()?;
         let op = self.operator()?;
         let right = self.operand()?;
-        self.comparisons += 1;
-        if self.comparisons > MAX_COMPARISONS {
-            return Err(FilterError::new(
-                start,
-                format!("a filter may hold at most {MAX_COMPARISONS} comparisons"),
-            ));
-        }
+        self.count_comparison(start)?;
         match (left, right) {
             (Operand::Property(property), Operand::Literal(literal)) => Ok(Expr::Compare {
                 property,
@@ -158,6 +170,37 @@ impl Parser {
         }
     }
 
+    /// Counts one more comparison (a constant counts as one), refusing filters past
+    /// [`MAX_COMPARISONS`].
+    fn count_comparison(&mut self, start: usize) -> Result<(), FilterError> {
+        self.comparisons += 1;
+        if self.comparisons > MAX_COMPARISONS {
+            return Err(FilterError::new(
+                start,
+                format!("a filter may hold at most {MAX_COMPARISONS} comparisons"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The value of a `true` or `false` that stands alone as a condition (no comparison operator
+    /// follows it), as in `$filter=true`.
+    fn lone_boolean(&self) -> Option<bool> {
+        let Some(Spanned {
+            token: Token::Word(word),
+            ..
+        }) = self.peek()
+        else {
+            return None;
+        };
+        let value = boolean(word)?;
+        let compared = matches!(
+            self.tokens.get(self.pos + 1),
+            Some(Spanned { token: Token::Word(next), .. }) if OPERATORS.contains(&next.as_str())
+        );
+        (!compared).then_some(value)
+    }
+
     fn operand(&mut self) -> Result<Operand, FilterError> {
         let offset = self.offset();
         let Some(Spanned { token, .. }) = self.peek().cloned() else {
@@ -169,9 +212,10 @@ impl Parser {
         self.pos += 1;
         match token {
             Token::Literal(value) => Ok(Operand::Literal(value)),
+            Token::Word(word) if boolean(&word).is_some() => {
+                Ok(Operand::Literal(Value::Bool(boolean(&word) == Some(true))))
+            }
             Token::Word(word) => match word.as_str() {
-                "true" => Ok(Operand::Literal(Value::Bool(true))),
-                "false" => Ok(Operand::Literal(Value::Bool(false))),
                 "null" => Err(FilterError::new(offset, "null is not allowed in a filter")),
                 keyword if KEYWORDS.contains(&keyword) => Err(FilterError::new(
                     offset,

@@ -377,3 +377,25 @@ fn nesting_is_bounded_and_refused_at_the_offending_byte() {
     assert!(Expr::parse(&"(".repeat(1_000_000)).is_err());
     assert!(Expr::parse(&"not ".repeat(1_000_000)).is_err());
 }
+
+#[test]
+fn true_and_false_stand_alone_and_read_in_any_case() {
+    assert_eq!(Expr::parse("true").unwrap(), Expr::Constant(true));
+    assert_eq!(Expr::parse(" False ").unwrap(), Expr::Constant(false));
+    assert_eq!(literal_of("A eq TRUE"), Value::Bool(true));
+    assert_eq!(literal_of("A eq faLSE"), Value::Bool(false));
+    let ada = entity(&[("A", Value::Int32(1))]);
+    let matches = |filter: &str| Expr::parse(filter).unwrap().matches(&ada);
+    assert!(matches("true"));
+    assert!(!matches("false"));
+    assert!(matches("not false and A eq 1"));
+    assert!(!matches("false and A eq 1"));
+    assert!(matches("(true and A eq 1) or false"));
+    assert!(matches("true or A eq 2"));
+    // A boolean that is compared stays a literal of its comparison.
+    assert!(!matches("A eq true"));
+    assert_eq!(error_at("true eq false").0, 0);
+    assert_eq!(error_at("true A eq 1").0, 5);
+    let sixteen = vec!["true"; 16].join(" and ");
+    assert!(error_at(&sixteen).1.contains("at most 15"));
+}
