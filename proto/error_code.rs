@@ -82,6 +82,12 @@ pub enum ErrorCode {
     AuthorizationServiceMismatch,
     /// A header's value is not one the service takes (an unknown `x-ms-version`) (REST).
     InvalidHeaderValue,
+    /// A settings body (service properties, a table's ACL) is not the XML document it must be
+    /// (REST).
+    InvalidXmlDocument,
+    /// No CORS rule of the service lets the page's origin make the request a browser asked
+    /// about (REST).
+    CorsPreflightFailure,
 }
 
 impl ErrorCode {
@@ -125,6 +131,8 @@ impl ErrorCode {
         ErrorCode::AuthorizationSourceIPMismatch,
         ErrorCode::AuthorizationServiceMismatch,
         ErrorCode::InvalidHeaderValue,
+        ErrorCode::InvalidXmlDocument,
+        ErrorCode::CorsPreflightFailure,
     ];
 
     /// The code as Azure spells it.
@@ -170,6 +178,8 @@ impl ErrorCode {
             ErrorCode::AuthorizationSourceIPMismatch => "AuthorizationSourceIPMismatch",
             ErrorCode::AuthorizationServiceMismatch => "AuthorizationServiceMismatch",
             ErrorCode::InvalidHeaderValue => "InvalidHeaderValue",
+            ErrorCode::InvalidXmlDocument => "InvalidXmlDocument",
+            ErrorCode::CorsPreflightFailure => "CorsPreflightFailure",
         }
     }
 

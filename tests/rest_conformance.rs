@@ -1,7 +1,7 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
 //! as Azure does, a shared access signature giving a field twice is refused, and the filter and
-//! ETag leniencies Azure has (or not).
+//! ETag leniencies Azure has (or not), CORS rules, preflights and their answers.
 
 mod common;
 
@@ -199,4 +199,159 @@ async fn a_lone_true_or_false_filters_everything_or_nothing_and_booleans_read_in
     )
     .await;
     assert_eq!(status, 204, "{answer}");
+}
+
+/// Set Service Properties with `rules` (`<CorsRule>` elements) as the body.
+fn properties_body(rules: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><StorageServiceProperties>\
+         <Cors>{rules}</Cors></StorageServiceProperties>"
+    )
+}
+
+const APP_RULE: &str = "<CorsRule><AllowedOrigins>http://app.example</AllowedOrigins>\
+    <AllowedMethods>GET,PUT</AllowedMethods><AllowedHeaders>x-ms-*,accept</AllowedHeaders>\
+    <ExposedHeaders>x-ms-*</ExposedHeaders><MaxAgeInSeconds>600</MaxAgeInSeconds></CorsRule>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_rules_answer_preflights_and_mark_the_answers_a_page_may_read() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let preflight = |origin: &str, method: &str, headers: &str| {
+        format!(
+            "Origin: {origin}\r\nAccess-Control-Request-Method: {method}\r\n\
+             Access-Control-Request-Headers: {headers}\r\n"
+        )
+    };
+    let asked = preflight("http://app.example", "GET", "x-ms-version,Accept");
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "OPTIONS",
+        "/devstoreaccount1/Tables",
+        &asked,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 403, "no rules yet: {answer}");
+    assert!(
+        answer.contains("x-ms-error-code: CorsPreflightFailure"),
+        "{answer}"
+    );
+
+    let service = "/devstoreaccount1/?restype=service&comp=properties";
+    let body = properties_body(APP_RULE);
+    let (status, answer) = exchange(&mut socket, "PUT", service, body.as_bytes()).await;
+    assert_eq!(status, 202, "{answer}");
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "OPTIONS",
+        "/devstoreaccount1/Tables",
+        &asked,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    for header in [
+        "access-control-allow-origin: http://app.example\r\n",
+        "access-control-allow-methods: GET\r\n",
+        "access-control-allow-headers: x-ms-version,Accept\r\n",
+        "access-control-max-age: 600\r\n",
+        "vary: Origin\r\n",
+    ] {
+        assert!(
+            answer.to_lowercase().contains(&header.to_lowercase()),
+            "{header}: {answer}"
+        );
+    }
+    for refused in [
+        preflight("http://evil.example", "GET", "x-ms-version"),
+        preflight("http://app.example", "DELETE", "x-ms-version"),
+        preflight("http://app.example", "GET", "x-ms-version,authorization"),
+    ] {
+        let (status, answer) = exchange_with(
+            &mut socket,
+            "OPTIONS",
+            "/devstoreaccount1/Tables",
+            &refused,
+            b"",
+        )
+        .await;
+        assert_eq!(status, 403, "{refused}: {answer}");
+    }
+
+    // The answer to a page's request says the page may read it, and which headers.
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Tables",
+        "Origin: http://app.example\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let lower = answer.to_lowercase();
+    assert!(
+        lower.contains("access-control-allow-origin: http://app.example\r\n"),
+        "{answer}"
+    );
+    let exposed = lower
+        .lines()
+        .find_map(|line| line.strip_prefix("access-control-expose-headers: "))
+        .expect("exposed headers");
+    assert!(
+        exposed.contains("x-ms-request-id") && !exposed.contains("content-type"),
+        "{answer}"
+    );
+    assert!(lower.contains("keep-alive: timeout="), "{answer}");
+    let (_, other) = exchange_with(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Tables",
+        "Origin: http://evil.example\r\n",
+        b"",
+    )
+    .await;
+    assert!(
+        !other.to_lowercase().contains("access-control-allow-origin"),
+        "{other}"
+    );
+
+    // Read back as set; bad settings are refused and change nothing.
+    let (_, kept) = exchange(&mut socket, "GET", service, b"").await;
+    assert!(
+        kept.contains("<AllowedOrigins>http://app.example</AllowedOrigins>"),
+        "{kept}"
+    );
+    assert!(
+        kept.contains("<MaxAgeInSeconds>600</MaxAgeInSeconds>"),
+        "{kept}"
+    );
+    let six = properties_body(&APP_RULE.repeat(6));
+    let fetch = properties_body(&APP_RULE.replace("GET,PUT", "FETCH"));
+    for (bad, code) in [
+        (
+            "<StorageServiceProperties><Cors>".to_owned(),
+            "InvalidXmlDocument",
+        ),
+        ("<Other/>".to_owned(), "InvalidXmlDocument"),
+        (
+            properties_body(&APP_RULE.replace(">600<", ">soon<")),
+            "InvalidXmlDocument",
+        ),
+        (six, "InvalidInput"),
+        (fetch, "InvalidInput"),
+    ] {
+        let (status, answer) = exchange(&mut socket, "PUT", service, bad.as_bytes()).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert!(
+            answer.contains(&format!("x-ms-error-code: {code}")),
+            "{answer}"
+        );
+    }
+    let (_, still) = exchange(&mut socket, "GET", service, b"").await;
+    assert_eq!(
+        still.split("\r\n\r\n").nth(1),
+        kept.split("\r\n\r\n").nth(1),
+        "a refusal changes nothing"
+    );
 }

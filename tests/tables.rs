@@ -56,7 +56,7 @@ async fn create_list_and_delete_tables() {
         listed.tables,
         [pb::Table {
             name: "orders".into(),
-            indexes: vec![],
+            ..pb::Table::default()
         }]
     );
     let gone = client.get_entity(get_request("Customers", "p", "r")).await;
@@ -87,7 +87,7 @@ async fn table_names_are_unique_ignoring_case_and_keep_their_case() {
         listed.tables,
         [pb::Table {
             name: "MixedCase".into(),
-            indexes: vec![],
+            ..pb::Table::default()
         }]
     );
 }
@@ -279,4 +279,99 @@ async fn creating_a_table_while_its_namesake_is_reclaimed_is_table_being_deleted
         "TableNotFound",
     );
     client.create_table(create("Other")).await.unwrap();
+}
+
+fn policy(id: &str, permissions: &str, expiry_seconds: i64) -> pb::AccessPolicy {
+    pb::AccessPolicy {
+        id: id.into(),
+        start: None,
+        expiry: Some(prost_types::Timestamp {
+            seconds: expiry_seconds,
+            nanos: 0,
+        }),
+        permissions: permissions.into(),
+    }
+}
+
+#[tokio::test]
+async fn stored_access_policies_are_kept_checked_and_forgotten_with_their_table() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table("Acl").await;
+    let set = |policies: Vec<pb::AccessPolicy>| pb::SetTableAccessPoliciesRequest {
+        table: "acl".into(),
+        access_policies: policies,
+    };
+    let kept = client
+        .set_table_access_policies(set(vec![
+            policy("readers", "r", 4_000_000_000),
+            policy("writers", "dua", 4_000_000_000),
+        ]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(kept.access_policies[1].permissions, "aud");
+    let described = |client: &mut RawClient| {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_table(pb::GetTableRequest {
+                    table: "Acl".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .access_policies
+        }
+    };
+    assert_eq!(described(&mut client).await, kept.access_policies);
+    let six: Vec<_> = (0..6)
+        .map(|n| policy(&format!("p{n}"), "r", 4_000_000_000))
+        .collect();
+    for bad in [
+        six,
+        vec![
+            policy("twice", "r", 4_000_000_000),
+            policy("twice", "a", 4_000_000_000),
+        ],
+        vec![policy("write", "w", 4_000_000_000)],
+        vec![policy(&"x".repeat(65), "r", 4_000_000_000)],
+    ] {
+        assert_error(
+            client.set_table_access_policies(set(bad)).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+    }
+    assert_eq!(
+        described(&mut client).await,
+        kept.access_policies,
+        "a refusal changes nothing"
+    );
+    assert_error(
+        client
+            .set_table_access_policies(pb::SetTableAccessPoliciesRequest {
+                table: "Missing".into(),
+                access_policies: vec![],
+            })
+            .await,
+        Code::NotFound,
+        "TableNotFound",
+    );
+    client
+        .delete_table(pb::DeleteTableRequest {
+            table: "Acl".into(),
+        })
+        .await
+        .unwrap();
+    loop {
+        match client.create_table(create("Acl")).await {
+            Ok(_) => break,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    assert!(
+        described(&mut client).await.is_empty(),
+        "a new table starts with none"
+    );
+    client.set_table_access_policies(set(vec![])).await.unwrap();
 }

@@ -129,6 +129,18 @@ impl Access {
         self.on_table(table, Permissions::READ)
     }
 
+    /// Changing the service's settings (its CORS rules): an account key (or open mode) only.
+    pub fn manage_service(&self) -> Result<(), AuthError> {
+        match self {
+            Access::Full => Ok(()),
+            Access::Scoped(_) => Err(AuthError::ResourceMismatch(
+                "only the account key changes the service's settings, not a token or a shared \
+                 access signature"
+                    .into(),
+            )),
+        }
+    }
+
     /// Listing tables: a service-level operation, which a token for one table, or for a key
     /// range, cannot do.
     pub fn list_tables(&self) -> Result<(), AuthError> {

@@ -217,12 +217,16 @@ impl Engine {
 
     /// Deletes a table; its data is reclaimed in the background.
     pub fn delete_table(&self, name: &str) -> Result<(), TableError> {
+        let id = self.table_id(name)?;
         let name = lookup_name(name)?;
-        if self.store.delete_table(&name)? {
-            Ok(())
-        } else {
-            Err(TableError::TableNotFound(name.to_string()))
+        if !self.store.delete_table(&name)? {
+            return Err(TableError::TableNotFound(name.to_string()));
         }
+        // A failure here leaves only a record no table names (a new table gets a new id).
+        if let Err(error) = self.forget_access_policies(id) {
+            tracing::warn!(table = %name, %error, "a deleted table's access policies stay stored");
+        }
+        Ok(())
     }
 
     /// The table `name` as created, and its indexes with their states.
@@ -561,6 +565,16 @@ impl Engine {
     /// Flushes everything to disk (for shutdown).
     pub fn flush(&self) -> Result<(), TableError> {
         Ok(self.store.flush()?)
+    }
+
+    /// The store, for the engine's other modules (settings).
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// The id of the incarnation of table `name`.
+    pub(crate) fn table_id(&self, name: &str) -> Result<u64, TableError> {
+        Ok(self.table(name)?.id())
     }
 
     fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {

@@ -26,6 +26,7 @@ pub mod query;
 pub mod rest;
 mod routes;
 pub mod scan;
+mod settings;
 mod shutdown;
 mod startup;
 pub mod storage;

@@ -303,8 +303,24 @@ fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
     assert_eq!(read, expected, "scan (reverse: {reverse})");
 }
 
+/// Settings: none at first, then each as last written, until removed.
+fn check_settings(store: &dyn Store) {
+    assert_eq!(store.setting("cors").unwrap(), None);
+    store.put_setting("cors", Some(b"one")).unwrap();
+    store.put_setting("acl.7", Some(b"")).unwrap();
+    store.put_setting("cors", Some(b"two")).unwrap();
+    assert_eq!(store.setting("cors").unwrap().as_deref(), Some(&b"two"[..]));
+    assert_eq!(store.setting("acl.7").unwrap().as_deref(), Some(&b""[..]));
+    store.put_setting("acl.7", None).unwrap();
+    assert_eq!(store.setting("acl.7").unwrap(), None);
+    store.put_setting("acl.7", None).unwrap();
+}
+
 /// Runs `steps` random steps against `store`, checking each against the model.
 pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
+    if seed == 1 {
+        check_settings(store);
+    }
     let mut rng = Rng { state: seed };
     let name = TableName::parse("Contract").unwrap();
     let mut table: Arc<dyn Table> = store.create_table(&name, &[]).unwrap().unwrap();

@@ -23,6 +23,8 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import (
     AccountSasPermissions,
+    TableCorsRule,
+    TableAnalyticsLogging,
     EdmType,
     EntityProperty,
     ResourceTypes,
@@ -260,8 +262,7 @@ def shared_access_signatures(service, key):
     refused("AuthenticationFailed", lambda: table_client(later).get_entity("b", "3"))
     tampered = rows.replace("sp=r", "sp=rd")
     refused("AuthenticationFailed", lambda: table_client(tampered).get_entity("b", "3"))
-    policy = generate_table_sas(credential, "PySas", policy_id="readers")
-    refused("AuthenticationFailed", lambda: table_client(policy).get_entity("b", "3"))
+    stored_access_policies(table, credential, table_client, now)
 
     # An account SAS: list tables and read entities, nothing else.
     readers = generate_account_sas(
@@ -291,24 +292,66 @@ def shared_access_signatures(service, key):
         service.delete_table(name)
 
 
+def stored_access_policies(table, credential, table_client, now):
+    """A SAS naming a stored access policy takes its fields, and is refused once it changes."""
+    table.set_table_access_policy({
+        "readers": TableAccessPolicy(permission="r", start=now - HOUR, expiry=now + HOUR),
+        "open": TableAccessPolicy(permission="r"),
+    })
+    kept = table.get_table_access_policy()
+    assert sorted(kept) == ["open", "readers"] and kept["readers"].permission == "r", kept
+    named = generate_table_sas(credential, "PySas", policy_id="readers")
+    reader = table_client(named)
+    assert reader.get_entity("b", "3")["N"] == 3
+    refused("AuthorizationPermissionMismatch", lambda: reader.delete_entity("b", "3"))
+    # A field given by both the signature and the policy is refused; one the policy leaves out
+    # comes from the signature.
+    both = generate_table_sas(credential, "PySas", policy_id="readers", permission="r")
+    refused("AuthenticationFailed", lambda: table_client(both).get_entity("b", "3"))
+    with_expiry = generate_table_sas(credential, "PySas", policy_id="open", expiry=now + HOUR)
+    assert table_client(with_expiry).get_entity("b", "3")["N"] == 3
+    # Changing the policy changes what its signatures grant; removing it revokes them.
+    table.set_table_access_policy({
+        "readers": TableAccessPolicy(permission="r", start=now - 2 * HOUR, expiry=now - HOUR),
+    })
+    refused("AuthenticationFailed", lambda: reader.get_entity("b", "3"))
+    table.set_table_access_policy({})
+    refused("AuthenticationFailed", lambda: reader.get_entity("b", "3"))
+    missing = generate_table_sas(credential, "PySas", policy_id="nobody")
+    refused("AuthenticationFailed", lambda: table_client(missing).get_entity("b", "3"))
+
+
 def settings(service):
-    """The setup calls: what Azure answers for an account with no settings, or NotImplemented."""
+    """Service properties (CORS rules kept, logging and metrics answered back), statistics, and
+    a table's ACL with its limits."""
     properties = service.get_service_properties()
-    assert properties["analytics_logging"].read is False, properties
-    try:
-        service.set_service_properties(cors=[])
-        raise AssertionError("setting service properties should be NotImplemented")
-    except HttpResponseError as error:
-        assert error.response.headers.get("x-ms-error-code") == "NotImplemented", str(error)
+    assert properties["analytics_logging"].read is False and properties["cors"] == [], properties
+    rule = TableCorsRule(["http://app.example"], ["GET", "PUT"], allowed_headers=["x-ms-*"],
+                    exposed_headers=["x-ms-*"], max_age_in_seconds=600)
+    service.set_service_properties(cors=[rule], analytics_logging=TableAnalyticsLogging(read=True))
+    properties = service.get_service_properties()
+    cors = properties["cors"]
+    assert len(cors) == 1 and cors[0].allowed_origins == ["http://app.example"], cors
+    assert cors[0].allowed_methods == ["GET", "PUT"] and cors[0].max_age_in_seconds == 600, cors
+    assert properties["analytics_logging"].read is True, properties
+    # A section left out stays as it was.
+    service.set_service_properties(cors=[])
+    properties = service.get_service_properties()
+    assert properties["cors"] == [] and properties["analytics_logging"].read is True, properties
+    too_many = [rule] * 6
+    expect(HttpResponseError, lambda: service.set_service_properties(cors=too_many))
+    stats = service.get_service_stats()
+    assert stats["geo_replication"]["status"] == "live", stats
+
     table = service.create_table("PyAcl")
     assert table.get_table_access_policy() == {}
     table.set_table_access_policy({})
-    try:
-        policy = TableAccessPolicy(permission="r", expiry=datetime.datetime.now() + HOUR)
-        table.set_table_access_policy({"readers": policy})
-        raise AssertionError("a stored access policy should be NotImplemented")
-    except HttpResponseError as error:
-        assert error.response.headers.get("x-ms-error-code") == "NotImplemented", str(error)
+    policy = TableAccessPolicy(permission="r", expiry=datetime.datetime.now() + HOUR)
+    table.set_table_access_policy({"readers": policy})
+    assert list(table.get_table_access_policy()) == ["readers"]
+    six = {f"p{n}": policy for n in range(6)}
+    expect(HttpResponseError, lambda: table.set_table_access_policy(six))
+    assert list(table.get_table_access_policy()) == ["readers"], "a refusal changes nothing"
     expect(ResourceNotFoundError, lambda: service.get_table_client("NoAcl").get_table_access_policy())
     service.delete_table("PyAcl")
 

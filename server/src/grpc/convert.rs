@@ -5,9 +5,9 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    validate_key, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition, IndexScope,
-    IndexState, KeyKind, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity,
-    Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
+    quoted, validate_key, AccessPolicy, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition,
+    IndexScope, IndexState, KeyKind, NewEntity, Operation, PatchCondition, PatchStep, Properties,
+    StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -323,6 +323,37 @@ pub(crate) fn operation_result(stored: Option<StoredEntity>) -> pb::OperationRes
         },
         None => pb::OperationResult::default(),
     }
+}
+
+/// A stored access policy for the wire.
+pub(crate) fn policy_to_pb(policy: AccessPolicy) -> pb::AccessPolicy {
+    pb::AccessPolicy {
+        id: policy.id,
+        start: policy.start.map(timestamp),
+        expiry: policy.expiry.map(timestamp),
+        permissions: policy.permissions,
+    }
+}
+
+/// A stored access policy from the wire (checked with the table's others by the engine).
+pub(crate) fn policy(policy: pb::AccessPolicy) -> Result<AccessPolicy, ValidationError> {
+    let time = |at: Option<Timestamp>, what: &str| {
+        at.map(|at| {
+            Ticks::from_unix(at.seconds, at.nanos).ok_or_else(|| {
+                ValidationError::Argument(format!(
+                    "the stored access policy {}'s {what} is out of range",
+                    quoted(&policy.id)
+                ))
+            })
+        })
+        .transpose()
+    };
+    Ok(AccessPolicy {
+        start: time(policy.start, "start")?,
+        expiry: time(policy.expiry, "expiry")?,
+        id: policy.id,
+        permissions: policy.permissions,
+    })
 }
 
 fn timestamp(ticks: Ticks) -> Timestamp {

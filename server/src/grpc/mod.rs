@@ -221,6 +221,7 @@ impl service::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::Table {
             name: name.to_string(),
             indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
+            access_policies: Vec::new(),
         }))
     }
 
@@ -232,13 +233,43 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
         admitted.access.describe_table(&table)?;
-        let (name, indexes) = self
+        let ((name, indexes), policies) = self
             .executor
-            .blocking(move |engine| engine.get_table(&table))
+            .blocking(move |engine| {
+                Ok((engine.get_table(&table)?, engine.access_policies(&table)?))
+            })
             .await?;
         Ok(Response::new(pb::Table {
             name: name.to_string(),
             indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
+            access_policies: policies.into_iter().map(convert::policy_to_pb).collect(),
+        }))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn set_table_access_policies(
+        &self,
+        request: Request<pb::SetTableAccessPoliciesRequest>,
+    ) -> Result<Response<pb::SetTableAccessPoliciesResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let policies = request
+            .access_policies
+            .into_iter()
+            .map(convert::policy)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid)?;
+        let table = request.table;
+        let kept = self
+            .executor
+            .blocking(move |engine| {
+                engine.set_access_policies(&table, policies)?;
+                engine.access_policies(&table)
+            })
+            .await?;
+        Ok(Response::new(pb::SetTableAccessPoliciesResponse {
+            access_policies: kept.into_iter().map(convert::policy_to_pb).collect(),
         }))
     }
 
@@ -308,7 +339,7 @@ impl service::table_service_server::TableService for TableApi {
                 .into_iter()
                 .map(|name| pb::Table {
                     name: name.to_string(),
-                    indexes: Vec::new(),
+                    ..pb::Table::default()
                 })
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),

@@ -133,7 +133,8 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::AuthorizationFailure
         | ErrorCode::AuthorizationProtocolMismatch
         | ErrorCode::AuthorizationSourceIPMismatch
-        | ErrorCode::AuthorizationServiceMismatch => Code::PermissionDenied,
+        | ErrorCode::AuthorizationServiceMismatch
+        | ErrorCode::CorsPreflightFailure => Code::PermissionDenied,
         ErrorCode::NotImplemented => Code::Unimplemented,
         ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
         ErrorCode::ServiceUnavailable => Code::Unavailable,
@@ -148,7 +149,8 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::InvalidDuplicateRow
         | ErrorCode::CommandsInBatchActOnDifferentPartitions
         | ErrorCode::InvalidUri
-        | ErrorCode::InvalidHeaderValue => Code::InvalidArgument,
+        | ErrorCode::InvalidHeaderValue
+        | ErrorCode::InvalidXmlDocument => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
     }
 }

@@ -1,6 +1,8 @@
 //! The data model: tables, keys, entities, typed values, ETags and write operations, with Azure's
 //! validation rules. Pure data, no I/O.
 
+mod access_policy;
+mod cors;
 mod entity;
 mod error;
 mod etag;
@@ -14,6 +16,11 @@ mod range;
 mod time;
 mod value;
 
+pub use access_policy::{
+    decode_policies, encode_policies, validate_policies, AccessPolicy, MAX_ACCESS_POLICIES,
+    MAX_POLICY_ID_CHARS,
+};
+pub use cors::{CorsRule, ServiceProperties, MAX_CORS_RULES};
 pub use entity::{
     billed_size, validate_selected_name, validate_shape, NewEntity, Properties, StoredEntity,
 };

@@ -10,7 +10,10 @@ const NANOS_PER_TICK: u32 = 100;
 /// A UTC instant in 100 ns ticks since the Unix epoch (negative before 1970).
 ///
 /// Ordering is chronological; the valid Azure range is [`Ticks::MIN`]..=[`Ticks::MAX`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct Ticks(pub i64);
 
 impl Ticks {

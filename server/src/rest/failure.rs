@@ -105,7 +105,8 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::AuthorizationFailure
         | C::AuthorizationProtocolMismatch
         | C::AuthorizationSourceIPMismatch
-        | C::AuthorizationServiceMismatch => StatusCode::FORBIDDEN,
+        | C::AuthorizationServiceMismatch
+        | C::CorsPreflightFailure => StatusCode::FORBIDDEN,
         C::NotImplemented => StatusCode::NOT_IMPLEMENTED,
         C::ServerBusy | C::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::OperationTimedOut => StatusCode::GATEWAY_TIMEOUT,
@@ -124,7 +125,8 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::InvalidDuplicateRow
         | C::CommandsInBatchActOnDifferentPartitions
         | C::InvalidUri
-        | C::InvalidHeaderValue => StatusCode::BAD_REQUEST,
+        | C::InvalidHeaderValue
+        | C::InvalidXmlDocument => StatusCode::BAD_REQUEST,
     }
 }
 

@@ -7,10 +7,12 @@
 //! insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top` and
 //! continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON metadata
 //! levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and the
-//! client's request id echoed; the table-ACL and service-properties calls answer as Azure does for
-//! an account with none set. Auth: SharedKey and SharedKeyLite (the development key in open mode,
+//! client's request id echoed, `Keep-Alive`; service properties with CORS rules (preflights and
+//! the answers' `Access-Control-*` headers), service statistics, and tables' stored access
+//! policies. Auth: SharedKey and SharedKeyLite (the development key in open mode,
 //! the key file's keys otherwise), service and account shared access signatures (mapped onto
-//! Trestle's scoped grants), and Trestle's own `Bearer` credentials. Other requests answer
+//! Trestle's scoped grants, a stored access policy's fields included), and Trestle's own `Bearer`
+//! credentials. Other requests answer
 //! `NotImplemented`.
 //!
 //! This module accepts connections and dispatches: a request is authenticated from its line and
@@ -21,6 +23,7 @@
 mod batch;
 mod body;
 mod connections;
+mod cors;
 mod entities;
 mod failure;
 mod odata;
@@ -31,6 +34,7 @@ mod sas;
 mod settings;
 mod shared_key;
 mod tables;
+mod xml;
 
 use std::sync::Arc;
 
@@ -67,6 +71,9 @@ pub fn connection_string(endpoint: &str, account_key: &str) -> String {
     )
 }
 
+/// What the secondary location's account name adds to the primary's.
+const SECONDARY_SUFFIX: &str = "-secondary";
+
 /// The service version the endpoint speaks.
 const VERSION: &str = "2019-02-02";
 
@@ -78,6 +85,8 @@ struct RestApi {
     bodies: BodyLimits,
     /// How far a SharedKey request's date may be from the server's clock.
     max_clock_skew: std::time::Duration,
+    /// `Keep-Alive: timeout=<idle seconds>`: how long an idle connection stays open.
+    keep_alive: http::HeaderValue,
 }
 
 /// The REST endpoint being served.
@@ -123,6 +132,7 @@ pub(crate) fn start(
             limits.body_timeout,
         ),
         max_clock_skew: limits.max_clock_skew,
+        keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
     });
     let connections = Arc::new(Connections::new(
         limits.max_connections,
@@ -162,14 +172,18 @@ async fn handle(
     };
     let version = request_version(&request);
     let served = match &version {
-        Ok(_) => serve_request(&api, &mut request, body).await,
         Err(failure) => Err(Failure::of(ErrorCode::InvalidHeaderValue, failure.clone())),
+        Ok(_) if request.method == Method::OPTIONS => cors::preflight(&api, &request).await,
+        Ok(_) => serve_request(&api, &mut request, body).await,
     };
     let mut response = match served {
         Ok(response) => response,
         Err(failure) => error_response(&request, failure),
     };
     let out = response.headers_mut();
+    if !out.contains_key(http::header::CONNECTION) {
+        out.insert("keep-alive", api.keep_alive.clone());
+    }
     let request_id = request_id();
     out.insert("x-ms-request-id", header_value(&request_id));
     let version = version.ok().flatten();
@@ -179,6 +193,10 @@ async fn handle(
     );
     if let Some(client_id) = request.headers.get("x-ms-client-request-id") {
         out.insert("x-ms-client-request-id", client_id.clone());
+    }
+    // Last, so that the headers a page may read are all there.
+    if let (Some(origin), false) = (request.header("origin"), request.method == Method::OPTIONS) {
+        cors::allow(&api, origin, request.method.as_str(), &mut response).await;
     }
     response
 }
@@ -217,19 +235,49 @@ async fn serve_request(
     request: &mut Request,
     body: Body,
 ) -> Result<Response, Failure> {
+    to_primary_location(request)?;
     let Some((account, resource)) = paths::parse(request.uri.path()) else {
         return Err(Failure::of(
             ErrorCode::InvalidUri,
             format!("{} names no table resource", request.uri.path()),
         ));
     };
-    let access = authenticate(api, request, &account)?;
+    let access = authenticate(api, request, &account).await?;
     let _in_flight = api.executor.admit().map_err(Failure::from)?;
     let read = api.bodies.read(&request.headers, body).await?;
     request.body = read.bytes.clone();
     let served = dispatch(api, request, &access, &account, resource).await;
     drop(read);
     served
+}
+
+/// Turns a request to the secondary location (`/<account>-secondary/<account>/...`, where the
+/// SDKs send what Azure serves only there: statistics) into the same request to the primary: the
+/// endpoint is both locations of its one account, and the SDKs sign the primary's URL.
+fn to_primary_location(request: &mut Request) -> Result<(), Failure> {
+    let secondary = format!("/{ACCOUNT}{SECONDARY_SUFFIX}");
+    let Some(rest) = request.uri.path().strip_prefix(&secondary) else {
+        return Ok(());
+    };
+    if request.param("comp").as_deref() != Some("stats") {
+        return Err(Failure::of(
+            ErrorCode::InvalidUri,
+            "the secondary location serves the service's statistics only",
+        ));
+    }
+    let primary = format!("/{ACCOUNT}");
+    let path = match rest.strip_prefix(&primary) {
+        Some(_) => rest.to_owned(),
+        None => format!("{primary}{rest}"),
+    };
+    let query = request
+        .uri
+        .query()
+        .map_or(String::new(), |q| format!("?{q}"));
+    request.uri = format!("{path}{query}")
+        .parse()
+        .map_err(|_| Failure::of(ErrorCode::InvalidUri, "the request's URL is not valid"))?;
+    Ok(())
 }
 
 /// Answers an authenticated, admitted request whose body has been read.

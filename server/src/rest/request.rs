@@ -13,7 +13,8 @@ use super::odata::Metadata;
 use super::{paths, sas, shared_key, RestApi, ACCOUNT};
 use crate::auth::Access;
 use crate::error::ErrorCode;
-use crate::model::{IfMatch, ValidationError};
+use crate::error::TableError;
+use crate::model::{AccessPolicy, IfMatch, ValidationError};
 
 /// One request, parsed enough to dispatch.
 pub(super) struct Request {
@@ -82,10 +83,27 @@ impl Request {
     }
 }
 
+/// The stored access policy `id` of `table`, as it stands now: so that a signature naming it is
+/// refused as soon as the policy is removed or changed. (A missing table has none.)
+async fn stored_policy(
+    api: &RestApi,
+    table: String,
+    id: &str,
+) -> Result<Option<AccessPolicy>, Failure> {
+    let policies = api
+        .executor
+        .blocking(move |engine| match engine.access_policies(&table) {
+            Err(TableError::TableNotFound(_)) => Ok(Vec::new()),
+            read => read,
+        })
+        .await?;
+    Ok(policies.into_iter().find(|policy| policy.id == id))
+}
+
 /// Who is asking: a shared access signature (`sig` among the query parameters), a SharedKey or
 /// SharedKeyLite signature under one of the account's keys, or the `Bearer` credentials
 /// Trestle's gRPC service takes (none needed in open mode).
-pub(super) fn authenticate(
+pub(super) async fn authenticate(
     api: &RestApi,
     request: &Request,
     account: &str,
@@ -120,8 +138,14 @@ pub(super) fn authenticate(
             peer: request.peer,
             now,
         };
-        let grant = sas::grant(|name| request.param(name), &api.keys, &presented)
-            .map_err(|refusal| Failure::of(refusal.code, refusal.message))?;
+        let refused = |refusal: sas::Refusal| Failure::of(refusal.code, refusal.message);
+        let signed =
+            sas::verify(|name| request.param(name), &api.keys, &presented).map_err(refused)?;
+        let policy = match signed.named_policy() {
+            Some((table, id)) => stored_policy(api, table, &id).await?,
+            None => None,
+        };
+        let grant = signed.grant(policy.as_ref()).map_err(refused)?;
         return Ok(Access::Scoped(grant));
     }
     match request.header("authorization") {

@@ -10,6 +10,7 @@ use trestle_proto::datetime;
 
 use super::shared_key::AccountKeys;
 use crate::error::ErrorCode;
+use crate::model::{AccessPolicy, Ticks};
 
 /// Why a SAS was not accepted, as Azure words and codes it.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,24 +42,25 @@ pub(crate) struct Presented<'a> {
     pub(crate) now: i64,
 }
 
-/// The grant of the SAS whose (percent-decoded) parameters `param` reads, if it is signed by
-/// one of `keys` and valid for this request.
-pub(crate) fn grant(
-    param: impl Fn(&str) -> Option<String>,
+/// A shared access signature whose signature holds under one of the account's keys: what it
+/// grants is read next ([`Signed::grant`]), with the stored access policy it names, if any.
+pub(crate) struct Signed<'a, P> {
+    param: P,
+    presented: &'a Presented<'a>,
+    is_account_sas: bool,
+}
+
+/// The SAS whose (percent-decoded) parameters `param` reads, if it is signed by one of `keys`.
+pub(crate) fn verify<'a, P: Fn(&str) -> Option<String>>(
+    param: P,
     keys: &AccountKeys,
-    presented: &Presented<'_>,
-) -> Result<Grant, Refusal> {
+    presented: &'a Presented<'a>,
+) -> Result<Signed<'a, P>, Refusal> {
     let field = |name: &str| param(name).unwrap_or_default();
     let version = field("sv");
     if version.is_empty() {
         return Err(refuse(
             "the shared access signature has no signed version (sv)",
-        ));
-    }
-    if param("si").is_some() {
-        return Err(refuse(
-            "the shared access signature names a stored access policy (si); Trestle keeps no \
-             table ACLs, so sign the permissions and expiry into the SAS itself",
         ));
     }
     // An empty bound signs as an absent one would: were it taken as the empty key, removing it
@@ -79,25 +81,90 @@ pub(crate) fn grant(
             "the shared access signature does not match its parameters under the account's keys",
         ));
     }
-    let (not_before, expires) = validity(&field("st"), &field("se"), presented.now)?;
-    check_origin(&param, presented)?;
-    let mut grant = Grant {
-        permissions: Permissions::default(),
-        table: None,
-        partitions: KeyBounds::default(),
-        rows: KeyBounds::default(),
-        not_before,
-        expires,
-    };
-    if is_account_sas {
-        grant.permissions = account_permissions(&field("ss"), &field("srt"), &field("sp"))?;
-    } else {
-        grant.permissions = table_permissions(&field("sp"))?;
-        grant.table = Some(field("tn"));
-        (grant.partitions, grant.rows) =
-            key_range(param("spk"), param("srk"), param("epk"), param("erk"))?;
+    Ok(Signed {
+        param,
+        presented,
+        is_account_sas,
+    })
+}
+
+impl<P: Fn(&str) -> Option<String>> Signed<'_, P> {
+    /// The table and stored access policy (`tn`, `si`) the signature names, if it names one: its
+    /// fields then come from that policy of the table, to be read before [`Signed::grant`].
+    pub(crate) fn named_policy(&self) -> Option<(String, String)> {
+        Some(((self.param)("tn")?, (self.param)("si")?))
     }
-    Ok(grant)
+
+    /// What the signature grants, if it is valid for this request; `policy` is the stored access
+    /// policy it names as its table has it now (`None`: the table has none of that id).
+    pub(crate) fn grant(self, policy: Option<&AccessPolicy>) -> Result<Grant, Refusal> {
+        let param = &self.param;
+        let field = |name: &str| param(name).unwrap_or_default();
+        let signed = signed_fields(param, self.is_account_sas, policy)?;
+        let (not_before, expires) = validity(&signed.start, &signed.expiry, self.presented.now)?;
+        check_origin(param, self.presented)?;
+        let mut grant = Grant {
+            permissions: Permissions::default(),
+            table: None,
+            partitions: KeyBounds::default(),
+            rows: KeyBounds::default(),
+            not_before,
+            expires,
+        };
+        if self.is_account_sas {
+            grant.permissions =
+                account_permissions(&field("ss"), &field("srt"), &signed.permissions)?;
+        } else {
+            grant.permissions = table_permissions(&signed.permissions)?;
+            grant.table = Some(field("tn"));
+            (grant.partitions, grant.rows) =
+                key_range(param("spk"), param("srk"), param("epk"), param("erk"))?;
+        }
+        Ok(grant)
+    }
+}
+
+/// The start, expiry and permissions a SAS grants: its own, or those of the stored access policy
+/// it names (a field given by both is refused, as on Azure).
+struct SignedFields {
+    start: String,
+    expiry: String,
+    permissions: String,
+}
+
+fn signed_fields(
+    param: &dyn Fn(&str) -> Option<String>,
+    is_account_sas: bool,
+    policy: Option<&AccessPolicy>,
+) -> Result<SignedFields, Refusal> {
+    let own = |name: &str| param(name).unwrap_or_default();
+    let Some(id) = param("si") else {
+        return Ok(SignedFields {
+            start: own("st"),
+            expiry: own("se"),
+            permissions: own("sp"),
+        });
+    };
+    let Some(policy) = policy.filter(|_| !is_account_sas) else {
+        return Err(refuse(format!(
+            "the shared access signature names the stored access policy {id:?}, which its table \
+             does not have (it was removed, or never set); an account SAS names none"
+        )));
+    };
+    let time = |at: Option<Ticks>| at.map(Ticks::to_rfc3339).unwrap_or_default();
+    let pick = |name: &str, from_policy: String| match (own(name), from_policy) {
+        (mine, theirs) if !mine.is_empty() && !theirs.is_empty() => Err(refuse(format!(
+            "the shared access signature gives {name} and so does the stored access policy \
+             {id:?} it names; give it in one of them"
+        ))),
+        (mine, theirs) if mine.is_empty() => Ok(theirs),
+        (mine, _) => Ok(mine),
+    };
+    Ok(SignedFields {
+        start: pick("st", time(policy.start))?,
+        expiry: pick("se", time(policy.expiry))?,
+        permissions: pick("sp", policy.permissions.clone())?,
+    })
 }
 
 /// The text a SAS signs: an account SAS's fields, or a table SAS's (naming its table).
@@ -372,7 +439,7 @@ mod tests {
                     .find(|(n, _)| *n == name)
                     .map(|(_, v)| (*v).to_owned())
             };
-            let refusal = grant(param, &keys, &presented).unwrap_err();
+            let refusal = verify(param, &keys, &presented).err().expect("refused");
             assert!(
                 refusal.message.contains(&format!("{bound} is empty")),
                 "{refusal:?}"

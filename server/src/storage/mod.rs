@@ -112,6 +112,13 @@ pub trait Store: Send + Sync + Debug {
         limit: usize,
     ) -> Result<(Vec<TableName>, bool), StorageError>;
 
+    /// The store's setting `name`, if set: a small record the engine encodes and the store keeps
+    /// as it is (the service's properties, a table's stored access policies).
+    fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Sets setting `name` to `value` (`None` removes it), durably; the last write wins.
+    fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError>;
+
     // Durability. The defaults suit a store whose commits are durable when they return (and so
     // hand out no tickets).
 

@@ -244,7 +244,26 @@ fn read_or_make_secret(client: &mut Client) -> Result<StoreSecret, StorageError>
     StoreSecret::from_bytes(row.get::<_, &[u8]>(0))
 }
 
+/// A setting, in `trestle_meta` beside the schema version and the secret.
+const SETTING: &str = "SELECT value FROM trestle_meta WHERE key = 'setting.' || $1";
+const PUT_SETTING: &str = "INSERT INTO trestle_meta VALUES ('setting.' || $1, $2)
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
+const REMOVE_SETTING: &str = "DELETE FROM trestle_meta WHERE key = 'setting.' || $1";
+
 impl Store for PostgresStore {
+    fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        let row = self.pool.query_opt(SETTING, &[&name])?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError> {
+        match value {
+            Some(value) => self.pool.query(PUT_SETTING, &[&name, &value])?,
+            None => self.pool.query(REMOVE_SETTING, &[&name])?,
+        };
+        Ok(())
+    }
+
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
         let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
         let Some(row) = found else { return Ok(None) };

@@ -179,7 +179,26 @@ impl SledStore {
     }
 }
 
+/// The prefix of the settings' keys in sled's default tree.
+const SETTING_PREFIX: &str = "trestle.setting.";
+
 impl Store for SledStore {
+    fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        let value = self.db.get(format!("{SETTING_PREFIX}{name}"))?;
+        Ok(value.map(|value| value.to_vec()))
+    }
+
+    /// Written to sled's default tree and flushed at once: settings change seldom.
+    fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError> {
+        let key = format!("{SETTING_PREFIX}{name}");
+        match value {
+            Some(value) => self.db.insert(key, value)?,
+            None => self.db.remove(key)?,
+        };
+        self.db.flush()?;
+        Ok(())
+    }
+
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
         Ok(self.sled_table(name).map(|table| table as Arc<dyn Table>))
     }
