@@ -102,7 +102,13 @@ async fn a_shared_access_signature_giving_a_field_twice_is_refused() {
 async fn an_unknown_service_version_is_refused_and_a_known_one_answered_back() {
     let (_server, rest) = server(|_| {}).await;
     let mut socket = TcpStream::connect(rest).await.unwrap();
-    for refused in ["invalid", "1999-01-01", "2999-01-01", "2019-2-02"] {
+    for refused in [
+        "invalid",
+        "1999-01-01",
+        "2999-01-01",
+        "2019-2-02",
+        "2019-02-03",
+    ] {
         let header = format!("x-ms-version: {refused}\r\n");
         let (status, answer) =
             exchange_with(&mut socket, "GET", "/devstoreaccount1/Tables", &header, b"").await;

@@ -177,19 +177,18 @@ impl Access {
         }
     }
 
-    /// Every operation of a transaction on `partition_key`; on refusal, the failing operation's
-    /// index.
+    /// Every operation of a transaction, each on its own entity; on refusal, the failing
+    /// operation's index.
     pub fn transaction(
         &self,
         table: &str,
-        partition_key: &str,
         operations: &[Operation],
     ) -> Result<(), (usize, AuthError)> {
         for (index, operation) in operations.iter().enumerate() {
             self.entity(
                 table,
                 needed_for(operation),
-                partition_key,
+                operation.partition_key(),
                 operation.row_key(),
             )
             .map_err(|error| (index, error))?;

@@ -5,7 +5,7 @@
 
 use crate::engine::{Engine, MatchSink, Waiting};
 use crate::error::TableError;
-use crate::model::{IfMatch, Operation, ValidationError, MAX_TRANSACTION_OPERATIONS};
+use crate::model::{EntityKey, IfMatch, Operation, ValidationError, MAX_TRANSACTION_OPERATIONS};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError};
 
@@ -32,7 +32,10 @@ struct Rows(Vec<Operation>);
 impl MatchSink for Rows {
     fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
         self.0.push(Operation::Delete {
-            row_key: entity.row_key.to_owned(),
+            key: EntityKey {
+                partition_key: entity.partition_key.to_owned(),
+                row_key: entity.row_key.to_owned(),
+            },
             if_match: IfMatch::Tag(crate::model::ETag::for_timestamp(entity.timestamp)),
         });
         Ok(entity.row_key.len())

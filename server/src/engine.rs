@@ -314,10 +314,7 @@ impl Engine {
         operation: Operation,
         waiting: Waiting,
     ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
-        let partition_key = operation
-            .partition_key()
-            .expect("single-entity writes carry their entity")
-            .to_owned();
+        let partition_key = operation.partition_key().to_owned();
         let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
         Ok(match attempt {
             Attempt::Done(committed) => {
@@ -338,22 +335,13 @@ impl Engine {
         if_match: IfMatch,
         waiting: Waiting,
     ) -> Result<Attempt<Pending<()>, (EntityKey, IfMatch)>, TableError> {
-        let EntityKey {
-            partition_key,
-            row_key,
-        } = key;
-        let operation = Operation::Delete { row_key, if_match };
+        let partition_key = key.partition_key.clone();
+        let operation = Operation::Delete { key, if_match };
         let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
         Ok(match attempt {
             Attempt::Done(committed) => Attempt::Done(committed.map(drop)),
             Attempt::WouldWait(mut operations) => match operations.pop() {
-                Some(Operation::Delete { row_key, if_match }) => Attempt::WouldWait((
-                    EntityKey {
-                        partition_key,
-                        row_key,
-                    },
-                    if_match,
-                )),
+                Some(Operation::Delete { key, if_match }) => Attempt::WouldWait((key, if_match)),
                 _ => unreachable!("the one delete is given back"),
             },
         })

@@ -1,5 +1,6 @@
 //! The rules of an entity group transaction, checked before anything is read: 1 to 100 operations,
-//! one partition, each row at most once, the request at most 4 MiB.
+//! one partition (checked here only, for both protocols: every operation names its entity), each
+//! row at most once, the request at most 4 MiB.
 
 use std::collections::HashSet;
 
@@ -32,10 +33,10 @@ pub fn validate(
     validate_key(KeyKind::Partition, partition_key)?;
     let mut rows = HashSet::with_capacity(operations.len());
     for (index, operation) in operations.iter().enumerate() {
-        if let Some(found) = operation.partition_key().filter(|pk| *pk != partition_key) {
+        if operation.partition_key() != partition_key {
             return Err(TableError::DifferentPartitions {
                 expected: partition_key.to_owned(),
-                found: found.to_owned(),
+                found: operation.partition_key().to_owned(),
             }
             .at_operation(index));
         }

@@ -95,7 +95,7 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
             Operation::Upsert(new_entity(rng, partition_key, row_key), mode)
         }
         5 => Operation::Delete {
-            row_key: row_key.to_owned(),
+            key: key(partition_key, row_key),
             if_match: if_match(rng, current),
         },
         6 => {
@@ -138,7 +138,7 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
             }
         }
         _ => Operation::Check {
-            row_key: row_key.to_owned(),
+            key: key(partition_key, row_key),
             condition: if rng.below(2) == 0 {
                 CheckCondition::NotExists
             } else {

@@ -5,9 +5,9 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    quoted, validate_key, AccessPolicy, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition,
-    IndexScope, IndexState, KeyKind, NewEntity, Operation, PatchCondition, PatchStep, Properties,
-    StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
+    quoted, AccessPolicy, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition, IndexScope,
+    IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity, Ticks,
+    UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -102,13 +102,10 @@ pub(crate) fn operation(
         Op::Update(op) => Operation::Update(new_entity(op.entity)?, IfMatch::parse(&op.if_match)?),
         Op::Merge(op) => Operation::Merge(new_entity(op.entity)?, IfMatch::parse(&op.if_match)?),
         Op::Upsert(op) => Operation::Upsert(new_entity(op.entity)?, upsert_mode(op.mode)?),
-        Op::Delete(op) => {
-            validate_key(KeyKind::Row, &op.row_key)?;
-            Operation::Delete {
-                if_match: IfMatch::parse(&op.if_match)?,
-                row_key: op.row_key,
-            }
-        }
+        Op::Delete(op) => Operation::Delete {
+            if_match: IfMatch::parse(&op.if_match)?,
+            key: EntityKey::new(partition_key.to_owned(), op.row_key)?,
+        },
         Op::Patch(op) => patch(
             EntityKey::new(partition_key.to_owned(), op.row_key)?,
             op.operations,
@@ -117,7 +114,7 @@ pub(crate) fn operation(
             op.condition,
         )?,
         Op::Check(op) => {
-            validate_key(KeyKind::Row, &op.row_key)?;
+            let key = EntityKey::new(partition_key.to_owned(), op.row_key)?;
             let condition = match (op.if_match.as_str(), op.must_not_exist) {
                 ("", true) => CheckCondition::NotExists,
                 ("", false) => CheckCondition::Exists(IfMatch::Any),
@@ -128,10 +125,7 @@ pub(crate) fn operation(
                     ))
                 }
             };
-            Operation::Check {
-                row_key: op.row_key,
-                condition,
-            }
+            Operation::Check { key, condition }
         }
     })
 }

@@ -120,7 +120,7 @@ impl TableApi {
             operation,
             return_no_content,
         } = request.into_inner().into_write().map_err(invalid)?;
-        let partition_key = operation.partition_key().unwrap_or_default();
+        let partition_key = operation.partition_key();
         admitted.access.entity(
             &table,
             needed_for(&operation),
@@ -566,7 +566,7 @@ impl service::table_service_server::TableService for TableApi {
         let (table, partition_key) = (req.table, req.partition_key);
         admitted
             .access
-            .transaction(&table, &partition_key, &operations)
+            .transaction(&table, &operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
         let pending = self
             .executor

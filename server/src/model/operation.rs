@@ -37,7 +37,7 @@ pub enum Operation {
     /// Insert, or replace / merge an existing entity.
     Upsert(NewEntity, UpsertMode),
     /// Delete an existing entity.
-    Delete { row_key: String, if_match: IfMatch },
+    Delete { key: EntityKey, if_match: IfMatch },
     /// Apply patch steps to the stored entity (or, with `upsert`, to an empty one if it does
     /// not exist).
     Patch {
@@ -50,22 +50,28 @@ pub enum Operation {
     },
     /// Assert a precondition without writing.
     Check {
-        row_key: String,
+        key: EntityKey,
         condition: CheckCondition,
     },
 }
 
 impl Operation {
-    /// The partition the operation acts on, when it names one itself (entity operations do).
-    pub fn partition_key(&self) -> Option<&str> {
+    /// The entity the operation acts on.
+    pub fn key(&self) -> &EntityKey {
         match self {
             Operation::Insert(e)
             | Operation::Update(e, _)
             | Operation::Merge(e, _)
-            | Operation::Upsert(e, _) => Some(&e.key.partition_key),
-            Operation::Patch { key, .. } => Some(&key.partition_key),
-            Operation::Delete { .. } | Operation::Check { .. } => None,
+            | Operation::Upsert(e, _) => &e.key,
+            Operation::Patch { key, .. }
+            | Operation::Delete { key, .. }
+            | Operation::Check { key, .. } => key,
         }
+    }
+
+    /// The partition the operation acts on.
+    pub fn partition_key(&self) -> &str {
+        &self.key().partition_key
     }
 
     /// Whether resolving the operation needs the current row's properties (a merge does); the
@@ -81,14 +87,7 @@ impl Operation {
 
     /// The row the operation acts on.
     pub fn row_key(&self) -> &str {
-        match self {
-            Operation::Insert(e)
-            | Operation::Update(e, _)
-            | Operation::Merge(e, _)
-            | Operation::Upsert(e, _) => &e.key.row_key,
-            Operation::Patch { key, .. } => &key.row_key,
-            Operation::Delete { row_key, .. } | Operation::Check { row_key, .. } => row_key,
-        }
+        &self.key().row_key
     }
 }
 
@@ -288,7 +287,7 @@ mod tests {
         let stale = IfMatch::Tag(ETag::for_timestamp(Ticks(9)));
         let fresh = IfMatch::Tag(old.etag());
         let delete = |if_match| Operation::Delete {
-            row_key: "r".into(),
+            key: EntityKey::new("p".into(), "r".into()).unwrap(),
             if_match,
         };
         assert_eq!(
@@ -308,7 +307,7 @@ mod tests {
             Err(Refusal::AlreadyExists)
         );
         let must_not_exist = Operation::Check {
-            row_key: "r".into(),
+            key: EntityKey::new("p".into(), "r".into()).unwrap(),
             condition: CheckCondition::NotExists,
         };
         assert_eq!(

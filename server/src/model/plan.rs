@@ -186,11 +186,11 @@ mod tests {
             Operation::Merge(entity("c", 3), IfMatch::Any),
             Operation::Upsert(entity("d", 4), UpsertMode::Replace),
             Operation::Delete {
-                row_key: "e".into(),
+                key: key("e"),
                 if_match: IfMatch::Any,
             },
             Operation::Check {
-                row_key: "f".into(),
+                key: key("f"),
                 condition: CheckCondition::NotExists,
             },
         ];
@@ -333,7 +333,7 @@ mod tests {
             "p",
             vec![
                 Operation::Check {
-                    row_key: "z".into(),
+                    key: key("z"),
                     condition: CheckCondition::NotExists,
                 },
                 Operation::Insert(entity("a", 1)),
@@ -361,7 +361,7 @@ mod tests {
             Operation::Insert(entity("a", 1)),
             Operation::Insert(entity("b", 2)),
             Operation::Delete {
-                row_key: "c".into(),
+                key: key("c"),
                 if_match: IfMatch::Any,
             },
         ];

@@ -14,7 +14,7 @@ use super::reply::{header_value, request_id};
 use super::request::Request;
 use super::RestApi;
 use crate::auth::Access;
-use crate::error::{ErrorCode, TableError};
+use crate::error::ErrorCode;
 use crate::executor::WorkError;
 use crate::model::{quoted, EntityKey, IfMatch, Operation, ValidationError};
 
@@ -23,8 +23,6 @@ use crate::model::{quoted, EntityKey, IfMatch, Operation, ValidationError};
 pub(crate) struct BatchOperation {
     /// The table it names.
     pub(crate) table: String,
-    /// The partition it acts on.
-    pub(crate) partition_key: String,
     /// What it does.
     pub(crate) operation: Operation,
 }
@@ -175,14 +173,9 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
         ) => {
             let if_match = if_match.ok_or(ValidationError::IfMatchMissing)?;
             let key = EntityKey::new(partition_key, row_key)?;
-            let delete = Operation::Delete {
-                row_key: key.row_key,
-                if_match,
-            };
             return Ok(BatchOperation {
                 table,
-                partition_key: key.partition_key,
-                operation: delete,
+                operation: Operation::Delete { key, if_match },
             });
         }
         (method, _) => {
@@ -193,15 +186,7 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
             )))
         }
     };
-    let partition_key = operation
-        .partition_key()
-        .expect("entity operations carry their keys")
-        .to_owned();
-    Ok(BatchOperation {
-        table,
-        partition_key,
-        operation,
-    })
+    Ok(BatchOperation { table, operation })
 }
 
 /// One operation's part of a successful changeset's response: the entity's address and, when it
@@ -310,11 +295,13 @@ pub(super) async fn submit_batch(
             &message,
         ))
     };
-    let (table, partition_key, operations) = match one_partition(parsed) {
+    let (table, operations) = match one_table(parsed) {
         Ok(batch) => batch,
         Err((index, failure)) => return Ok(refuse(index, failure)),
     };
-    if let Err((index, error)) = access.transaction(&table, &partition_key, &operations) {
+    // The first operation's partition is the batch's: the engine refuses any other, once.
+    let partition_key = operations[0].partition_key().to_owned();
+    if let Err((index, error)) = access.transaction(&table, &operations) {
         return Ok(refuse(index, Failure::from(error)));
     }
     let entity_urls: Vec<String> = operations
@@ -358,12 +345,10 @@ pub(super) async fn submit_batch(
     }
 }
 
-/// The table, partition and operations of a batch whose operations all name the first one's
-/// table and partition; or the first that does not, and why.
-fn one_partition(
-    parsed: Vec<BatchOperation>,
-) -> Result<(String, String, Vec<Operation>), (usize, Failure)> {
-    let (table, partition_key) = (parsed[0].table.clone(), parsed[0].partition_key.clone());
+/// The table and operations of a batch whose operations all name the first one's table; or the
+/// first that does not, and why.
+fn one_table(parsed: Vec<BatchOperation>) -> Result<(String, Vec<Operation>), (usize, Failure)> {
+    let table = parsed[0].table.clone();
     let mut operations = Vec::with_capacity(parsed.len());
     for (index, operation) in parsed.into_iter().enumerate() {
         if operation.table != table {
@@ -373,14 +358,7 @@ fn one_partition(
             );
             return Err((index, Failure::invalid(ValidationError::Argument(why))));
         }
-        if operation.partition_key != partition_key {
-            let error = TableError::DifferentPartitions {
-                expected: partition_key.clone(),
-                found: operation.partition_key,
-            };
-            return Err((index, Failure::from(error)));
-        }
         operations.push(operation.operation);
     }
-    Ok((table, partition_key, operations))
+    Ok((table, operations))
 }

@@ -40,7 +40,7 @@ pub(super) async fn insert(
     access.entity(
         &table,
         needed,
-        operation.partition_key().unwrap_or(""),
+        operation.partition_key(),
         operation.row_key(),
     )?;
     let content = request.return_content(true);

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
-use super::request::Request;
+use super::odata::Metadata;
 use crate::auth::AuthError;
 use crate::error::{bounded_message, ErrorCode, TableError};
 use crate::executor::WorkError;
@@ -132,7 +132,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
 
 /// Azure's error answer: its JSON body, `x-ms-error-code`, and `Connection: close` when the
 /// request's body was left unread.
-pub(super) fn error_response(request: &Request, failure: Failure) -> Response {
+pub(super) fn error_response(metadata: Metadata, failure: Failure) -> Response {
     let body = json!({
         "odata.error": {
             "code": failure.code.as_str(),
@@ -150,20 +150,7 @@ pub(super) fn error_response(request: &Request, failure: Failure) -> Response {
     }
     headers.insert(
         http::header::CONTENT_TYPE,
-        HeaderValue::from_static(request.metadata().content_type()),
+        HeaderValue::from_static(metadata.content_type()),
     );
     response
-}
-
-/// `NotImplemented` for a request the endpoint does not serve, and why (`because`, if known).
-pub(super) fn not_implemented(request: &Request, because: &str) -> Failure {
-    let mut message = format!(
-        "{} {} is not served by Trestle's REST endpoint",
-        request.method,
-        request.uri.path()
-    );
-    if !because.is_empty() {
-        message = format!("{message}: {because}");
-    }
-    Failure::of(ErrorCode::NotImplemented, message)
 }

@@ -16,6 +16,9 @@ use crate::error::ErrorCode;
 use crate::error::TableError;
 use crate::model::{AccessPolicy, IfMatch, ValidationError};
 
+/// What the secondary location's account name adds to the primary's.
+const SECONDARY_SUFFIX: &str = "-secondary";
+
 /// One request, parsed enough to dispatch.
 pub(super) struct Request {
     pub(super) peer: IpAddr,
@@ -26,6 +29,46 @@ pub(super) struct Request {
 }
 
 impl Request {
+    /// `NotImplemented` for this request, which the endpoint does not serve, and why (`because`,
+    /// if known).
+    pub(super) fn not_served(&self, because: &str) -> Failure {
+        let mut message = format!(
+            "{} {} is not served by Trestle's REST endpoint",
+            self.method,
+            self.uri.path()
+        );
+        if !because.is_empty() {
+            message = format!("{message}: {because}");
+        }
+        Failure::of(ErrorCode::NotImplemented, message)
+    }
+
+    /// Turns a request to the secondary location (`/<account>-secondary/<account>/...`, where the
+    /// SDKs send what Azure serves only there: statistics) into the same request to the primary: the
+    /// endpoint is both locations of its one account, and the SDKs sign the primary's URL.
+    pub(super) fn address_primary_location(&mut self) -> Result<(), Failure> {
+        let secondary = format!("/{ACCOUNT}{SECONDARY_SUFFIX}");
+        let Some(rest) = self.uri.path().strip_prefix(&secondary) else {
+            return Ok(());
+        };
+        if self.param("comp").as_deref() != Some("stats") {
+            return Err(Failure::of(
+                ErrorCode::InvalidUri,
+                "the secondary location serves the service's statistics only",
+            ));
+        }
+        let primary = format!("/{ACCOUNT}");
+        let path = match rest.strip_prefix(&primary) {
+            Some(_) => rest.to_owned(),
+            None => format!("{primary}{rest}"),
+        };
+        let query = self.uri.query().map_or(String::new(), |q| format!("?{q}"));
+        self.uri = format!("{path}{query}")
+            .parse()
+            .map_err(|_| Failure::of(ErrorCode::InvalidUri, "the request's URL is not valid"))?;
+        Ok(())
+    }
+
     pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }

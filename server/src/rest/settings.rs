@@ -7,7 +7,7 @@ use http::{HeaderValue, Method, StatusCode};
 
 use super::paths::Resource;
 use super::xml::{self, Element};
-use super::{not_implemented, Failure, Request, RestApi};
+use super::{Failure, Request, RestApi};
 use crate::auth::Access;
 use crate::error::ErrorCode;
 use crate::model::{AccessPolicy, CorsRule, ServiceProperties, Ticks};
@@ -70,7 +70,7 @@ pub(super) async fn serve(
                 .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        _ => Err(not_implemented(request, "")),
+        _ => Err(request.not_served("")),
     }
 }
 

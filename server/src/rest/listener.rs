@@ -1,0 +1,79 @@
+//! Starting and stopping the endpoint: its listener, the connections it keeps within the limits,
+//! and the app every request goes to ([`super::handle`]).
+
+use std::sync::Arc;
+
+use super::body::{self, BodyLimits};
+use super::connections::{Accepted, Peer};
+use super::reply::header_value;
+use super::shared_key::AccountKeys;
+use super::{handle, RestApi, RestListener};
+use crate::auth::Authenticator;
+use crate::config::Limits;
+use crate::connections::{ConnectionTimeouts, Connections};
+use crate::executor::Executor;
+
+/// The REST endpoint being served.
+#[derive(Debug)]
+pub(crate) struct RestServer {
+    task: tokio::task::JoinHandle<()>,
+    connections: Arc<Connections>,
+}
+
+impl RestServer {
+    /// Stops accepting, then closes every connection still open and waits until each is gone.
+    pub(crate) async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        if let Some(connections) = Arc::into_inner(self.connections) {
+            connections.close_all().await;
+        }
+    }
+}
+
+/// Starts serving the REST endpoint on `listener`, if there is one, within `limits` (open
+/// connections, idle time, request size).
+pub(crate) fn start(
+    listener: &RestListener,
+    executor: Executor,
+    authenticator: Authenticator,
+    limits: &Limits,
+) -> Result<Option<RestServer>, std::io::Error> {
+    let Some(listener) = listener.take() else {
+        return Ok(None);
+    };
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
+    let keys = AccountKeys::of(&authenticator);
+    let app = axum::Router::new().fallback(handle).with_state(RestApi {
+        executor,
+        authenticator,
+        keys,
+        bodies: BodyLimits::new(
+            limits.max_message_bytes.min(body::AZURE_MAX_BODY_BYTES),
+            limits.rest_body_buffer_bytes,
+            limits.body_timeout,
+        ),
+        max_clock_skew: limits.max_clock_skew,
+        keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
+    });
+    let connections = Arc::new(Connections::new(
+        limits.max_connections,
+        ConnectionTimeouts {
+            handshake: None,
+            idle: limits.idle_timeout,
+        },
+    ));
+    let accepted = Accepted {
+        listener,
+        connections: connections.clone(),
+    };
+    let app = app.into_make_service_with_connect_info::<Peer>();
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(accepted, app).await {
+            tracing::error!(%error, "the REST endpoint stopped");
+        }
+    });
+    Ok(Some(RestServer { task, connections }))
+}
