@@ -21,10 +21,7 @@ const SDK_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/azure-sdk");
 async fn server() -> (TestServer, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let rest = format!("http://{}/devstoreaccount1", listener.local_addr().unwrap());
-    let server = TestServer::start_with(move |config| {
-        config.rest = trestle_server::rest::RestListener::new(listener);
-    })
-    .await;
+    let server = TestServer::start_with_rest(listener, |_| {}).await;
     (server, rest)
 }
 
@@ -161,9 +158,8 @@ async fn with_a_key_file_the_sdk_signs_with_its_keys_and_not_the_development_key
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}/devstoreaccount1", listener.local_addr().unwrap());
     let server_keys = keys.clone();
-    let _server = TestServer::start_with(move |config| {
+    let _server = TestServer::start_with_rest(listener, move |config| {
         config.authenticator = Authenticator::with_keys(server_keys);
-        config.rest = trestle_server::rest::RestListener::new(listener);
     })
     .await;
     let mut grant = Grant::new(Permissions::READ, 600);

@@ -259,11 +259,7 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
             ..PostgresOptions::default()
         },
     };
-    let server = TestServer::start_with(move |config| {
-        config.store = store;
-        config.rest = trestle_server::rest::RestListener::new(listener);
-    })
-    .await;
+    let server = TestServer::start_with_rest(listener, move |config| config.store = store).await;
     let mut client = server.client_with_table("Faulty").await;
     fill_partition(&mut client, "Faulty", "p", 3).await;
     let entity_path = "/devstoreaccount1/Faulty(PartitionKey='p',RowKey='000001')";

@@ -77,10 +77,13 @@ async fn shutdown_closes_the_rest_connections_still_open() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let rest = listener.local_addr().unwrap();
     let mut config = trestle_server::Config::new(data_dir.path());
-    config.rest = trestle_server::rest::RestListener::new(listener);
     config.shutdown_grace = Duration::from_millis(200);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(trestle_server::serve(grpc, config, async {
+    let listeners = trestle_server::Listeners {
+        grpc,
+        rest: Some(listener),
+    };
+    let serving = tokio::spawn(trestle_server::serve(listeners, config, async {
         let _ = stopped.await;
     }));
     let mut socket = TcpStream::connect(rest).await.unwrap();

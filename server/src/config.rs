@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::auth::Authenticator;
@@ -66,8 +65,6 @@ pub struct Config {
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
     pub shutdown_grace: Duration,
-    /// Also serve the Azure Table REST endpoint on this listener.
-    pub rest: RestListener,
 }
 
 impl Config {
@@ -86,7 +83,6 @@ impl Config {
             tls: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
-            rest: RestListener::default(),
         }
     }
 }
@@ -103,23 +99,6 @@ pub struct TlsIdentity {
 impl std::fmt::Debug for TlsIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TlsIdentity { key: <redacted> }")
-    }
-}
-
-/// The REST endpoint's listener, bound before serving (by `--rest-listen`, or by a test that
-/// needs its address first). Cloning shares it: the server takes it once.
-#[derive(Debug, Clone, Default)]
-pub struct RestListener(Arc<Mutex<Option<std::net::TcpListener>>>);
-
-impl RestListener {
-    /// A listener to serve the REST endpoint on.
-    pub fn new(listener: std::net::TcpListener) -> RestListener {
-        RestListener(Arc::new(Mutex::new(Some(listener))))
-    }
-
-    /// The listener, the first time (`None` after, or if there is none).
-    pub(crate) fn take(&self) -> Option<std::net::TcpListener> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -474,7 +453,6 @@ impl ServeArgs {
                 max_clock_skew: Duration::from_secs(self.max_clock_skew_secs),
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-            rest: RestListener::default(),
         })
     }
 }

@@ -39,15 +39,37 @@ pub use config::{Args, Config};
 pub use engine::Engine;
 pub use startup::{check_exposure, ServeError};
 
-/// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha) on
-/// `listener` until `shutdown` completes; then finishes in-flight requests (for at most
-/// `config.shutdown_grace`, after which it closes the connections still open), flushes, and
-/// returns once no connection is left.
+/// What [`serve`] listens on: the gRPC service's listener and, to serve Azure's REST protocol
+/// too, the REST endpoint's (bound before serving, by `--rest-listen` or by a test that needs
+/// its address first).
+#[derive(Debug)]
+pub struct Listeners {
+    /// Where `trestle.v1.TableService`, health and reflection are served.
+    pub grpc: tokio::net::TcpListener,
+    /// Where the Azure Table REST endpoint is served, if it is.
+    pub rest: Option<std::net::TcpListener>,
+}
+
+impl From<tokio::net::TcpListener> for Listeners {
+    /// The gRPC service alone.
+    fn from(grpc: tokio::net::TcpListener) -> Listeners {
+        Listeners { grpc, rest: None }
+    }
+}
+
+/// Serves `trestle.v1.TableService`, gRPC health and server reflection (v1 and v1alpha), and
+/// the REST endpoint if it has a listener, until `shutdown` completes; then finishes in-flight
+/// requests (for at most `config.shutdown_grace`, after which it closes the connections still
+/// open), flushes, and returns once no connection is left.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listeners: impl Into<Listeners>,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let Listeners {
+        grpc: listener,
+        rest: rest_listener,
+    } = listeners.into();
     let addr = listener.local_addr()?;
     check_exposure(addr, &config)?;
     if config.authenticator.is_open() {
@@ -60,7 +82,7 @@ pub async fn serve(
     let engine = Arc::new(engine);
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
     let rest = rest::start(
-        &config.rest,
+        rest_listener,
         executor.clone(),
         config.authenticator.clone(),
         &config.limits,

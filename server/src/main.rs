@@ -138,13 +138,14 @@ async fn run(args: ServeArgs) -> ExitCode {
         tracing::error!(%error, "not serving");
         return ExitCode::FAILURE;
     }
+    let mut rest = None;
     if let Some(rest_addr) = args.rest_listen {
         if let Err(error) = trestle_server::check_exposure(rest_addr, &config) {
             tracing::error!(%error, "not serving");
             return ExitCode::FAILURE;
         }
         match std::net::TcpListener::bind(rest_addr) {
-            Ok(listener) => config.rest = trestle_server::rest::RestListener::new(listener),
+            Ok(listener) => rest = Some(listener),
             Err(error) => {
                 tracing::error!(addr = %rest_addr, %error, "cannot listen for REST");
                 return ExitCode::FAILURE;
@@ -158,7 +159,11 @@ async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match trestle_server::serve(listener, config, shutdown_signal()).await {
+    let listeners = trestle_server::Listeners {
+        grpc: listener,
+        rest,
+    };
+    match trestle_server::serve(listeners, config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "server failed");

@@ -52,6 +52,21 @@ impl TestServer {
     /// sled, or with `TRESTLE_TEST_STORE=postgres` a fresh PostgreSQL database
     /// ([`postgres::conformance_database`]).
     pub async fn start_with(configure: impl FnOnce(&mut trestle_server::Config)) -> TestServer {
+        TestServer::start_serving(None, configure).await
+    }
+
+    /// [`TestServer::start_with`], serving the REST endpoint on `rest` too.
+    pub async fn start_with_rest(
+        rest: std::net::TcpListener,
+        configure: impl FnOnce(&mut trestle_server::Config),
+    ) -> TestServer {
+        TestServer::start_serving(Some(rest), configure).await
+    }
+
+    async fn start_serving(
+        rest: Option<std::net::TcpListener>,
+        configure: impl FnOnce(&mut trestle_server::Config),
+    ) -> TestServer {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let database = tokio::task::spawn_blocking(postgres::conformance_database)
             .await
@@ -67,7 +82,11 @@ impl TestServer {
         });
         configure(&mut config);
         tokio::spawn(async move {
-            let served = trestle_server::serve(listener, config, async {
+            let listeners = trestle_server::Listeners {
+                grpc: listener,
+                rest,
+            };
+            let served = trestle_server::serve(listeners, config, async {
                 let _ = stop.await;
             })
             .await;

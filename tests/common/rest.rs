@@ -15,11 +15,7 @@ pub async fn server(
 ) -> (TestServer, std::net::SocketAddr) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let rest = listener.local_addr().unwrap();
-    let server = TestServer::start_with(move |config| {
-        config.rest = trestle_server::rest::RestListener::new(listener);
-        configure(config);
-    })
-    .await;
+    let server = TestServer::start_with_rest(listener, configure).await;
     (server, rest)
 }
 

@@ -7,7 +7,7 @@ use super::body::{self, BodyLimits};
 use super::connections::{Accepted, Peer};
 use super::reply::header_value;
 use super::shared_key::AccountKeys;
-use super::{handle, RestApi, RestListener};
+use super::{handle, RestApi};
 use crate::auth::Authenticator;
 use crate::config::Limits;
 use crate::connections::{ConnectionTimeouts, Connections};
@@ -34,12 +34,12 @@ impl RestServer {
 /// Starts serving the REST endpoint on `listener`, if there is one, within `limits` (open
 /// connections, idle time, request size).
 pub(crate) fn start(
-    listener: &RestListener,
+    listener: Option<std::net::TcpListener>,
     executor: Executor,
     authenticator: Authenticator,
     limits: &Limits,
 ) -> Result<Option<RestServer>, std::io::Error> {
-    let Some(listener) = listener.take() else {
+    let Some(listener) = listener else {
         return Ok(None);
     };
     listener.set_nonblocking(true)?;

@@ -53,7 +53,6 @@ use self::reply::{header_value, request_id};
 use self::request::{authenticate, Request};
 use self::shared_key::AccountKeys;
 use crate::auth::{Access, Authenticator};
-pub use crate::config::RestListener;
 use crate::error::ErrorCode;
 use crate::executor::Executor;
 use crate::model::EntityKey;
