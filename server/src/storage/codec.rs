@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use super::StorageError;
-use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value, ValueRef};
+use crate::model::{EntityKey, Operation, Properties, StoredEntity, Ticks, Value, ValueRef};
 
 const FORMAT_V1: u8 = 1;
 
@@ -55,6 +55,27 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
     out.push(tag);
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(payload);
+}
+
+/// The entity each of `operations` finds, from the stored bytes `record_of` gives for it: with
+/// its properties where the operation (a merge, a patch) or an index (`indexed`) needs them, its
+/// key and timestamp only otherwise. What a commit plans over ([`crate::model::plan_commit`]).
+pub(crate) fn current_entities<'r>(
+    operations: &[Operation],
+    record_of: impl Fn(usize, &Operation) -> Option<&'r [u8]>,
+    indexed: bool,
+) -> Result<Vec<Option<StoredEntity>>, StorageError> {
+    operations
+        .iter()
+        .enumerate()
+        .map(|(at, operation)| {
+            let keep: Option<&[String]> =
+                (!indexed && !operation.reads_current_properties()).then_some(&[]);
+            record_of(at, operation)
+                .map(|bytes| decode_selected(operation.key().clone(), bytes, keep))
+                .transpose()
+        })
+        .collect()
 }
 
 /// Decodes only the properties named in `keep` (all when `None`); the others are skipped over

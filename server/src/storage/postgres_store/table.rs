@@ -298,18 +298,9 @@ impl PostgresTable {
                 records.insert(row_key, row.get::<_, &[u8]>(2));
             }
         }
-        let current = operations.iter().map(|operation| {
-            let row_key = operation.row_key();
-            let key = EntityKey {
-                partition_key: partition_key.to_owned(),
-                row_key: row_key.to_owned(),
-            };
-            records
-                .get(row_key.as_bytes())
-                .map(|record| codec::decode_selected(key, record, None))
-                .transpose()
-        });
-        Ok(Some(current.collect::<Result<_, _>>()?))
+        let record_of =
+            |_, operation: &Operation| records.get(operation.row_key().as_bytes()).copied();
+        Ok(Some(codec::current_entities(operations, record_of, true)?))
     }
 
     /// Visits one range through a portal, [`SCAN_BATCH`](super::sql::SCAN_BATCH) rows per fetch.

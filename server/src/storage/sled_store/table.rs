@@ -8,9 +8,7 @@ use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{
-    plan_commit, Effect, EntityKey, Operation, Refusal, StoredEntity, TableName, Ticks,
-};
+use crate::model::{plan_commit, Effect, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{CommitOutcome, Committed, IndexCatalog, Visit, Visitor};
 
@@ -302,7 +300,7 @@ impl SledTable {
             .map(|operation| key::encode(partition_key, operation.row_key()))
             .collect();
         let mut rows = self.current_rows(&encoded_keys)?;
-        let current = decode_current(partition_key, &operations, &rows, indexed)?;
+        let current = codec::current_entities(&operations, |at, _| rows[at].as_deref(), indexed)?;
         let plan = match plan_commit(partition_key, operations, current, now, &catalog.indexes) {
             Ok(plan) => plan,
             Err(refused) => return Ok(Err(refused.into())),
@@ -399,31 +397,6 @@ impl SledTable {
             Box::new(iter)
         }
     }
-}
-
-/// The entities `rows` hold for `operations` (rows of `partition_key`), with the properties only
-/// where a merge or a patch or an index (`indexed`) needs them.
-fn decode_current(
-    partition_key: &str,
-    operations: &[Operation],
-    rows: &[Option<sled::IVec>],
-    indexed: bool,
-) -> Result<Vec<Option<StoredEntity>>, StorageError> {
-    operations
-        .iter()
-        .zip(rows)
-        .map(|(operation, row)| {
-            let keep: Option<&[String]> =
-                (!indexed && !operation.reads_current_properties()).then_some(&[]);
-            let key = EntityKey {
-                partition_key: partition_key.to_owned(),
-                row_key: operation.row_key().to_owned(),
-            };
-            row.as_ref()
-                .map(|bytes| codec::decode_selected(key, bytes, keep))
-                .transpose()
-        })
-        .collect()
 }
 
 impl Table for SledTable {
