@@ -10,8 +10,8 @@ use futures_util::TryStreamExt;
 use serde::{Deserialize, Serialize};
 use trestle_client::scenarios::blog::{self, Blog};
 use trestle_client::{
-    retry_on_conflict, Client, ConflictRetry, DateTime, ErrorCode, ErrorKind, Filter, IfMatch,
-    Properties, RetryPolicy, TableClient,
+    retry_on_conflict, AccessPolicy, Client, ConflictRetry, DateTime, ErrorCode, ErrorKind, Filter,
+    IfMatch, Properties, RetryPolicy, TableClient,
 };
 
 /// A server, and an SDK handle on a new table `name` there.
@@ -339,4 +339,34 @@ async fn the_blog_scenario_runs_end_to_end() {
     assert!(report[2].contains("Poetical science"), "{report:#?}");
     assert!(report[3].contains("[\"Bernoulli\"]"), "{report:#?}");
     assert!(report[4].contains("2 posts left, 0 rows"), "{report:#?}");
+}
+
+#[tokio::test]
+async fn a_tables_stored_access_policies_are_set_read_and_checked() {
+    let (_server, table) = new_table("Policies").await;
+    let expiry = DateTime::from_unix(4_000_000_000, 0);
+    let kept = table
+        .set_access_policies(&[
+            AccessPolicy::new("readers", "r", expiry),
+            AccessPolicy {
+                start: Some(DateTime::from_unix(1_700_000_000, 0)),
+                ..AccessPolicy::new("writers", "dua", expiry)
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(kept[1].permissions, "aud", "kept in raud order");
+    assert_eq!(table.access_policies().await.unwrap(), kept);
+    let refused = table
+        .set_access_policies(&[AccessPolicy::new("readers", "rw", expiry)])
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::InvalidInput), "{refused}");
+    assert_eq!(
+        table.access_policies().await.unwrap(),
+        kept,
+        "nothing changed"
+    );
+    assert!(table.set_access_policies(&[]).await.unwrap().is_empty());
+    assert!(table.access_policies().await.unwrap().is_empty());
 }

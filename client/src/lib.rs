@@ -79,6 +79,7 @@
 
 #![warn(missing_docs)]
 
+mod access;
 mod client;
 mod convert;
 mod entity;
@@ -94,6 +95,7 @@ mod table;
 mod transaction;
 mod value;
 
+pub use access::AccessPolicy;
 pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
