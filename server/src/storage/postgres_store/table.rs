@@ -220,7 +220,7 @@ impl PostgresTable {
     ) -> Result<CommitOutcome, StorageError> {
         let current = match inserts_only {
             true => operations.iter().map(|_| None).collect(),
-            false => match self.read_rows(tx, prepared, partition_key, operations)? {
+            false => match self.read_rows(tx, prepared, operations, catalog.any_kept())? {
                 Some(current) => current,
                 None => return Ok(Err(table_gone())),
             },
@@ -271,15 +271,18 @@ impl PostgresTable {
         }))
     }
 
-    /// The entity at each operation's row, read in one statement (after the partition's lock: a
-    /// later snapshot than the transaction's start); `None` if the table is gone.
+    /// The entity at each operation's row (operations of one partition), read in one statement
+    /// (after the partition's lock: a later snapshot than the transaction's start), its
+    /// properties only where the operation or an index (`indexed`) needs them; `None` if the
+    /// table is gone.
     fn read_rows(
         &self,
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
-        partition_key: &str,
         operations: &[Operation],
+        indexed: bool,
     ) -> Result<Option<Vec<Option<StoredEntity>>>, StorageError> {
+        let partition_key = operations[0].partition_key();
         let row_keys: Vec<&[u8]> = operations
             .iter()
             .map(|operation| operation.row_key().as_bytes())
@@ -300,7 +303,9 @@ impl PostgresTable {
         }
         let record_of =
             |_, operation: &Operation| records.get(operation.row_key().as_bytes()).copied();
-        Ok(Some(codec::current_entities(operations, record_of, true)?))
+        Ok(Some(codec::current_entities(
+            operations, record_of, indexed,
+        )?))
     }
 
     /// Visits one range through a portal, [`SCAN_BATCH`](super::sql::SCAN_BATCH) rows per fetch.
