@@ -168,9 +168,47 @@ async function sharedAccessSignatures() {
   await table.deleteTable();
 }
 
+async function settings() {
+  const service = TableServiceClient.fromConnectionString(connection, options);
+  const rule = {
+    allowedOrigins: "http://js.example",
+    allowedMethods: "GET,PUT",
+    allowedHeaders: "x-ms-*",
+    exposedHeaders: "x-ms-*",
+    maxAgeInSeconds: 60,
+  };
+  await service.setProperties({ cors: [rule] });
+  const properties = await service.getProperties();
+  assert.equal(properties.cors.length, 1);
+  assert.equal(properties.cors[0].allowedOrigins, "http://js.example");
+  assert.equal(properties.cors[0].maxAgeInSeconds, 60);
+  await service.setProperties({ cors: [] });
+  assert.equal((await service.getProperties()).cors.length, 0);
+
+  // A stored access policy, and a SAS naming it until it is removed.
+  const table = TableClient.fromConnectionString(connection, "JsAcl", options);
+  await table.createTable();
+  await table.createEntity({ partitionKey: "p", rowKey: "1", n: 1 });
+  const expiry = new Date(Date.now() + 3600_000);
+  await table.setAccessPolicy([{ id: "readers", accessPolicy: { permission: "r", expiry } }]);
+  const acl = await table.getAccessPolicy();
+  assert.equal(acl.length, 1);
+  assert.equal(acl[0].id, "readers");
+  assert.equal(acl[0].accessPolicy.permission, "r");
+  const credential = new AzureNamedKeyCredential("devstoreaccount1", DEV_KEY);
+  const sas = generateTableSas("JsAcl", credential, { identifier: "readers" });
+  const endpoint = process.env.TRESTLE_REST_ENDPOINT;
+  const named = new TableClient(endpoint, "JsAcl", new AzureSASCredential(sas), options);
+  assert.equal((await named.getEntity("p", "1")).n, 1);
+  await table.setAccessPolicy([]);
+  await rejects(403, () => named.getEntity("p", "1"));
+  await table.deleteTable();
+}
+
 await tables();
 await entities();
 await batches();
 await types();
 await sharedAccessSignatures();
+await settings();
 console.log("js sdk: ok");
