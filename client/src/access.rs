@@ -55,14 +55,9 @@ impl AccessPolicy {
 impl TableClient {
     /// The table's stored access policies.
     pub async fn access_policies(&self) -> Result<Vec<AccessPolicy>> {
-        let request = pb::GetTableRequest {
-            table: self.name().to_owned(),
-        };
-        let table = self
-            .client
-            .read(request, |mut c, r| async move { c.get_table(r).await })
-            .await?;
-        Ok(table
+        Ok(self
+            .describe()
+            .await?
             .access_policies
             .into_iter()
             .map(AccessPolicy::from_wire)

@@ -171,14 +171,9 @@ impl TableClient {
 
     /// The table's indexes and their states.
     pub async fn indexes(&self) -> Result<Vec<IndexInfo>> {
-        let request = pb::GetTableRequest {
-            table: self.name().to_owned(),
-        };
-        let table = self
-            .client
-            .read(request, |mut c, r| async move { c.get_table(r).await })
-            .await?;
-        Ok(table
+        Ok(self
+            .describe()
+            .await?
             .indexes
             .into_iter()
             .map(IndexInfo::from_wire)

@@ -34,6 +34,16 @@ impl TableClient {
         TableClient { client, name }
     }
 
+    /// The table as `GetTable` describes it (its indexes, its stored access policies).
+    pub(crate) async fn describe(&self) -> Result<pb::Table> {
+        let request = pb::GetTableRequest {
+            table: self.name.clone(),
+        };
+        self.client
+            .read(request, |mut c, r| async move { c.get_table(r).await })
+            .await
+    }
+
     /// The table's name.
     pub fn name(&self) -> &str {
         &self.name

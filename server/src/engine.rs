@@ -565,7 +565,7 @@ impl Engine {
         Ok(self.table(name)?.id())
     }
 
-    fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
+    pub(crate) fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
         let name = lookup_name(name)?;
         self.store
             .table(&name)?

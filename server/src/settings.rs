@@ -5,7 +5,8 @@
 use crate::engine::Engine;
 use crate::error::TableError;
 use crate::model::{
-    decode_policies, encode_policies, validate_policies, AccessPolicy, ServiceProperties,
+    decode_policies, encode_policies, validate_policies, AccessPolicy, Index, ServiceProperties,
+    TableName,
 };
 use crate::storage::StorageError;
 
@@ -16,6 +17,17 @@ const SERVICE_PROPERTIES: &str = "service_properties";
 /// deleted and created again starts with none).
 fn policies_setting(table_id: u64) -> String {
     format!("access_policies.{table_id}")
+}
+
+/// A table as `GetTable` describes it.
+#[derive(Debug)]
+pub struct TableDescription {
+    /// Its name as created.
+    pub name: TableName,
+    /// Its declared indexes and their states.
+    pub indexes: Vec<Index>,
+    /// Its stored access policies.
+    pub access_policies: Vec<AccessPolicy>,
 }
 
 fn corrupt(what: &str) -> TableError {
@@ -46,8 +58,23 @@ impl Engine {
 
     /// The stored access policies of table `table`.
     pub fn access_policies(&self, table: &str) -> Result<Vec<AccessPolicy>, TableError> {
-        let id = self.table_id(table)?;
-        match self.store().setting(&policies_setting(id))? {
+        self.policies_of(self.table_id(table)?)
+    }
+
+    /// Table `name` as created, its indexes with their states, and its stored access policies
+    /// (what `GetTable` answers), from one lookup of the table.
+    pub fn describe_table(&self, name: &str) -> Result<TableDescription, TableError> {
+        let table = self.table(name)?;
+        Ok(TableDescription {
+            name: table.name().clone(),
+            indexes: table.indexes()?.indexes,
+            access_policies: self.policies_of(table.id())?,
+        })
+    }
+
+    /// The policies of the table incarnation `table_id`.
+    fn policies_of(&self, table_id: u64) -> Result<Vec<AccessPolicy>, TableError> {
+        match self.store().setting(&policies_setting(table_id))? {
             None => Ok(Vec::new()),
             Some(record) => decode_policies(&record).ok_or_else(|| corrupt("access policies")),
         }

@@ -233,16 +233,19 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let table = request.into_inner().table;
         admitted.access.describe_table(&table)?;
-        let ((name, indexes), policies) = self
+        let described = self
             .executor
-            .blocking(move |engine| {
-                Ok((engine.get_table(&table)?, engine.access_policies(&table)?))
-            })
+            .blocking(move |engine| engine.describe_table(&table))
             .await?;
+        let policies = described.access_policies.into_iter();
         Ok(Response::new(pb::Table {
-            name: name.to_string(),
-            indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
-            access_policies: policies.into_iter().map(convert::policy_to_pb).collect(),
+            name: described.name.to_string(),
+            indexes: described
+                .indexes
+                .into_iter()
+                .map(convert::index_to_pb)
+                .collect(),
+            access_policies: policies.map(convert::policy_to_pb).collect(),
         }))
     }
 
