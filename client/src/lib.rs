@@ -80,6 +80,7 @@
 #![warn(missing_docs)]
 
 mod access;
+mod across;
 mod client;
 mod convert;
 mod entity;
@@ -96,6 +97,7 @@ mod transaction;
 mod value;
 
 pub use access::AccessPolicy;
+pub use across::{CrossTransaction, Snapshot};
 pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 pub use error::{Error, ErrorCode, ErrorKind, Result};

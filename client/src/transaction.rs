@@ -7,7 +7,6 @@ use trestle_proto::pb;
 use trestle_proto::pb::transaction_operation::Operation;
 
 use crate::client::Client;
-use crate::convert::{patch_condition, patch_if_match, patch_steps, upsert_mode, wire};
 use crate::entity::{ETag, EntityKey, IfMatch, UpsertMode};
 use crate::error::{Error, ErrorCode, ErrorKind, Result};
 use crate::patch::Patch;
@@ -128,16 +127,6 @@ impl Transaction {
         Ok(key)
     }
 
-    /// Admits the row and serializes its entity.
-    fn admit_entity<T: Serialize + ?Sized>(
-        &mut self,
-        key: EntityKey,
-        value: &T,
-    ) -> Result<Option<pb::Entity>> {
-        let key = self.admit(key)?;
-        Ok(Some(wire(&key, value)?))
-    }
-
     fn push(&mut self, operation: Operation) -> &mut Self {
         self.operations.push(pb::TransactionOperation {
             operation: Some(operation),
@@ -151,8 +140,8 @@ impl Transaction {
         row: impl TransactionRow,
         value: &T,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
-        Ok(self.push(Operation::Insert(pb::InsertOperation { entity })))
+        let key = self.admit(row.into_key(&self.partition_key))?;
+        Ok(self.push(operation::insert(&key, value)?))
     }
 
     /// Replaces an existing entity.
@@ -162,11 +151,8 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
-        Ok(self.push(Operation::Update(pb::UpdateOperation {
-            entity,
-            if_match: if_match.into().to_wire(),
-        })))
+        let key = self.admit(row.into_key(&self.partition_key))?;
+        Ok(self.push(operation::update(&key, value, if_match.into())?))
     }
 
     /// Merges properties into an existing entity.
@@ -176,11 +162,8 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
-        Ok(self.push(Operation::Merge(pb::MergeOperation {
-            entity,
-            if_match: if_match.into().to_wire(),
-        })))
+        let key = self.admit(row.into_key(&self.partition_key))?;
+        Ok(self.push(operation::merge(&key, value, if_match.into())?))
     }
 
     /// Inserts, or replaces / merges an existing entity.
@@ -190,23 +173,14 @@ impl Transaction {
         value: &T,
         mode: UpsertMode,
     ) -> Result<&mut Self> {
-        let entity = self.admit_entity(row.into_key(&self.partition_key), value)?;
-        Ok(self.push(Operation::Upsert(pb::UpsertOperation {
-            entity,
-            mode: upsert_mode(mode) as i32,
-        })))
+        let key = self.admit(row.into_key(&self.partition_key))?;
+        Ok(self.push(operation::upsert(&key, value, mode)?))
     }
 
     /// Patches a row (see [`Patch`]), in order with the rest.
     pub fn patch(&mut self, row: impl TransactionRow, patch: &Patch) -> Result<&mut Self> {
         let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(Operation::Patch(pb::PatchOperation {
-            row_key: key.row_key,
-            operations: patch_steps(patch),
-            if_match: patch_if_match(patch),
-            upsert: patch.upsert,
-            condition: patch_condition(patch),
-        })))
+        Ok(self.push(operation::patch(key, patch)))
     }
 
     /// Deletes an existing entity.
@@ -216,10 +190,7 @@ impl Transaction {
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
         let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(Operation::Delete(pb::DeleteOperation {
-            row_key: key.row_key,
-            if_match: if_match.into().to_wire(),
-        })))
+        Ok(self.push(operation::delete(key, if_match.into())))
     }
 
     /// Requires the row to exist (with this ETag, unless `IfMatch::Any`), without writing it.
@@ -229,23 +200,13 @@ impl Transaction {
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
         let key = self.admit(row.into_key(&self.partition_key))?;
-        let check = pb::CheckOperation {
-            row_key: key.row_key,
-            if_match: if_match.into().to_wire(),
-            must_not_exist: false,
-        };
-        Ok(self.push(Operation::Check(check)))
+        Ok(self.push(operation::check(key, Some(if_match.into()))))
     }
 
     /// Requires the row not to exist, without writing it.
     pub fn check_absent(&mut self, row: impl TransactionRow) -> Result<&mut Self> {
         let key = self.admit(row.into_key(&self.partition_key))?;
-        let check = pb::CheckOperation {
-            row_key: key.row_key,
-            if_match: String::new(),
-            must_not_exist: true,
-        };
-        Ok(self.push(Operation::Check(check)))
+        Ok(self.push(operation::check(key, None)))
     }
 
     /// Commits every operation or none. Returns each operation's new ETag (`None` for deletes and
@@ -273,10 +234,91 @@ impl Transaction {
                 |mut c, r| async move { c.submit_transaction(r).await },
             )
             .await?;
-        Ok(response
-            .results
-            .into_iter()
-            .map(|r| Some(r.etag).filter(|t| !t.is_empty()).map(ETag::new))
-            .collect())
+        Ok(etags(response.results))
+    }
+}
+
+/// Each operation's new ETag (`None` for deletes and checks), in order.
+pub(crate) fn etags(results: Vec<pb::OperationResult>) -> Vec<Option<ETag>> {
+    results
+        .into_iter()
+        .map(|r| Some(r.etag).filter(|t| !t.is_empty()).map(ETag::new))
+        .collect()
+}
+
+/// The wire form of each kind of operation, for both transaction builders.
+pub(crate) mod operation {
+    use serde::Serialize;
+    use trestle_proto::pb;
+    use trestle_proto::pb::transaction_operation::Operation;
+
+    use crate::convert::{patch_condition, patch_if_match, patch_steps, upsert_mode, wire};
+    use crate::entity::{EntityKey, IfMatch, UpsertMode};
+    use crate::error::Result;
+    use crate::patch::Patch;
+
+    /// Inserts `value` at `key`, which must not exist.
+    pub(crate) fn insert<T: Serialize + ?Sized>(key: &EntityKey, value: &T) -> Result<Operation> {
+        let entity = Some(wire(key, value)?);
+        Ok(Operation::Insert(pb::InsertOperation { entity }))
+    }
+
+    /// Replaces the entity at `key` with `value`.
+    pub(crate) fn update<T: Serialize + ?Sized>(
+        key: &EntityKey,
+        value: &T,
+        if_match: IfMatch,
+    ) -> Result<Operation> {
+        let (entity, if_match) = (Some(wire(key, value)?), if_match.to_wire());
+        Ok(Operation::Update(pb::UpdateOperation { entity, if_match }))
+    }
+
+    /// Merges `value` into the entity at `key`.
+    pub(crate) fn merge<T: Serialize + ?Sized>(
+        key: &EntityKey,
+        value: &T,
+        if_match: IfMatch,
+    ) -> Result<Operation> {
+        let (entity, if_match) = (Some(wire(key, value)?), if_match.to_wire());
+        Ok(Operation::Merge(pb::MergeOperation { entity, if_match }))
+    }
+
+    /// Inserts `value` at `key`, or replaces / merges the entity there.
+    pub(crate) fn upsert<T: Serialize + ?Sized>(
+        key: &EntityKey,
+        value: &T,
+        mode: UpsertMode,
+    ) -> Result<Operation> {
+        let (entity, mode) = (Some(wire(key, value)?), upsert_mode(mode) as i32);
+        Ok(Operation::Upsert(pb::UpsertOperation { entity, mode }))
+    }
+
+    /// Patches the entity at `key`.
+    pub(crate) fn patch(key: EntityKey, patch: &Patch) -> Operation {
+        Operation::Patch(pb::PatchOperation {
+            row_key: key.row_key,
+            operations: patch_steps(patch),
+            if_match: patch_if_match(patch),
+            upsert: patch.upsert,
+            condition: patch_condition(patch),
+        })
+    }
+
+    /// Deletes the entity at `key`.
+    pub(crate) fn delete(key: EntityKey, if_match: IfMatch) -> Operation {
+        let if_match = if_match.to_wire();
+        Operation::Delete(pb::DeleteOperation {
+            row_key: key.row_key,
+            if_match,
+        })
+    }
+
+    /// Requires the entity at `key` to exist (matching `if_match`), or with `None` to be absent.
+    pub(crate) fn check(key: EntityKey, exists: Option<IfMatch>) -> Operation {
+        Operation::Check(pb::CheckOperation {
+            row_key: key.row_key,
+            must_not_exist: exists.is_none(),
+            if_match: exists.as_ref().map(IfMatch::to_wire).unwrap_or_default(),
+        })
     }
 }

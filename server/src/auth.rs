@@ -7,10 +7,12 @@ use std::time::SystemTime;
 
 use trestle_proto::access::{self, Grant, KeyRing, Permissions, TokenError};
 
+use crate::across::TableEntityKey;
 use crate::error::ErrorCode;
 use crate::model::{quoted, Operation, Value};
 use crate::query::filter::{CompareOp, Property};
 use crate::query::{Expr, QuerySpec};
+use crate::transaction::TableOperation;
 
 /// Why a request was not allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,6 +194,33 @@ impl Access {
                 operation.row_key(),
             )
             .map_err(|error| (index, error))?;
+        }
+        Ok(())
+    }
+
+    /// Every operation of a transaction across partitions, each on its own table and entity; on
+    /// refusal, the failing operation's index.
+    pub fn transaction_across(
+        &self,
+        operations: &[TableOperation],
+    ) -> Result<(), (usize, AuthError)> {
+        for (index, TableOperation { table, operation }) in operations.iter().enumerate() {
+            self.entity(
+                table,
+                needed_for(operation),
+                operation.partition_key(),
+                operation.row_key(),
+            )
+            .map_err(|error| (index, error))?;
+        }
+        Ok(())
+    }
+
+    /// Reading every key of a read across partitions; on refusal, the failing key's index.
+    pub fn read_many(&self, keys: &[TableEntityKey]) -> Result<(), (usize, AuthError)> {
+        for (index, TableEntityKey { table, key }) in keys.iter().enumerate() {
+            self.entity(table, Permissions::READ, &key.partition_key, &key.row_key)
+                .map_err(|error| (index, error))?;
         }
         Ok(())
     }

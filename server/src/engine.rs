@@ -365,7 +365,8 @@ impl Engine {
             })
     }
 
-    fn commit(
+    /// Commits `operations` on one partition; errors name the operation when `in_transaction`.
+    pub(crate) fn commit(
         &self,
         table_name: &str,
         partition_key: &str,
@@ -387,7 +388,7 @@ impl Engine {
                 ticket,
             })),
             Err(Rejection { index, reason }) => {
-                let error = rejection_error(table.as_ref(), partition_key, reason);
+                let error = rejection_error(table.name().as_str(), partition_key, reason);
                 Err(if in_transaction {
                     error.at_operation(index)
                 } else {
@@ -565,6 +566,7 @@ impl Engine {
         Ok(self.table(name)?.id())
     }
 
+    /// The live table `name`, or [`TableError::TableNotFound`].
     pub(crate) fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
         let name = lookup_name(name)?;
         self.store
@@ -578,9 +580,14 @@ fn lookup_name(name: &str) -> Result<TableName, TableError> {
     TableName::parse(name).map_err(|_| TableError::TableNotFound(name.to_owned()))
 }
 
-fn rejection_error(table: &dyn Table, partition_key: &str, reason: RejectReason) -> TableError {
+/// The error of a commit refused for `reason`, on `partition_key` of `table`.
+pub(crate) fn rejection_error(
+    table: &str,
+    partition_key: &str,
+    reason: RejectReason,
+) -> TableError {
     let (row_key, refusal) = match reason {
-        RejectReason::TableGone => return TableError::TableNotFound(table.name().to_string()),
+        RejectReason::TableGone => return TableError::TableNotFound(table.to_owned()),
         RejectReason::Refused { row_key, refusal } => (row_key, refusal),
     };
     let partition_key = partition_key.to_owned();

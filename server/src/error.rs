@@ -100,6 +100,24 @@ pub enum TableError {
         quoted(row_key)
     )]
     DuplicateRow { row_key: String },
+    /// Two operations (or keys of a read) on one entity of one table.
+    #[error(
+        "the entity ({}, {}, {}) appears more than once; an entity can appear only once in a request",
+        quoted(table),
+        quoted(partition_key),
+        quoted(row_key)
+    )]
+    DuplicateEntity {
+        table: String,
+        partition_key: String,
+        row_key: String,
+    },
+    /// A read of several entities naming none.
+    #[error("a read of several entities needs at least one key")]
+    NoKeys,
+    /// A read of several entities naming more than 100.
+    #[error("the read names {count} keys; the limit is {max}", max = crate::model::MAX_READ_KEYS)]
+    TooManyKeys { count: usize },
     /// A request over its size limit.
     #[error("the request is {bytes} bytes; the limit is {max} bytes")]
     RequestTooLarge { bytes: usize, max: usize },
@@ -135,13 +153,16 @@ impl TableError {
             TableError::TooManyIndexes { .. } => ErrorCode::TooManyIndexes,
             TableError::IndexNotReady { .. } => ErrorCode::IndexNotReady,
             TableError::IndexValueTaken { .. } => ErrorCode::IndexValueAlreadyExists,
-            TableError::EmptyTransaction | TableError::TooManyOperations { .. } => {
-                ErrorCode::InvalidInput
-            }
+            TableError::EmptyTransaction
+            | TableError::TooManyOperations { .. }
+            | TableError::NoKeys
+            | TableError::TooManyKeys { .. } => ErrorCode::InvalidInput,
             TableError::DifferentPartitions { .. } => {
                 ErrorCode::CommandsInBatchActOnDifferentPartitions
             }
-            TableError::DuplicateRow { .. } => ErrorCode::InvalidDuplicateRow,
+            TableError::DuplicateRow { .. } | TableError::DuplicateEntity { .. } => {
+                ErrorCode::InvalidDuplicateRow
+            }
             TableError::RequestTooLarge { .. } => ErrorCode::RequestBodyTooLarge,
             TableError::Operation { source, .. } => source.code(),
             TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,

@@ -13,6 +13,7 @@
 //! - [`grpc`]: the tonic service, converting requests and mapping errors to `tonic::Status`;
 //! - [`rest`]: the Azure Table REST endpoint (axum), a second protocol over the same engine.
 
+pub mod across;
 pub mod auth;
 pub mod bulk_delete;
 pub mod config;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod bank;
 pub mod postgres;
 pub mod rest;
 pub mod skip;

@@ -1,6 +1,7 @@
 //! The gRPC edge, and the only module that names tonic or `pb`: each handler converts its request,
 //! runs the engine through the executor (`grpc/executor.rs`), and converts the answer or the error.
 
+mod across;
 mod convert;
 mod deadline;
 mod edge;
@@ -581,5 +582,21 @@ impl service::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::SubmitTransactionResponse {
             results: results.into_iter().map(convert::operation_result).collect(),
         }))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(operations = request.get_ref().operations.len()))]
+    async fn transact_write(
+        &self,
+        request: Request<pb::TransactWriteRequest>,
+    ) -> Result<Response<pb::TransactWriteResponse>, Status> {
+        self.transact_across(request).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(keys = request.get_ref().keys.len()))]
+    async fn get_entities(
+        &self,
+        request: Request<pb::GetEntitiesRequest>,
+    ) -> Result<Response<pb::GetEntitiesResponse>, Status> {
+        self.read_many(request).await
     }
 }

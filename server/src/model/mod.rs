@@ -51,6 +51,8 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 pub const MAX_ENTITY_BYTES: usize = 1024 * 1024;
 /// Most operations in one transaction.
 pub const MAX_TRANSACTION_OPERATIONS: usize = 100;
+/// Most keys one read of several entities names.
+pub const MAX_READ_KEYS: usize = 100;
 /// Largest transaction request, in encoded bytes.
 pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// Most entities or tables in one page.

@@ -77,6 +77,34 @@ pub type Visitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError>
 /// What a commit does: what it stored, or the operation refused and why (nothing written).
 pub type CommitOutcome = Result<Committed, Rejection>;
 
+/// One partition's part of a transaction across partitions ([`Store::commit_across`]): its table,
+/// its partition, its operations in order, and each one's position in the whole transaction.
+#[derive(Debug)]
+pub struct PartitionBatch {
+    /// The table, by name (ignoring case).
+    pub table: TableName,
+    /// The partition every operation acts on.
+    pub partition_key: String,
+    /// The operations, each on a different row, in transaction order.
+    pub operations: Vec<Operation>,
+    /// Each operation's position in the transaction: where its result goes, and the index a
+    /// refusal names.
+    pub positions: Vec<usize>,
+}
+
+/// One key of a read across partitions ([`Store::get_many`]).
+#[derive(Debug, Clone)]
+pub struct TableKey {
+    /// The table, by name (ignoring case).
+    pub table: TableName,
+    /// The entity's keys.
+    pub key: EntityKey,
+}
+
+/// Sees each entity a read across partitions finds: its position among the keys asked, and the
+/// entity read in place.
+pub type FoundVisitor<'a> = dyn FnMut(usize, EntityView<'_>) -> Result<(), StorageError> + 'a;
+
 /// Why a table cannot be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateRefusal {
@@ -118,6 +146,26 @@ pub trait Store: Send + Sync + Debug {
 
     /// Sets setting `name` to `value` (`None` removes it), durably; the last write wins.
     fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError>;
+
+    /// Applies a transaction across partitions and tables atomically: `batches` (each of a
+    /// different partition, together `operations` operations) are checked against the current
+    /// rows and written all together, or nothing is. The partitions are held in one fixed order
+    /// (table id, then partition key) from the first read to the last write, so the commit is
+    /// serializable with every other commit and read of those partitions and never deadlocks;
+    /// partitions it does not touch never wait for it. Returns what each operation stored, by
+    /// position, or the refused operation (by position); a table that does not exist is
+    /// [`RejectReason::TableGone`] at its first operation.
+    fn commit_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<CommitOutcome, StorageError>;
+
+    /// Reads `keys` (of any tables; each at most once) at one instant: the read sees all or none
+    /// of every commit, [`Store::commit_across`]'s included. Passes each entity found to `found`
+    /// with its position; a key without an entity, or of a table that does not exist, is skipped.
+    fn get_many(&self, keys: &[TableKey], found: &mut FoundVisitor<'_>)
+        -> Result<(), StorageError>;
 
     // Durability. The defaults suit a store whose commits are durable when they return (and so
     // hand out no tickets).

@@ -44,17 +44,13 @@ const PARTITION_RUN: &str = "SELECT rk, record FROM trestle_entities
 const CATALOG: &str = "SELECT indexes FROM trestle_tables WHERE id = $1 AND live";
 
 impl PostgresTable {
-    /// Writes `plan`'s index entries in the commit's transaction; or the operation refused
-    /// because a unique index holds its value for an entity of another partition (the caller
-    /// rolls back). Unique values are kept by the entries' primary key: a second commit adding one
-    /// waits for the first and then finds it taken.
-    pub(super) fn write_entries(
+    /// Removes the index entries `plan` gives up, in the commit's transaction.
+    pub(super) fn remove_entries(
         &self,
         tx: &mut postgres::Client,
         prepared: &mut Prepared<'_>,
-        partition_key: &str,
         plan: &CommitPlan,
-    ) -> Result<Result<(), Rejection>, StorageError> {
+    ) -> Result<(), StorageError> {
         let removed = &plan.removed_entries;
         if !removed.is_empty() {
             let ids: Vec<i64> = removed.iter().map(|e| e.index_id as i64).collect();
@@ -62,6 +58,21 @@ impl PostgresTable {
             let delete = prepared.get(tx, DELETE_ENTRIES)?;
             tx.execute(&delete, &[&ids, &keys])?;
         }
+        Ok(())
+    }
+
+    /// Adds the index entries `plan` adds (for entities of `partition_key`), in the commit's
+    /// transaction after [`PostgresTable::remove_entries`]; or the operation refused because a
+    /// unique index holds its value for another entity (the caller rolls back). Unique values
+    /// are kept by the entries' primary key: a second commit adding one waits for the first and
+    /// then finds it taken.
+    pub(super) fn add_plan_entries(
+        &self,
+        tx: &mut postgres::Client,
+        prepared: &mut Prepared<'_>,
+        partition_key: &str,
+        plan: &CommitPlan,
+    ) -> Result<Result<(), Rejection>, StorageError> {
         match self.add_entries(tx, prepared, partition_key, &plan.added_entries)? {
             None => Ok(Ok(())),
             Some((taken, holder)) => Ok(Err(taken.taken_by(holder).into())),

@@ -12,6 +12,7 @@
 //!
 //! The SQL keeps to what PostgreSQL, YugabyteDB (YSQL) and Citus all run.
 
+mod across;
 mod indexes;
 mod pool;
 mod purge;
@@ -26,7 +27,8 @@ use postgres::Client;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
-    build_in_background, CreateRefusal, IndexCatalog, StorageError, Store, StoreSecret, Table,
+    build_in_background, CommitOutcome, CreateRefusal, FoundVisitor, IndexCatalog, PartitionBatch,
+    StorageError, Store, StoreSecret, Table, TableKey,
 };
 use crate::model::{IndexDefinition, IndexState, TableName};
 
@@ -157,6 +159,12 @@ impl PostgresStore {
     }
 
     /// The table of a catalog row `(id, name, indexes)`.
+    /// The live table called `name` (ignoring case), if any.
+    fn postgres_table(&self, name: &TableName) -> Result<Option<Arc<PostgresTable>>, StorageError> {
+        let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
+        found.map(|row| self.table_of_row(&row)).transpose()
+    }
+
     fn table_of_row(&self, row: &postgres::Row) -> Result<Arc<PostgresTable>, StorageError> {
         let name = TableName::parse(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
@@ -265,9 +273,25 @@ impl Store for PostgresStore {
     }
 
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError> {
-        let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
-        let Some(row) = found else { return Ok(None) };
-        Ok(Some(self.table_of_row(&row)?))
+        Ok(self
+            .postgres_table(name)?
+            .map(|table| table as Arc<dyn Table>))
+    }
+
+    fn commit_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<CommitOutcome, StorageError> {
+        self.commit_batches_across(batches, operations)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[TableKey],
+        found: &mut FoundVisitor<'_>,
+    ) -> Result<(), StorageError> {
+        self.read_across(keys, found)
     }
 
     /// One query over the live tables, in byte order of their folded names.

@@ -193,6 +193,31 @@ pub(super) fn is_unreachable(error: &postgres::Error) -> bool {
     std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
 }
 
+/// How often a commit is run again after a serialization failure or a deadlock before the
+/// failure is reported.
+const COMMIT_ATTEMPTS: u32 = 10;
+
+/// Runs `commit` (one database transaction) again after a serialization failure or a deadlock,
+/// which engines without advisory locks may raise, up to [`COMMIT_ATTEMPTS`] times.
+pub(super) fn retrying<R>(
+    mut commit: impl FnMut() -> Result<R, StorageError>,
+) -> Result<R, StorageError> {
+    let mut attempt = 1;
+    loop {
+        match commit() {
+            Err(error)
+                if database_error(&error).is_some_and(is_retryable)
+                    && attempt < COMMIT_ATTEMPTS =>
+            {
+                tracing::debug!(%error, attempt, "commit conflicted in the database; again");
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Whether `error` is a serialization failure or a deadlock: the transaction did nothing and
 /// may be run again.
 pub(super) fn is_retryable(error: &postgres::Error) -> bool {

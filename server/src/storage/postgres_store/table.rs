@@ -9,20 +9,16 @@ use std::sync::Arc;
 use postgres::types::ToSql;
 use postgres::Transaction;
 
-use super::pool::{database_error, is_retryable, is_unique_violation, Pool, Prepared};
+use super::pool::{is_unique_violation, retrying, Pool, Prepared};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
-    plan_commit, EntityKey, KeyPosition, KeyRange, Operation, RowPosition, StoredEntity, TableName,
-    Ticks,
+    plan_commit, CommitPlan, EntityKey, KeyPosition, KeyRange, Operation, RowPosition,
+    StoredEntity, TableName, Ticks,
 };
 use crate::storage::{
     codec, in_scan_order, CommitOutcome, Committed, EntityView, IndexCatalog, RejectReason,
     Rejection, StorageError, Table, Visitor,
 };
-
-/// How often a commit is run again after a serialization failure or a deadlock before the
-/// failure is reported.
-const COMMIT_ATTEMPTS: u32 = 10;
 
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
@@ -42,6 +38,23 @@ const INSERT_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, recor
     WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)";
 const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
+
+/// Commits the transaction `client` is in if `outcome` is a commit, rolls it back otherwise.
+/// (A rollback that fails has lost the connection, which the pool replaces; the first error is
+/// the one told.)
+pub(super) fn end_transaction(
+    client: &mut postgres::Client,
+    outcome: Result<CommitOutcome, StorageError>,
+) -> Result<CommitOutcome, StorageError> {
+    match outcome {
+        Ok(Ok(_)) => client.batch_execute("COMMIT")?,
+        Ok(Err(_)) => client.batch_execute("ROLLBACK")?,
+        Err(_) => {
+            let _ = client.batch_execute("ROLLBACK");
+        }
+    }
+    outcome
+}
 
 /// The refusal of a commit to a table deleted meanwhile.
 fn table_gone() -> Rejection {
@@ -77,56 +90,31 @@ impl Table for PostgresTable {
         partition_key: &str,
         operations: Vec<Operation>,
     ) -> Result<CommitOutcome, StorageError> {
-        let mut attempt = 1;
-        loop {
-            let outcome = self.pool.with(|connection| {
+        let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
+        retrying(|| {
+            self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
-                // Whatever fails or is refused is rolled back. (A rollback that fails has lost
-                // the connection, which the pool replaces; the first error is the one told.)
-                let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
-                let catalog = self.begin_locked(client, partition_key)?;
-                let mut outcome = self.commit_in(
-                    client,
-                    &mut prepared,
-                    &catalog,
-                    partition_key,
-                    &operations,
-                    inserts_only,
-                );
+                let mut commit = |client: &mut postgres::Client, inserts_only| {
+                    let catalog = self.begin_locked(client, partition_key)?;
+                    let (tx, catalog) = (&mut *client, &catalog);
+                    self.commit_in(
+                        tx,
+                        &mut prepared,
+                        catalog,
+                        partition_key,
+                        &operations,
+                        inserts_only,
+                    )
+                };
+                let mut outcome = commit(client, inserts_only);
                 if inserts_only && outcome.as_ref().is_err_and(is_unique_violation) {
                     // A row exists: again, reading the rows, to refuse the right operation.
                     client.batch_execute("ROLLBACK")?;
-                    let catalog = self.begin_locked(client, partition_key)?;
-                    outcome = self.commit_in(
-                        client,
-                        &mut prepared,
-                        &catalog,
-                        partition_key,
-                        &operations,
-                        false,
-                    );
+                    outcome = commit(client, false);
                 }
-                match outcome {
-                    Ok(Ok(_)) => client.batch_execute("COMMIT")?,
-                    Ok(Err(_)) => client.batch_execute("ROLLBACK")?,
-                    Err(_) => {
-                        let _ = client.batch_execute("ROLLBACK");
-                    }
-                }
-                outcome
-            });
-            match outcome {
-                Err(error)
-                    if database_error(&error).is_some_and(is_retryable)
-                        && attempt < COMMIT_ATTEMPTS =>
-                {
-                    tracing::debug!(%error, attempt, "commit conflicted in the database; again");
-                    std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
-                    attempt += 1;
-                }
-                outcome => return outcome,
-            }
-        }
+                end_transaction(client, outcome)
+            })
+        })
     }
 
     fn get(
@@ -218,6 +206,42 @@ impl PostgresTable {
         operations: &[Operation],
         inserts_only: bool,
     ) -> Result<CommitOutcome, StorageError> {
+        let planned = self.plan_in(
+            tx,
+            prepared,
+            catalog,
+            partition_key,
+            operations,
+            inserts_only,
+        )?;
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        if let Err(rejection) = self.write_rows(tx, prepared, partition_key, &plan, inserts_only)? {
+            return Ok(Err(rejection));
+        }
+        self.remove_entries(tx, prepared, &plan)?;
+        if let Err(rejection) = self.add_plan_entries(tx, prepared, partition_key, &plan)? {
+            return Ok(Err(rejection));
+        }
+        Ok(Ok(Committed {
+            stored: plan.results,
+            ticket: None,
+        }))
+    }
+
+    /// Reads the rows `operations` (of one partition, held by the caller) act on, unless
+    /// `inserts_only`, and plans their commit stamped now; or the operation refused.
+    pub(super) fn plan_in(
+        &self,
+        tx: &mut postgres::Client,
+        prepared: &mut Prepared<'_>,
+        catalog: &IndexCatalog,
+        partition_key: &str,
+        operations: &[Operation],
+        inserts_only: bool,
+    ) -> Result<Result<CommitPlan, Rejection>, StorageError> {
         let current = match inserts_only {
             true => operations.iter().map(|_| None).collect(),
             false => match self.read_rows(tx, prepared, operations, catalog.any_kept())? {
@@ -226,16 +250,23 @@ impl PostgresTable {
             },
         };
         let now = Ticks::next_commit();
-        let plan = match plan_commit(
-            partition_key,
-            operations.to_vec(),
-            current,
-            now,
-            &catalog.indexes,
-        ) {
-            Ok(plan) => plan,
-            Err(refused) => return Ok(Err(refused.into())),
-        };
+        let operations = operations.to_vec();
+        Ok(
+            plan_commit(partition_key, operations, current, now, &catalog.indexes)
+                .map_err(Into::into),
+        )
+    }
+
+    /// Writes and removes the entity rows of `plan`; with `inserts_only`, by a plain `INSERT`
+    /// (a unique violation if a row exists).
+    pub(super) fn write_rows(
+        &self,
+        tx: &mut postgres::Client,
+        prepared: &mut Prepared<'_>,
+        partition_key: &str,
+        plan: &CommitPlan,
+        inserts_only: bool,
+    ) -> Result<Result<(), Rejection>, StorageError> {
         let (mut written, mut records, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
         for change in &plan.changes {
             match &plan.results[change.operation] {
@@ -262,13 +293,7 @@ impl PostgresTable {
             let delete_rows = prepared.get(tx, DELETE_ROWS)?;
             tx.execute(&delete_rows, &[&self.id, &pk, &deleted])?;
         }
-        if let Err(rejection) = self.write_entries(tx, prepared, partition_key, &plan)? {
-            return Ok(Err(rejection));
-        }
-        Ok(Ok(Committed {
-            stored: plan.results,
-            ticket: None,
-        }))
+        Ok(Ok(()))
     }
 
     /// The entity at each operation's row (operations of one partition), read in one statement

@@ -50,7 +50,7 @@ pub(super) type Claims<'a> = Vec<MutexGuard<'a, ()>>;
 
 impl UniqueClaims {
     /// Holds the stripes of `entries` (index id, sort key), in stripe order (no deadlock).
-    fn hold<'k>(&self, entries: impl Iterator<Item = (u64, &'k [u8])>) -> Claims<'_> {
+    pub(super) fn hold<'k>(&self, entries: impl Iterator<Item = (u64, &'k [u8])>) -> Claims<'_> {
         let mut stripes: Vec<usize> = entries
             .map(|(index_id, sort_key)| {
                 let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -71,6 +71,22 @@ impl UniqueClaims {
             })
             .collect()
     }
+}
+
+/// The unique values `plan` adds, as claims take them: (index id, sort key).
+pub(super) fn unique_added(plan: &CommitPlan) -> impl Iterator<Item = (u64, &[u8])> {
+    plan.added_entries
+        .iter()
+        .filter(|added| added.entry.unique)
+        .map(|added| (added.entry.index_id, added.entry.sort_key.as_slice()))
+}
+
+/// The keys of the index entries `plan` removes.
+pub(super) fn released_entries(plan: &CommitPlan) -> Vec<Vec<u8>> {
+    plan.removed_entries
+        .iter()
+        .map(|entry| key::index_entry(entry.index_id, &entry.sort_key))
+        .collect()
 }
 
 impl SledTable {
@@ -113,29 +129,20 @@ impl SledTable {
         Ok(())
     }
 
-    /// The rows `plan`'s index entries change, with the claims on the unique values it adds
-    /// held; or the operation refused because a unique index of `catalog` holds its value for an
-    /// entity of another partition. The rows' before images (for an undo record) are read only
-    /// with `before_images`.
-    #[allow(clippy::type_complexity)]
+    /// The rows `plan`'s index entries change; or the operation refused because a unique index
+    /// of `catalog` holds its value for an entity of another partition (one whose entry
+    /// `released_elsewhere`, entries other partitions of the same commit give up, does not name).
+    /// The caller holds the claims on the unique values the plan adds ([`unique_added`]). The
+    /// rows' before images (for an undo record) are read only with `before_images`.
     pub(super) fn entry_changes(
         &self,
         catalog: &IndexCatalog,
         partition_key: &str,
         plan: &CommitPlan,
         before_images: bool,
-    ) -> Result<Result<(Vec<RowChange>, Claims<'_>), Rejection>, StorageError> {
-        let claims = self.shared.claims.hold(
-            plan.added_entries
-                .iter()
-                .filter(|added| added.entry.unique)
-                .map(|added| (added.entry.index_id, added.entry.sort_key.as_slice())),
-        );
-        let released: Vec<Vec<u8>> = plan
-            .removed_entries
-            .iter()
-            .map(|entry| key::index_entry(entry.index_id, &entry.sort_key))
-            .collect();
+        released_elsewhere: &[Vec<u8>],
+    ) -> Result<Result<Vec<RowChange>, Rejection>, StorageError> {
+        let released = released_entries(plan);
         let mut rows = Vec::with_capacity(released.len() + plan.added_entries.len());
         for added in &plan.added_entries {
             let entry = &added.entry;
@@ -149,6 +156,7 @@ impl SledTable {
                 if entry.unique
                     && holder != entity_key
                     && !released.contains(&entry_key)
+                    && !released_elsewhere.contains(&entry_key)
                     && self.holds(catalog, entry.index_id, &entry.sort_key, holder)?
                 {
                     let (partition_key, row_key) = key::split(holder)?;
@@ -180,7 +188,7 @@ impl SledTable {
                 before,
             });
         }
-        Ok(Ok((rows, claims)))
+        Ok(Ok(rows))
     }
 
     /// Whether the entity `holder` (an encoded key) has the values of `sort_key` in index

@@ -3,6 +3,7 @@
 //! and background reclamation of deleted tables. Keys are encoded into bytes here ([`key`]) and
 //! nowhere else.
 
+mod across;
 mod catalog;
 mod durability;
 mod format;
@@ -27,8 +28,8 @@ use reclaim::{drop_orphan_trees, Reclaimer};
 pub use table::SledTable;
 
 use super::{
-    codec, CreateRefusal, DurableListener, EntityView, Fault, RejectReason, Rejection,
-    StorageError, Store, Table, Ticket,
+    codec, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
+    PartitionBatch, RejectReason, Rejection, StorageError, Store, Table, TableKey, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
 use crate::storage::StoreSecret;
@@ -183,6 +184,22 @@ impl SledStore {
 const SETTING_PREFIX: &str = "trestle.setting.";
 
 impl Store for SledStore {
+    fn commit_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<CommitOutcome, StorageError> {
+        self.commit_batches_across(batches, operations)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[TableKey],
+        found: &mut FoundVisitor<'_>,
+    ) -> Result<(), StorageError> {
+        self.read_across(keys, found)
+    }
+
     fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
         let value = self.db.get(format!("{SETTING_PREFIX}{name}"))?;
         Ok(value.map(|value| value.to_vec()))

@@ -4,11 +4,14 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use super::indexes::unique_added;
 use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{plan_commit, Effect, EntityKey, Operation, Refusal, TableName, Ticks};
+use crate::model::{
+    plan_commit, CommitPlan, Effect, EntityKey, Operation, Refusal, TableName, Ticks,
+};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{CommitOutcome, Committed, IndexCatalog, Visit, Visitor};
 
@@ -28,7 +31,8 @@ pub struct SledTable {
     pub(super) index_catalog_writes: Mutex<()>,
 }
 
-type Gate<'a> = RwLockReadGuard<'a, bool>;
+/// Held while an operation touches the table's tree: deletion waits for it.
+pub(super) type Gate<'a> = RwLockReadGuard<'a, bool>;
 
 /// From how many operations a commit reads the current rows in one pass over their span
 /// ([`SledTable::current_rows`]) rather than one point read each.
@@ -290,33 +294,14 @@ impl SledTable {
     ) -> Result<CommitOutcome, StorageError> {
         let now = Ticks::next_commit();
         let catalog = self.index_catalog();
-        let indexed = catalog.any_kept();
-        if let (false, [Operation::Insert(_)]) = (indexed, operations.as_slice()) {
+        if let (false, [Operation::Insert(_)]) = (catalog.any_kept(), operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(partition_key, insert, now);
         }
-        let mut encoded_keys: Vec<Vec<u8>> = operations
-            .iter()
-            .map(|operation| key::encode(partition_key, operation.row_key()))
-            .collect();
-        let mut rows = self.current_rows(&encoded_keys)?;
-        let current = codec::current_entities(&operations, |at, _| rows[at].as_deref(), indexed)?;
-        let plan = match plan_commit(partition_key, operations, current, now, &catalog.indexes) {
-            Ok(plan) => plan,
-            Err(refused) => return Ok(Err(refused.into())),
+        let (plan, mut changes) = match self.plan_rows(partition_key, operations, now, &catalog)? {
+            Ok(planned) => planned,
+            Err(rejection) => return Ok(Err(rejection)),
         };
-        let mut changes: Vec<RowChange> = plan
-            .changes
-            .iter()
-            .map(|change| RowChange {
-                key: std::mem::take(&mut encoded_keys[change.operation]),
-                after: plan.results[change.operation]
-                    .as_ref()
-                    .filter(|_| change.writes)
-                    .map(|entity| codec::encode(entity.timestamp, &entity.properties)),
-                before: rows[change.operation].take(),
-            })
-            .collect();
         if changes.is_empty() {
             return Ok(Ok(Committed {
                 stored: plan.results,
@@ -324,12 +309,12 @@ impl SledTable {
             }));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
+        let _claims = self.shared.claims.hold(unique_added(&plan));
         let several = changes.len() > 1;
-        let (entries, _claims) =
-            match self.entry_changes(&catalog, partition_key, &plan, several)? {
-                Ok(entries_and_claims) => entries_and_claims,
-                Err(rejection) => return Ok(Err(rejection)),
-            };
+        let entries = match self.entry_changes(&catalog, partition_key, &plan, several, &[])? {
+            Ok(entries) => entries,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
         if let ([_], false) = (changes.as_slice(), entries.is_empty()) {
             let entity = changes.pop().expect("one row");
             self.apply_one_with_entries(entity, entries)?;
@@ -341,6 +326,42 @@ impl SledTable {
             stored: plan.results,
             ticket: self.shared.durability.record_write(),
         }))
+    }
+
+    /// Reads the rows `operations` (of one partition, held by the caller) act on and plans their
+    /// commit stamped `now`: the plan and the entity rows it changes (with their before images),
+    /// or the operation refused.
+    pub(super) fn plan_rows(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+        now: Ticks,
+        catalog: &IndexCatalog,
+    ) -> Result<Result<(CommitPlan, Vec<RowChange>), Rejection>, StorageError> {
+        let mut encoded_keys: Vec<Vec<u8>> = operations
+            .iter()
+            .map(|operation| key::encode(partition_key, operation.row_key()))
+            .collect();
+        let mut rows = self.current_rows(&encoded_keys)?;
+        let current =
+            codec::current_entities(&operations, |at, _| rows[at].as_deref(), catalog.any_kept())?;
+        let plan = match plan_commit(partition_key, operations, current, now, &catalog.indexes) {
+            Ok(plan) => plan,
+            Err(refused) => return Ok(Err(refused.into())),
+        };
+        let changes = plan
+            .changes
+            .iter()
+            .map(|change| RowChange {
+                key: std::mem::take(&mut encoded_keys[change.operation]),
+                after: plan.results[change.operation]
+                    .as_ref()
+                    .filter(|_| change.writes)
+                    .map(|entity| codec::encode(entity.timestamp, &entity.properties)),
+                before: rows[change.operation].take(),
+            })
+            .collect();
+        Ok(Ok((plan, changes)))
     }
 
     pub(super) fn visit_range(

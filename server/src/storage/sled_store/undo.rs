@@ -25,6 +25,7 @@ use super::StorageError;
 
 const UNDO_TREE: &str = "undo";
 const RECORD_V1: u8 = 1;
+const RECORD_V2: u8 = 2;
 
 /// A commit larger than this records no undo and goes through a sled batch instead: at most 100
 /// rows of up to 1 MiB each could make an undo record of 100 MiB, written beside the new rows.
@@ -54,17 +55,27 @@ fn set(tree: &sled::Tree, key: &[u8], bytes: Option<&[u8]>) -> Result<(), Storag
     Ok(())
 }
 
+/// The rows a commit changes in one table's tree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TreeRows<'a> {
+    pub(crate) tree: &'a sled::Tree,
+    pub(crate) table_id: u64,
+    pub(crate) changes: &'a [RowChange],
+}
+
 /// The size of the undo record `changes` would need.
 pub(crate) fn record_len(changes: &[RowChange]) -> usize {
-    1 + changes
+    1 + rows_len(changes)
+}
+
+fn rows_len(changes: &[RowChange]) -> usize {
+    changes
         .iter()
         .map(|change| 5 + change.key.len() + change.before.as_ref().map_or(0, |b| 4 + b.len()))
         .sum::<usize>()
 }
 
-fn encode(changes: &[RowChange]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(record_len(changes));
-    out.push(RECORD_V1);
+fn encode_rows(changes: &[RowChange], out: &mut Vec<u8>) {
     for change in changes {
         out.extend_from_slice(&(change.key.len() as u32).to_le_bytes());
         out.extend_from_slice(&change.key);
@@ -77,33 +88,76 @@ fn encode(changes: &[RowChange]) -> Vec<u8> {
             }
         }
     }
+}
+
+/// A record of one table's rows (version 1, the table named by the record's key).
+fn encode(changes: &[RowChange]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(record_len(changes));
+    out.push(RECORD_V1);
+    encode_rows(changes, &mut out);
     out
 }
 
-/// A row's key and the bytes it had before the interrupted commit (`None`: no row).
-type BeforeImage<'a> = (&'a [u8], Option<&'a [u8]>);
-
-fn decode(record: &[u8]) -> Result<Vec<BeforeImage<'_>>, StorageError> {
-    let mut reader = Reader::new(record, "undo record");
-    let [version] = reader.take()?;
-    if version != RECORD_V1 {
-        return Err(StorageError::Corrupt(format!(
-            "an undo record has version {version}, expected {RECORD_V1}"
-        )));
+/// A record of rows of several tables (version 2): per table, `[table id u64 BE][rows u32 LE]`
+/// and its rows as in version 1.
+fn encode_across(groups: &[TreeRows<'_>]) -> Vec<u8> {
+    let len = 1 + groups
+        .iter()
+        .map(|group| 12 + rows_len(group.changes))
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    out.push(RECORD_V2);
+    for group in groups {
+        out.extend_from_slice(&group.table_id.to_be_bytes());
+        out.extend_from_slice(&(group.changes.len() as u32).to_le_bytes());
+        encode_rows(group.changes, &mut out);
     }
+    out
+}
+
+/// A row's table, its key and the bytes it had before the interrupted commit (`None`: no row).
+type BeforeImage<'a> = (u64, &'a [u8], Option<&'a [u8]>);
+
+fn decode_row<'a>(reader: &mut Reader<'a>) -> Result<(&'a [u8], Option<&'a [u8]>), StorageError> {
+    let key_len = reader.length()?;
+    let key = reader.slice(key_len)?;
+    let before = match reader.take()? {
+        [0] => None,
+        [1] => {
+            let len = reader.length()?;
+            Some(reader.slice(len)?)
+        }
+        [flag] => return Err(StorageError::Corrupt(format!("undo row flag {flag}"))),
+    };
+    Ok((key, before))
+}
+
+/// The rows of `record`, kept under a key naming table `table_id`.
+fn decode(table_id: u64, record: &[u8]) -> Result<Vec<BeforeImage<'_>>, StorageError> {
+    let mut reader = Reader::new(record, "undo record");
     let mut rows = Vec::new();
-    while !reader.is_empty() {
-        let key_len = reader.length()?;
-        let key = reader.slice(key_len)?;
-        let before = match reader.take()? {
-            [0] => None,
-            [1] => {
-                let len = reader.length()?;
-                Some(reader.slice(len)?)
+    match reader.take()? {
+        [RECORD_V1] => {
+            while !reader.is_empty() {
+                let (key, before) = decode_row(&mut reader)?;
+                rows.push((table_id, key, before));
             }
-            [flag] => return Err(StorageError::Corrupt(format!("undo row flag {flag}"))),
-        };
-        rows.push((key, before));
+        }
+        [RECORD_V2] => {
+            while !reader.is_empty() {
+                let id: [u8; 8] = reader.take()?;
+                let count: [u8; 4] = reader.take()?;
+                for _ in 0..u32::from_le_bytes(count) {
+                    let (key, before) = decode_row(&mut reader)?;
+                    rows.push((u64::from_be_bytes(id), key, before));
+                }
+            }
+        }
+        [version] => {
+            return Err(StorageError::Corrupt(format!(
+                "an undo record has version {version}, expected {RECORD_V1} or {RECORD_V2}"
+            )))
+        }
     }
     Ok(rows)
 }
@@ -112,7 +166,8 @@ fn record_key(table_id: u64, partition_key: &[u8]) -> Vec<u8> {
     [&table_id.to_be_bytes()[..], partition_key].concat()
 }
 
-/// The store's undo records, one per partition with a multi-row commit in progress.
+/// The store's undo records, one per partition with a multi-row commit in progress (a commit
+/// across partitions keeps its record under its first partition).
 #[derive(Debug)]
 pub(crate) struct UndoLog {
     tree: sled::Tree,
@@ -140,12 +195,21 @@ impl UndoLog {
             .unwrap();
     }
 
+    /// Records rows of several tables for undo and writes none of them (see `record_only`).
+    #[cfg(test)]
+    pub(crate) fn record_only_across(
+        &self,
+        table_id: u64,
+        partition_key: &[u8],
+        groups: &[TreeRows<'_>],
+    ) {
+        self.tree
+            .insert(record_key(table_id, partition_key), encode_across(groups))
+            .unwrap();
+    }
+
     /// Writes `changes` (rows of one partition of table `table_id`, each once) to `tree` so that
     /// a crash leaves all of them or none. The caller holds the partition's lock.
-    ///
-    /// If a write fails, the rows are put back before the error is returned. If even that fails
-    /// (sled's log has failed, and with it every later write), the record stays, and the next
-    /// open puts them back.
     pub(crate) fn write_atomically(
         &self,
         tree: &sled::Tree,
@@ -153,13 +217,56 @@ impl UndoLog {
         partition_key: &[u8],
         changes: &[RowChange],
     ) -> Result<(), StorageError> {
+        let rows = TreeRows {
+            tree,
+            table_id,
+            changes,
+        };
+        self.write_record(
+            record_key(table_id, partition_key),
+            encode(changes),
+            &[rows],
+        )
+    }
+
+    /// Writes the rows of `groups` (of several partitions and tables, each row once) so that a
+    /// crash leaves all of them or none, under a record kept at the first partition
+    /// (`table_id`, `partition_key`). The caller holds every partition's lock.
+    pub(crate) fn write_atomically_across(
+        &self,
+        table_id: u64,
+        partition_key: &[u8],
+        groups: &[TreeRows<'_>],
+    ) -> Result<(), StorageError> {
         let key = record_key(table_id, partition_key);
-        self.tree.insert(&key, encode(changes))?;
-        let written = changes.iter().try_for_each(|change| change.write(tree));
-        if let Err(error) = written {
-            let restored = changes
+        self.write_record(key, encode_across(groups), groups)
+    }
+
+    /// Stores `record` at `key`, writes every row, and removes the record.
+    ///
+    /// If a write fails, the rows are put back before the error is returned. If even that fails
+    /// (sled's log has failed, and with it every later write), the record stays, and the next
+    /// open puts them back.
+    fn write_record(
+        &self,
+        key: Vec<u8>,
+        record: Vec<u8>,
+        groups: &[TreeRows<'_>],
+    ) -> Result<(), StorageError> {
+        self.tree.insert(&key, record)?;
+        let written = groups.iter().try_for_each(|group| {
+            group
+                .changes
                 .iter()
-                .try_for_each(|change| set(tree, &change.key, change.before.as_deref()));
+                .try_for_each(|change| change.write(group.tree))
+        });
+        if let Err(error) = written {
+            let restored = groups.iter().try_for_each(|group| {
+                group
+                    .changes
+                    .iter()
+                    .try_for_each(|change| set(group.tree, &change.key, change.before.as_deref()))
+            });
             if restored.is_ok() {
                 self.tree.remove(&key)?;
             }
@@ -170,8 +277,8 @@ impl UndoLog {
     }
 
     /// Puts back the rows of every commit a crash interrupted, in the trees `tables` gives by
-    /// table id, and forgets the records; records of tables not in `tables` (deleted ones) are
-    /// forgotten. Returns how many commits were rolled back. Call before any commit starts.
+    /// table id, and forgets the records; rows of tables not in `tables` (deleted ones) are
+    /// skipped. Returns how many commits were rolled back. Call before any commit starts.
     pub(crate) fn roll_back(
         &self,
         tables: &HashMap<u64, sled::Tree>,
@@ -183,12 +290,14 @@ impl UndoLog {
                 .get(..8)
                 .map(|id| u64::from_be_bytes(id.try_into().expect("8 bytes")))
                 .ok_or_else(|| StorageError::Corrupt("an undo record's key is short".into()))?;
-            if let Some(tree) = tables.get(&table_id) {
-                for (row, before) in decode(&record)? {
+            let mut restored_any = false;
+            for (table_id, row, before) in decode(table_id, &record)? {
+                if let Some(tree) = tables.get(&table_id) {
                     set(tree, row, before)?;
+                    restored_any = true;
                 }
-                rolled_back += 1;
             }
+            rolled_back += usize::from(restored_any);
             self.tree.remove(&key)?;
         }
         Ok(rolled_back)
@@ -216,22 +325,90 @@ mod tests {
         ];
         let record = encode(&changes);
         assert_eq!(record.len(), record_len(&changes));
-        let rows = decode(&record).unwrap();
+        let rows = decode(7, &record).unwrap();
         assert_eq!(
             rows,
             [
-                (&b"k1"[..], None),
-                (&b"k2"[..], Some(&b"old"[..])),
-                (&b""[..], Some(&b""[..]))
+                (7, &b"k1"[..], None),
+                (7, &b"k2"[..], Some(&b"old"[..])),
+                (7, &b""[..], Some(&b""[..]))
             ]
         );
         for cut in 1..record.len() {
             // Only a cut at a row boundary is a shorter valid record.
-            if let Ok(rows) = decode(&record[..cut]) {
+            if let Ok(rows) = decode(7, &record[..cut]) {
                 assert!(rows.len() < 3, "a cut at {cut} decoded every row");
             }
         }
-        assert!(decode(&[2]).is_err(), "an unknown version is refused");
+        assert!(decode(7, &[3]).is_err(), "an unknown version is refused");
+    }
+
+    #[test]
+    fn a_record_across_tables_names_each_row_s_table() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("rows").unwrap();
+        let (first, second) = (
+            [change("a", Some("new"), Some("old"))],
+            [change("b", None, None), change("c", Some("x"), Some("y"))],
+        );
+        let groups = [
+            TreeRows {
+                tree: &tree,
+                table_id: 7,
+                changes: &first,
+            },
+            TreeRows {
+                tree: &tree,
+                table_id: 9,
+                changes: &second,
+            },
+        ];
+        let record = encode_across(&groups);
+        assert_eq!(
+            decode(1, &record).unwrap(),
+            [
+                (7, &b"a"[..], Some(&b"old"[..])),
+                (9, &b"b"[..], None),
+                (9, &b"c"[..], Some(&b"y"[..]))
+            ]
+        );
+        assert!(decode(1, &record[..record.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn an_interrupted_commit_across_tables_is_rolled_back_in_each() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let undo = UndoLog::open(&db).unwrap();
+        let (one, two) = (db.open_tree("one").unwrap(), db.open_tree("two").unwrap());
+        one.insert("a", "old").unwrap();
+        let (first, second) = (
+            [change("a", Some("new"), Some("old"))],
+            [change("b", Some("new"), None)],
+        );
+        let groups = [
+            TreeRows {
+                tree: &one,
+                table_id: 1,
+                changes: &first,
+            },
+            TreeRows {
+                tree: &two,
+                table_id: 2,
+                changes: &second,
+            },
+        ];
+        undo.record_only_across(1, b"p", &groups);
+        first[0].write(&one).unwrap();
+        second[0].write(&two).unwrap();
+        let tables = HashMap::from([(1, one.clone()), (2, two.clone())]);
+        assert_eq!(undo.roll_back(&tables).unwrap(), 1);
+        assert_eq!(one.get("a").unwrap().unwrap(), "old");
+        assert_eq!(two.get("b").unwrap(), None);
+
+        undo.write_atomically_across(1, b"p", &groups).unwrap();
+        assert!(undo.is_empty());
+        assert_eq!(one.get("a").unwrap().unwrap(), "new");
+        assert_eq!(two.get("b").unwrap().unwrap(), "new");
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! Commits and reads across partitions and tables in the PostgreSQL store.
+//!
+//! A commit across partitions is one database transaction: it takes the tables' shared locks in
+//! table-id order and the partitions' advisory locks in the order of their lock keys (a
+//! single-partition commit takes one of each, in the same order), plans each partition's part
+//! as a single-partition commit does, then writes every part's rows, removes every index entry
+//! the parts give up and adds the entries they take (so a unique value may move from an entity
+//! of one partition to one of another). It is durable when the transaction commits.
+//!
+//! A read across partitions is one statement: PostgreSQL shows a statement one snapshot, in which
+//! every transaction, this store's commits across partitions included, is whole or absent.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::pool::{retrying, Prepared};
+use super::sql::{from_hex, partition_lock, table_lock};
+use super::table::{end_transaction, PostgresTable};
+use super::PostgresStore;
+use crate::model::CommitPlan;
+use crate::storage::{
+    CommitOutcome, Committed, EntityView, FoundVisitor, IndexCatalog, PartitionBatch, RejectReason,
+    Rejection, StorageError, TableKey,
+};
+
+/// One statement reads every key: each with its position, of a live table.
+const GET_MANY: &str = "SELECT k.i, e.record
+    FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::int4[]) AS k(folded, pk, rk, i)
+    JOIN trestle_tables t ON t.folded = k.folded AND t.live
+    JOIN trestle_entities e ON e.table_id = t.id AND e.pk = k.pk AND e.rk = k.rk";
+
+/// One partition's part of a commit: its table, and the batch.
+struct Part {
+    table: Arc<PostgresTable>,
+    batch: PartitionBatch,
+}
+
+/// `rejection` of a part's operation, named by its position in the whole commit.
+fn at_position(positions: &[usize], rejection: Rejection) -> Rejection {
+    Rejection {
+        index: positions[rejection.index],
+        reason: rejection.reason,
+    }
+}
+
+impl PostgresStore {
+    /// [`crate::storage::Store::commit_across`].
+    pub(super) fn commit_batches_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<CommitOutcome, StorageError> {
+        let mut tables: HashMap<String, Arc<PostgresTable>> = HashMap::new();
+        let mut parts = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let folded = batch.table.folded().to_owned();
+            let table = match tables.get(&folded) {
+                Some(table) => table.clone(),
+                None => match self.postgres_table(&batch.table)? {
+                    Some(table) => tables.entry(folded).or_insert(table).clone(),
+                    None => {
+                        return Ok(Err(Rejection {
+                            index: batch.positions[0],
+                            reason: RejectReason::TableGone,
+                        }))
+                    }
+                },
+            };
+            parts.push(Part { table, batch });
+        }
+        parts.sort_by_key(|part| partition_lock(part.table.id, &part.batch.partition_key));
+        retrying(|| {
+            self.pool.with(|connection| {
+                let (client, mut prepared) = connection.parts();
+                let outcome = commit_in(client, &mut prepared, &parts, operations);
+                end_transaction(client, outcome)
+            })
+        })
+    }
+
+    /// [`crate::storage::Store::get_many`].
+    pub(super) fn read_across(
+        &self,
+        keys: &[TableKey],
+        found: &mut FoundVisitor<'_>,
+    ) -> Result<(), StorageError> {
+        let folded: Vec<&str> = keys.iter().map(|key| key.table.folded()).collect();
+        let pks: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| k.key.partition_key.as_bytes())
+            .collect();
+        let rks: Vec<&[u8]> = keys.iter().map(|k| k.key.row_key.as_bytes()).collect();
+        let positions: Vec<i32> = (0..keys.len() as i32).collect();
+        let rows = self
+            .pool
+            .query(GET_MANY, &[&folded, &pks, &rks, &positions])?;
+        for row in rows {
+            let position = usize::try_from(row.get::<_, i32>(0))
+                .ok()
+                .filter(|&position| position < keys.len())
+                .ok_or_else(|| StorageError::Corrupt("a read returned an unasked key".into()))?;
+            let key = &keys[position].key;
+            found(
+                position,
+                EntityView::parse(&key.partition_key, &key.row_key, row.get(1))?,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The commit of `parts` (in lock order) in a transaction begun here; the caller ends it.
+fn commit_in(
+    client: &mut postgres::Client,
+    prepared: &mut Prepared<'_>,
+    parts: &[Part],
+    operations: usize,
+) -> Result<CommitOutcome, StorageError> {
+    let catalogs = begin_locked(client, parts)?;
+    let mut plans: Vec<CommitPlan> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let (table, batch) = (&part.table, &part.batch);
+        let catalog = catalogs.get(&table.id).cloned().unwrap_or_default();
+        let (key, ops) = (&batch.partition_key, &batch.operations);
+        match table.plan_in(client, prepared, &catalog, key, ops, false)? {
+            Ok(plan) => plans.push(plan),
+            Err(rejection) => return Ok(Err(at_position(&batch.positions, rejection))),
+        }
+    }
+    for (part, plan) in parts.iter().zip(&plans) {
+        let (table, key) = (&part.table, &part.batch.partition_key);
+        if let Err(rejection) = table.write_rows(client, prepared, key, plan, false)? {
+            return Ok(Err(at_position(&part.batch.positions, rejection)));
+        }
+    }
+    for (part, plan) in parts.iter().zip(&plans) {
+        part.table.remove_entries(client, prepared, plan)?;
+    }
+    for (part, plan) in parts.iter().zip(&plans) {
+        let (table, key) = (&part.table, &part.batch.partition_key);
+        if let Err(rejection) = table.add_plan_entries(client, prepared, key, plan)? {
+            return Ok(Err(at_position(&part.batch.positions, rejection)));
+        }
+    }
+    let mut stored = vec![None; operations];
+    for (part, plan) in parts.iter().zip(plans) {
+        for (result, &position) in plan.results.into_iter().zip(&part.batch.positions) {
+            stored[position] = result;
+        }
+    }
+    Ok(Ok(Committed {
+        stored,
+        ticket: None,
+    }))
+}
+
+/// Begins a transaction holding every table of `parts` (shared, in id order) and every
+/// partition (in lock-key order, as `parts` are), and reads the tables' indexes as they are
+/// under the locks, in one round trip. A table whose row is purged has no catalog: its commit
+/// finds it gone.
+fn begin_locked(
+    client: &mut postgres::Client,
+    parts: &[Part],
+) -> Result<HashMap<i64, IndexCatalog>, StorageError> {
+    let table_ids: BTreeMap<i64, ()> = parts.iter().map(|part| (part.table.id, ())).collect();
+    let mut sql = String::from("BEGIN;");
+    for id in table_ids.keys() {
+        sql += &format!(" SELECT pg_advisory_xact_lock_shared({});", table_lock(*id));
+    }
+    let mut locks: Vec<i64> = parts
+        .iter()
+        .map(|part| partition_lock(part.table.id, &part.batch.partition_key))
+        .collect();
+    locks.dedup();
+    for lock in locks {
+        sql += &format!(" SELECT pg_advisory_xact_lock({lock});");
+    }
+    let ids: Vec<String> = table_ids.keys().map(i64::to_string).collect();
+    sql += &format!(
+        " SELECT id AS table_id, encode(indexes, 'hex') AS indexes FROM trestle_tables
+          WHERE id IN ({})",
+        ids.join(", ")
+    );
+    let mut catalogs = HashMap::new();
+    for message in client.simple_query(&sql)? {
+        if let postgres::SimpleQueryMessage::Row(row) = message {
+            if row
+                .columns()
+                .first()
+                .is_some_and(|c| c.name() == "table_id")
+            {
+                let id = row.get(0).and_then(|id| id.parse().ok()).ok_or_else(|| {
+                    StorageError::Corrupt("a table id read back is not a number".into())
+                })?;
+                let catalog = IndexCatalog::decode(&from_hex(row.get(1).unwrap_or(""))?)?;
+                catalogs.insert(id, catalog);
+            }
+        }
+    }
+    Ok(catalogs)
+}

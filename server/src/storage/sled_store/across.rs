@@ -1,0 +1,295 @@
+//! Commits and reads across partitions and tables in the sled store.
+//!
+//! A commit across partitions holds the commit side of every partition's lock, taken in one
+//! order (table id, then partition key), from its first read to its last write. Two such commits
+//! over overlapping partitions so never wait for each other in a circle, a single-partition
+//! commit (one lock) never closes one, and partitions the commit does not touch never wait for
+//! it. Each partition's part is planned as a single-partition commit plans it
+//! ([`SledTable::plan_rows`]); every unique value the parts add is claimed at once; and every row
+//! of every table is written under one undo record, kept at the first partition, so that a crash
+//! leaves all of the commit or none of it ([`super::undo`]). While the rows are written, point
+//! reads of every partition involved wait, so a reader who saw one row of the commit never finds
+//! another unwritten.
+//!
+//! A read across partitions holds the scan side of each partition's lock, taken in the same
+//! order, while it reads: a commit to any of them waits or has finished, so the read sees every
+//! commit whole or not at all.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::indexes::{released_entries, unique_added};
+use super::key;
+use super::locks::PartitionGuard;
+use super::table::{Gate, SledTable};
+use super::undo::{RowChange, TreeRows};
+use super::{EntityView, RejectReason, Rejection, SledStore, StorageError};
+use crate::model::{CommitPlan, EntityKey, StoredEntity, Ticks};
+use crate::storage::{
+    CommitOutcome, Committed, FoundVisitor, IndexCatalog, PartitionBatch, TableKey,
+};
+
+/// One partition's part of a commit: its table, and the batch.
+struct Part {
+    table: Arc<SledTable>,
+    batch: PartitionBatch,
+}
+
+/// A part planned under its lock.
+struct PlannedPart {
+    catalog: Arc<IndexCatalog>,
+    plan: CommitPlan,
+    rows: Vec<RowChange>,
+}
+
+/// `rejection` of a part's operation, named by its position in the whole commit.
+fn at_position(positions: &[usize], rejection: Rejection) -> Rejection {
+    Rejection {
+        index: positions[rejection.index],
+        reason: rejection.reason,
+    }
+}
+
+/// The refusal of a commit naming a table that does not exist, at that table's first position.
+fn table_gone(position: usize) -> Rejection {
+    Rejection {
+        index: position,
+        reason: RejectReason::TableGone,
+    }
+}
+
+impl SledStore {
+    /// [`crate::storage::Store::commit_across`].
+    pub(super) fn commit_batches_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<CommitOutcome, StorageError> {
+        let mut parts = Vec::with_capacity(batches.len());
+        for batch in batches {
+            match self.sled_table(&batch.table) {
+                Some(table) => parts.push(Part { table, batch }),
+                None => return Ok(Err(table_gone(batch.positions[0]))),
+            }
+        }
+        parts.sort_by(|a, b| {
+            (a.table.id, &a.batch.partition_key).cmp(&(b.table.id, &b.batch.partition_key))
+        });
+        let tables: Vec<Arc<SledTable>> = distinct_tables(parts.iter().map(|p| &p.table));
+        let Some(_gates) = hold_gates(&tables) else {
+            let gone = parts.iter().find(|p| p.table.gate().is_none());
+            let position = gone.map_or(0, |part| part.batch.positions[0]);
+            return Ok(Err(table_gone(position)));
+        };
+        self.shared.space.check()?;
+        let guards: Vec<PartitionGuard<'_>> = parts
+            .iter()
+            .map(|part| {
+                let partition_key = part.batch.partition_key.as_bytes();
+                self.shared.locks.lock(part.table.id, partition_key)
+            })
+            .collect();
+        let now = Ticks::next_commit();
+        let mut planned = Vec::with_capacity(parts.len());
+        for part in &mut parts {
+            let catalog = part.table.index_catalog();
+            let operations = std::mem::take(&mut part.batch.operations);
+            let partition_key = &part.batch.partition_key;
+            match part
+                .table
+                .plan_rows(partition_key, operations, now, &catalog)?
+            {
+                Ok((plan, rows)) => planned.push(PlannedPart {
+                    catalog,
+                    plan,
+                    rows,
+                }),
+                Err(rejection) => return Ok(Err(at_position(&part.batch.positions, rejection))),
+            }
+        }
+        let mut stored = vec![None; operations];
+        if planned.iter().all(|part| part.rows.is_empty()) {
+            place_results(&parts, planned, &mut stored);
+            return Ok(Ok(Committed {
+                stored,
+                ticket: None,
+            }));
+        }
+        // Unique values stay claimed (their stripes held) until the entries are written.
+        let _claims = self
+            .shared
+            .claims
+            .hold(planned.iter().flat_map(|part| unique_added(&part.plan)));
+        if let Some(rejection) = unique_value_added_twice(&parts, &planned) {
+            return Ok(Err(rejection));
+        }
+        if let Err(rejection) = add_entry_rows(&parts, &mut planned)? {
+            return Ok(Err(rejection));
+        }
+        let rows_by_table = rows_by_table(&parts, &mut planned);
+        let groups: Vec<TreeRows<'_>> = tables
+            .iter()
+            .zip(&rows_by_table)
+            .map(|(table, changes)| TreeRows {
+                tree: &table.tree,
+                table_id: table.id,
+                changes,
+            })
+            .collect();
+        guards.iter().for_each(PartitionGuard::writing_rows);
+        let first = &parts[0];
+        self.shared.undo.write_atomically_across(
+            first.table.id,
+            first.batch.partition_key.as_bytes(),
+            &groups,
+        )?;
+        let ticket = self.shared.durability.record_write();
+        place_results(&parts, planned, &mut stored);
+        Ok(Ok(Committed { stored, ticket }))
+    }
+
+    /// [`crate::storage::Store::get_many`]: the keys of tables being deleted are skipped.
+    pub(super) fn read_across(
+        &self,
+        keys: &[TableKey],
+        found: &mut FoundVisitor<'_>,
+    ) -> Result<(), StorageError> {
+        let resolved: Vec<Option<Arc<SledTable>>> =
+            keys.iter().map(|key| self.sled_table(&key.table)).collect();
+        let tables = distinct_tables(resolved.iter().flatten());
+        let gates: Vec<Option<Gate<'_>>> = tables.iter().map(|table| table.gate()).collect();
+        let is_live = |table: &SledTable| {
+            let at = tables.binary_search_by_key(&table.id, |t| t.id);
+            at.is_ok_and(|at| gates[at].is_some())
+        };
+        let live = |table: &Option<Arc<SledTable>>| table.clone().filter(|t| is_live(t));
+        let mut partitions: Vec<(u64, &str)> = keys
+            .iter()
+            .zip(&resolved)
+            .filter_map(|(key, table)| Some((live(table)?.id, key.key.partition_key.as_str())))
+            .collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        let _held: Vec<PartitionGuard<'_>> = partitions
+            .iter()
+            .map(|(table_id, partition_key)| {
+                self.shared
+                    .locks
+                    .lock_for_scan(*table_id, partition_key.as_bytes())
+            })
+            .collect();
+        for (position, (key, table)) in keys.iter().zip(&resolved).enumerate() {
+            let Some(table) = live(table) else { continue };
+            let EntityKey {
+                partition_key,
+                row_key,
+            } = &key.key;
+            if let Some(bytes) = table.tree.get(key::encode(partition_key, row_key))? {
+                found(position, EntityView::parse(partition_key, row_key, &bytes)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The distinct tables of `tables`, by id.
+fn distinct_tables<'a>(tables: impl Iterator<Item = &'a Arc<SledTable>>) -> Vec<Arc<SledTable>> {
+    let mut distinct: Vec<Arc<SledTable>> = tables.cloned().collect();
+    distinct.sort_by_key(|table| table.id);
+    distinct.dedup_by_key(|table| table.id);
+    distinct
+}
+
+/// Every table's gate (`tables` in id order), or `None` if one is retired.
+fn hold_gates(tables: &[Arc<SledTable>]) -> Option<Vec<Gate<'_>>> {
+    tables.iter().map(|table| table.gate()).collect()
+}
+
+/// The refusal of an operation adding a unique value another partition's part of the commit adds
+/// too (each part's plan refuses such a clash within itself).
+fn unique_value_added_twice(parts: &[Part], planned: &[PlannedPart]) -> Option<Rejection> {
+    let mut adders: HashMap<(u64, u64, &[u8]), EntityKey> = HashMap::new();
+    for (part, planned) in parts.iter().zip(planned) {
+        for added in planned.plan.added_entries.iter() {
+            let entry = &added.entry;
+            if !entry.unique {
+                continue;
+            }
+            let value = (part.table.id, entry.index_id, entry.sort_key.as_slice());
+            let adder = EntityKey {
+                partition_key: part.batch.partition_key.clone(),
+                row_key: added.row_key.clone(),
+            };
+            if let Some(holder) = adders.insert(value, adder) {
+                let rejection: Rejection = added.taken_by(holder).into();
+                return Some(at_position(&part.batch.positions, rejection));
+            }
+        }
+    }
+    None
+}
+
+/// Adds each part's index entry rows to its rows, or the operation refused because a unique
+/// index holds its value for an entity outside the commit. An entry one part gives up and another
+/// takes is free for the taker.
+fn add_entry_rows(
+    parts: &[Part],
+    planned: &mut [PlannedPart],
+) -> Result<Result<(), Rejection>, StorageError> {
+    let mut released: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    for (part, planned) in parts.iter().zip(planned.iter()) {
+        released
+            .entry(part.table.id)
+            .or_default()
+            .extend(released_entries(&planned.plan));
+    }
+    for (part, planned) in parts.iter().zip(planned.iter_mut()) {
+        let (table, partition_key) = (&part.table, &part.batch.partition_key);
+        let elsewhere = &released[&table.id];
+        match table.entry_changes(
+            &planned.catalog,
+            partition_key,
+            &planned.plan,
+            true,
+            elsewhere,
+        )? {
+            Ok(entries) => planned.rows.extend(entries),
+            Err(rejection) => return Ok(Err(at_position(&part.batch.positions, rejection))),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Every part's rows, one list per distinct table (in the order of [`distinct_tables`]). An index
+/// entry one part removes and another writes is only written.
+fn rows_by_table(parts: &[Part], planned: &mut [PlannedPart]) -> Vec<Vec<RowChange>> {
+    let mut tables: Vec<(u64, Vec<RowChange>)> = Vec::new();
+    for (part, planned) in parts.iter().zip(planned.iter_mut()) {
+        let rows = std::mem::take(&mut planned.rows);
+        match tables.last_mut() {
+            Some((id, table_rows)) if *id == part.table.id => table_rows.extend(rows),
+            _ => tables.push((part.table.id, rows)),
+        }
+    }
+    tables
+        .into_iter()
+        .map(|(_, mut rows)| {
+            let written: HashSet<Vec<u8>> = rows
+                .iter()
+                .filter(|row| row.after.is_some())
+                .map(|row| row.key.clone())
+                .collect();
+            rows.retain(|row| row.after.is_some() || !written.contains(&row.key));
+            rows
+        })
+        .collect()
+}
+
+/// Puts each part's results at their positions in the commit.
+fn place_results(parts: &[Part], planned: Vec<PlannedPart>, stored: &mut [Option<StoredEntity>]) {
+    for (part, planned) in parts.iter().zip(planned) {
+        for (result, &position) in planned.plan.results.into_iter().zip(&part.batch.positions) {
+            stored[position] = result;
+        }
+    }
+}
