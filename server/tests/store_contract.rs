@@ -1,5 +1,6 @@
-//! The storage contract, checked against a model: random sequences of partition commits (with
-//! preconditions that hold and that fail), point reads, forward, reverse, prefix and bounded scans
+//! The storage contract, checked against a model: random sequences of partition commits and
+//! commits across partitions (with preconditions that hold and that fail), point reads, reads of
+//! several keys at once, forward, reverse, prefix and bounded scans
 //! resumed from where they stopped, and table deletion, each compared with a `BTreeMap` of what
 //! the store should hold. [`check_contract`] speaks only the contract's traits, so every store runs
 //! it unchanged: a new store adds one `#[test]` that opens it.
@@ -12,13 +13,13 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use trestle_server::model::{
-    CheckCondition, ETag, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState, KeyPosition,
-    KeyRange, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity, TableName,
-    Ticks, UpsertMode, Value,
+    CheckCondition, ETag, Effect, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState,
+    KeyPosition, KeyRange, NewEntity, Operation, PatchCondition, PatchStep, Properties,
+    StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
-    read_entity, CreateRefusal, PostgresOptions, PostgresStore, RejectReason, SledStore,
-    StorageError, Store, StoreOptions, Table, Visit,
+    read_entity, CommitOutcome, CreateRefusal, PartitionBatch, PostgresOptions, PostgresStore,
+    RejectReason, SledStore, StorageError, Store, StoreOptions, Table, TableKey, Visit,
 };
 
 /// splitmix64: a small deterministic generator, so a failing seed can be replayed.
@@ -153,42 +154,111 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
 /// nothing changes; otherwise every effect lands, with timestamps that only grow.
 fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
     let partition_key = rng.pick(PARTITIONS);
-    let mut rows: Vec<&str> = Vec::new();
-    for _ in 0..1 + rng.below(4) {
-        let row = rng.pick(ROWS);
-        if !rows.contains(&row) {
-            rows.push(row);
+    let operations = random_operations(rng, model, &[partition_key], 4);
+    let expected = expect(model, &operations);
+    let outcome = table.commit(partition_key, operations).unwrap();
+    check_outcome(outcome, expected, model);
+}
+
+/// A commit across 2 to 4 partitions of 1 to 3 operations each, in random order, checked against
+/// the model as a single-partition commit is.
+fn commit_across(rng: &mut Rng, store: &dyn Store, name: &TableName, model: &mut Model) {
+    let mut partitions = Vec::new();
+    for _ in 0..2 + rng.below(3) {
+        let partition_key = rng.pick(PARTITIONS);
+        if !partitions.contains(&partition_key) {
+            partitions.push(partition_key);
         }
     }
-    let operations: Vec<Operation> = rows
-        .iter()
-        .map(|row| random_operation(rng, model, partition_key, row))
-        .collect();
-    let mut expected = Vec::new();
-    let mut refused_at = None;
-    for (index, operation) in operations.iter().enumerate() {
-        let row = (partition_key.to_owned(), operation.row_key().to_owned());
-        match operation
-            .clone()
-            .resolve(model.get(&row).cloned(), Ticks(1))
+    let mut operations = random_operations(rng, model, &partitions, 3);
+    for at in (1..operations.len()).rev() {
+        operations.swap(at, rng.below(at + 1));
+    }
+    let expected = expect(model, &operations);
+    let count = operations.len();
+    let mut batches: Vec<PartitionBatch> = Vec::new();
+    for (position, operation) in operations.into_iter().enumerate() {
+        let partition_key = operation.partition_key().to_owned();
+        let batch = match batches
+            .iter()
+            .position(|b| b.partition_key == partition_key)
         {
-            Ok(effect) => expected.push((row, effect)),
-            Err(_) => {
-                refused_at = Some(index);
-                break;
+            Some(at) => &mut batches[at],
+            None => {
+                batches.push(PartitionBatch {
+                    table: name.clone(),
+                    partition_key,
+                    operations: Vec::new(),
+                    positions: Vec::new(),
+                });
+                batches.last_mut().unwrap()
+            }
+        };
+        batch.operations.push(operation);
+        batch.positions.push(position);
+    }
+    let outcome = store.commit_across(batches, count).unwrap();
+    check_outcome(outcome, expected, model);
+}
+
+/// 1 to `rows` operations on distinct rows of each of `partitions`, in partition order.
+fn random_operations(
+    rng: &mut Rng,
+    model: &Model,
+    partitions: &[&str],
+    rows: usize,
+) -> Vec<Operation> {
+    let mut operations: Vec<Operation> = Vec::new();
+    for partition_key in partitions {
+        let mut chosen: Vec<&str> = Vec::new();
+        for _ in 0..1 + rng.below(rows) {
+            let row = rng.pick(ROWS);
+            if !chosen.contains(&row) {
+                chosen.push(row);
+                operations.push(random_operation(rng, model, partition_key, row));
             }
         }
     }
-    let outcome = table.commit(partition_key, operations).unwrap();
-    match (outcome, refused_at) {
-        (Err(rejection), Some(index)) => {
+    operations
+}
+
+/// What the model expects of `operations` (on distinct rows): each one's row and effect, or the
+/// position of the first that cannot apply.
+fn expect(
+    model: &Model,
+    operations: &[Operation],
+) -> Result<Vec<((String, String), Effect)>, usize> {
+    operations
+        .iter()
+        .enumerate()
+        .map(|(index, operation)| {
+            let row = (
+                operation.partition_key().to_owned(),
+                operation.row_key().to_owned(),
+            );
+            let effect = operation
+                .clone()
+                .resolve(model.get(&row).cloned(), Ticks(1));
+            effect.map(|effect| (row, effect)).map_err(|_| index)
+        })
+        .collect()
+}
+
+/// Checks a commit's outcome against the model's expectation, and applies it to the model.
+fn check_outcome(
+    outcome: CommitOutcome,
+    expected: Result<Vec<((String, String), Effect)>, usize>,
+    model: &mut Model,
+) {
+    match (outcome, expected) {
+        (Err(rejection), Err(index)) => {
             assert_eq!(rejection.index, index, "the refused operation");
             assert!(matches!(rejection.reason, RejectReason::Refused { .. }));
         }
-        (Ok(committed), None) => {
+        (Ok(committed), Ok(expected)) => {
             for ((row, effect), stored) in expected.into_iter().zip(committed.stored) {
                 match effect {
-                    trestle_server::model::Effect::Put(entity) => {
+                    Effect::Put(entity) => {
                         let stored = stored.expect("a put stores an entity");
                         assert_eq!(stored.key, entity.key);
                         assert_eq!(stored.properties, entity.properties);
@@ -197,16 +267,46 @@ fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
                         }
                         model.insert(row, stored);
                     }
-                    trestle_server::model::Effect::Remove => {
+                    Effect::Remove => {
                         model.remove(&row);
                     }
-                    trestle_server::model::Effect::Nothing => {}
+                    Effect::Nothing => {}
                 }
             }
         }
-        (outcome, refused_at) => {
-            panic!("store answered {outcome:?}, the model expected a refusal at {refused_at:?}")
+        (outcome, expected) => {
+            panic!("store answered {outcome:?}, the model expected {expected:?}")
         }
+    }
+}
+
+/// Reads of 1 to 8 keys at once (some of a table that does not exist) see what the model holds.
+fn reads_at_once(rng: &mut Rng, store: &dyn Store, name: &TableName, model: &Model) {
+    let nowhere = TableName::parse("Nowhere").unwrap();
+    let mut keys: Vec<TableKey> = Vec::new();
+    for _ in 0..1 + rng.below(8) {
+        let table = if rng.below(6) == 0 { &nowhere } else { name };
+        let key = key(rng.pick(PARTITIONS), rng.pick(ROWS));
+        if !keys.iter().any(|k| k.table == *table && k.key == key) {
+            keys.push(TableKey {
+                table: table.clone(),
+                key,
+            });
+        }
+    }
+    let mut found = vec![None; keys.len()];
+    store
+        .get_many(&keys, &mut |position, view| {
+            found[position] = Some(view.timestamp);
+            Ok(())
+        })
+        .unwrap();
+    for (key, found) in keys.iter().zip(found) {
+        let row = (key.key.partition_key.clone(), key.key.row_key.clone());
+        let expected = (key.table == *name)
+            .then(|| model.get(&row).map(|entity| entity.timestamp))
+            .flatten();
+        assert_eq!(found, expected, "a read at once of {key:?}");
     }
 }
 
@@ -327,8 +427,10 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
     let mut model = Model::new();
     for _ in 0..steps {
         match rng.below(20) {
-            0..=9 => commit(&mut rng, table.as_ref(), &mut model),
-            10..=11 => point_reads(table.as_ref(), &model),
+            0..=6 => commit(&mut rng, table.as_ref(), &mut model),
+            7..=9 => commit_across(&mut rng, store, &name, &mut model),
+            10 => point_reads(table.as_ref(), &model),
+            11 => reads_at_once(&mut rng, store, &name, &model),
             12..=18 => scan(&mut rng, table.as_ref(), &model),
             _ => {
                 // Deleting the table: the old handle refuses commits and reads nothing; a table

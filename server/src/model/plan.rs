@@ -21,6 +21,16 @@ pub struct CommitPlan {
     pub added_entries: Vec<AddedEntry>,
 }
 
+impl CommitPlan {
+    /// The unique values the commit adds: (index id, sort key).
+    pub fn unique_values_added(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        self.added_entries
+            .iter()
+            .filter(|added| added.entry.unique)
+            .map(|added| (added.entry.index_id, added.entry.sort_key.as_slice()))
+    }
+}
+
 /// One row a commit changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedChange {

@@ -153,8 +153,9 @@ pub trait Store: Send + Sync + Debug {
     /// (table id, then partition key) from the first read to the last write, so the commit is
     /// serializable with every other commit and read of those partitions and never deadlocks;
     /// partitions it does not touch never wait for it. Returns what each operation stored, by
-    /// position, or the refused operation (by position); a table that does not exist is
-    /// [`RejectReason::TableGone`] at its first operation.
+    /// position, or the refused operation (by position): of the operations that cannot apply to
+    /// the current rows, the earliest; then a unique index value taken. A table that does not
+    /// exist is [`RejectReason::TableGone`] at its first operation.
     fn commit_across(
         &self,
         batches: Vec<PartitionBatch>,
@@ -341,6 +342,24 @@ pub(crate) fn in_scan_order(
         Box::new(ranges.iter().rev())
     } else {
         Box::new(ranges.iter())
+    }
+}
+
+/// `rejection` of an operation of a partition's batch, named by its position in the whole
+/// transaction (`positions`, the batch's).
+pub(crate) fn at_position(positions: &[usize], rejection: Rejection) -> Rejection {
+    Rejection {
+        index: positions[rejection.index],
+        reason: rejection.reason,
+    }
+}
+
+/// Of a commit's refusals so far and another, the one of the earlier operation: a commit across
+/// partitions names the first operation, by position, that cannot apply.
+pub(crate) fn first_by_position(earlier: Option<Rejection>, rejection: Rejection) -> Rejection {
+    match earlier {
+        Some(earlier) if earlier.index < rejection.index => earlier,
+        _ => rejection,
     }
 }
 

@@ -19,8 +19,8 @@ use super::table::{end_transaction, PostgresTable};
 use super::PostgresStore;
 use crate::model::CommitPlan;
 use crate::storage::{
-    CommitOutcome, Committed, EntityView, FoundVisitor, IndexCatalog, PartitionBatch, RejectReason,
-    Rejection, StorageError, TableKey,
+    at_position, first_by_position, CommitOutcome, Committed, EntityView, FoundVisitor,
+    IndexCatalog, PartitionBatch, RejectReason, Rejection, StorageError, TableKey,
 };
 
 /// One statement reads every key: each with its position, of a live table.
@@ -33,14 +33,6 @@ const GET_MANY: &str = "SELECT k.i, e.record
 struct Part {
     table: Arc<PostgresTable>,
     batch: PartitionBatch,
-}
-
-/// `rejection` of a part's operation, named by its position in the whole commit.
-fn at_position(positions: &[usize], rejection: Rejection) -> Rejection {
-    Rejection {
-        index: positions[rejection.index],
-        reason: rejection.reason,
-    }
 }
 
 impl PostgresStore {
@@ -118,14 +110,21 @@ fn commit_in(
 ) -> Result<CommitOutcome, StorageError> {
     let catalogs = begin_locked(client, parts)?;
     let mut plans: Vec<CommitPlan> = Vec::with_capacity(parts.len());
+    let mut refused: Option<Rejection> = None;
     for part in parts {
         let (table, batch) = (&part.table, &part.batch);
         let catalog = catalogs.get(&table.id).cloned().unwrap_or_default();
         let (key, ops) = (&batch.partition_key, &batch.operations);
         match table.plan_in(client, prepared, &catalog, key, ops, false)? {
             Ok(plan) => plans.push(plan),
-            Err(rejection) => return Ok(Err(at_position(&batch.positions, rejection))),
+            Err(rejection) => {
+                let rejection = at_position(&batch.positions, rejection);
+                refused = Some(first_by_position(refused, rejection));
+            }
         }
+    }
+    if let Some(rejection) = refused {
+        return Ok(Err(rejection));
     }
     for (part, plan) in parts.iter().zip(&plans) {
         let (table, key) = (&part.table, &part.batch.partition_key);

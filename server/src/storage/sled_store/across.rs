@@ -18,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::indexes::{released_entries, unique_added};
+use super::indexes::released_entries;
 use super::key;
 use super::locks::PartitionGuard;
 use super::table::{Gate, SledTable};
@@ -26,7 +26,8 @@ use super::undo::{RowChange, TreeRows};
 use super::{EntityView, RejectReason, Rejection, SledStore, StorageError};
 use crate::model::{CommitPlan, EntityKey, StoredEntity, Ticks};
 use crate::storage::{
-    CommitOutcome, Committed, FoundVisitor, IndexCatalog, PartitionBatch, TableKey,
+    at_position, first_by_position, CommitOutcome, Committed, FoundVisitor, IndexCatalog,
+    PartitionBatch, TableKey,
 };
 
 /// One partition's part of a commit: its table, and the batch.
@@ -42,12 +43,37 @@ struct PlannedPart {
     rows: Vec<RowChange>,
 }
 
-/// `rejection` of a part's operation, named by its position in the whole commit.
-fn at_position(positions: &[usize], rejection: Rejection) -> Rejection {
-    Rejection {
-        index: positions[rejection.index],
-        reason: rejection.reason,
+/// Plans every part stamped `now` (its partition held); or the refusal of the earliest operation
+/// (by position) that cannot apply.
+fn plan_parts(
+    parts: &mut [Part],
+    now: Ticks,
+) -> Result<Result<Vec<PlannedPart>, Rejection>, StorageError> {
+    let mut planned = Vec::with_capacity(parts.len());
+    let mut refused: Option<Rejection> = None;
+    for part in parts {
+        let catalog = part.table.index_catalog();
+        let operations = std::mem::take(&mut part.batch.operations);
+        let partition_key = &part.batch.partition_key;
+        match part
+            .table
+            .plan_rows(partition_key, operations, now, &catalog)?
+        {
+            Ok((plan, rows)) => planned.push(PlannedPart {
+                catalog,
+                plan,
+                rows,
+            }),
+            Err(rejection) => {
+                let rejection = at_position(&part.batch.positions, rejection);
+                refused = Some(first_by_position(refused, rejection));
+            }
+        }
     }
+    Ok(match refused {
+        Some(rejection) => Err(rejection),
+        None => Ok(planned),
+    })
 }
 
 /// The refusal of a commit naming a table that does not exist, at that table's first position.
@@ -65,16 +91,10 @@ impl SledStore {
         batches: Vec<PartitionBatch>,
         operations: usize,
     ) -> Result<CommitOutcome, StorageError> {
-        let mut parts = Vec::with_capacity(batches.len());
-        for batch in batches {
-            match self.sled_table(&batch.table) {
-                Some(table) => parts.push(Part { table, batch }),
-                None => return Ok(Err(table_gone(batch.positions[0]))),
-            }
-        }
-        parts.sort_by(|a, b| {
-            (a.table.id, &a.batch.partition_key).cmp(&(b.table.id, &b.batch.partition_key))
-        });
+        let mut parts = match self.parts_in_lock_order(batches) {
+            Ok(parts) => parts,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
         let tables: Vec<Arc<SledTable>> = distinct_tables(parts.iter().map(|p| &p.table));
         let Some(_gates) = hold_gates(&tables) else {
             let gone = parts.iter().find(|p| p.table.gate().is_none());
@@ -90,23 +110,10 @@ impl SledStore {
             })
             .collect();
         let now = Ticks::next_commit();
-        let mut planned = Vec::with_capacity(parts.len());
-        for part in &mut parts {
-            let catalog = part.table.index_catalog();
-            let operations = std::mem::take(&mut part.batch.operations);
-            let partition_key = &part.batch.partition_key;
-            match part
-                .table
-                .plan_rows(partition_key, operations, now, &catalog)?
-            {
-                Ok((plan, rows)) => planned.push(PlannedPart {
-                    catalog,
-                    plan,
-                    rows,
-                }),
-                Err(rejection) => return Ok(Err(at_position(&part.batch.positions, rejection))),
-            }
-        }
+        let mut planned = match plan_parts(&mut parts, now)? {
+            Ok(planned) => planned,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
         let mut stored = vec![None; operations];
         if planned.iter().all(|part| part.rows.is_empty()) {
             place_results(&parts, planned, &mut stored);
@@ -116,10 +123,11 @@ impl SledStore {
             }));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
-        let _claims = self
-            .shared
-            .claims
-            .hold(planned.iter().flat_map(|part| unique_added(&part.plan)));
+        let _claims = self.shared.claims.hold(
+            planned
+                .iter()
+                .flat_map(|part| part.plan.unique_values_added()),
+        );
         if let Some(rejection) = unique_value_added_twice(&parts, &planned) {
             return Ok(Err(rejection));
         }
@@ -146,6 +154,22 @@ impl SledStore {
         let ticket = self.shared.durability.record_write();
         place_results(&parts, planned, &mut stored);
         Ok(Ok(Committed { stored, ticket }))
+    }
+
+    /// Each batch with its table, in the order their partitions are locked (table id, then
+    /// partition key); or the refusal of a table that does not exist.
+    fn parts_in_lock_order(&self, batches: Vec<PartitionBatch>) -> Result<Vec<Part>, Rejection> {
+        let mut parts = Vec::with_capacity(batches.len());
+        for batch in batches {
+            match self.sled_table(&batch.table) {
+                Some(table) => parts.push(Part { table, batch }),
+                None => return Err(table_gone(batch.positions[0])),
+            }
+        }
+        parts.sort_by(|a, b| {
+            (a.table.id, &a.batch.partition_key).cmp(&(b.table.id, &b.batch.partition_key))
+        });
+        Ok(parts)
     }
 
     /// [`crate::storage::Store::get_many`]: the keys of tables being deleted are skipped.

@@ -73,14 +73,6 @@ impl UniqueClaims {
     }
 }
 
-/// The unique values `plan` adds, as claims take them: (index id, sort key).
-pub(super) fn unique_added(plan: &CommitPlan) -> impl Iterator<Item = (u64, &[u8])> {
-    plan.added_entries
-        .iter()
-        .filter(|added| added.entry.unique)
-        .map(|added| (added.entry.index_id, added.entry.sort_key.as_slice()))
-}
-
 /// The keys of the index entries `plan` removes.
 pub(super) fn released_entries(plan: &CommitPlan) -> Vec<Vec<u8>> {
     plan.removed_entries
@@ -132,7 +124,7 @@ impl SledTable {
     /// The rows `plan`'s index entries change; or the operation refused because a unique index
     /// of `catalog` holds its value for an entity of another partition (one whose entry
     /// `released_elsewhere`, entries other partitions of the same commit give up, does not name).
-    /// The caller holds the claims on the unique values the plan adds ([`unique_added`]). The
+    /// The caller holds the claims on the unique values the plan adds ([`CommitPlan::unique_values_added`]). The
     /// rows' before images (for an undo record) are read only with `before_images`.
     pub(super) fn entry_changes(
         &self,

@@ -4,7 +4,6 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
-use super::indexes::unique_added;
 use super::key;
 use super::locks::PartitionGuard;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
@@ -309,7 +308,7 @@ impl SledTable {
             }));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
-        let _claims = self.shared.claims.hold(unique_added(&plan));
+        let _claims = self.shared.claims.hold(plan.unique_values_added());
         let several = changes.len() > 1;
         let entries = match self.entry_changes(&catalog, partition_key, &plan, several, &[])? {
             Ok(entries) => entries,
