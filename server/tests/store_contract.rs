@@ -222,12 +222,12 @@ fn random_operations(
     operations
 }
 
+/// Each operation's row and effect, or the position of the first that cannot apply.
+type Expected = Result<Vec<((String, String), Effect)>, usize>;
+
 /// What the model expects of `operations` (on distinct rows): each one's row and effect, or the
 /// position of the first that cannot apply.
-fn expect(
-    model: &Model,
-    operations: &[Operation],
-) -> Result<Vec<((String, String), Effect)>, usize> {
+fn expect(model: &Model, operations: &[Operation]) -> Expected {
     operations
         .iter()
         .enumerate()
@@ -245,11 +245,7 @@ fn expect(
 }
 
 /// Checks a commit's outcome against the model's expectation, and applies it to the model.
-fn check_outcome(
-    outcome: CommitOutcome,
-    expected: Result<Vec<((String, String), Effect)>, usize>,
-    model: &mut Model,
-) {
+fn check_outcome(outcome: CommitOutcome, expected: Expected, model: &mut Model) {
     match (outcome, expected) {
         (Err(rejection), Err(index)) => {
             assert_eq!(rejection.index, index, "the refused operation");
