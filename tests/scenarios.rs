@@ -5,7 +5,7 @@ mod common;
 use common::TestServer;
 use trestle_client::scenarios::expenses::{ExpenseItem, Expenses, Status, MAX_ITEMS};
 use trestle_client::scenarios::hr::{
-    Contractor, DepartmentCache, Hr, NewEmployee, Person, TransferStep,
+    Contractor, Department, DepartmentCache, Hr, NewEmployee, Person, TransferStep,
 };
 use trestle_client::ErrorKind;
 
@@ -138,6 +138,61 @@ async fn thirty_two_concurrent_hires_keep_the_count_exact() {
     assert_eq!(count(&hr, "eng").await, (32, 32));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_moves_the_employee_and_both_counts_in_one_transaction() {
+    let server = TestServer::start().await;
+    let hr = hr(&server).await;
+    for i in 0..6 {
+        hr.hire("eng", new_employee(&format!("m{i}"), "Mover"))
+            .await
+            .unwrap();
+    }
+    let client = server.sdk().await;
+    let moving = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let moving = moving.clone();
+        tokio::spawn(async move {
+            let departments = [
+                ("Staff", ("eng", "department")),
+                ("Staff", ("ops", "department")),
+            ];
+            let mut snapshots = 0;
+            while moving.load(std::sync::atomic::Ordering::SeqCst) || snapshots == 0 {
+                let snapshot = client.get_many(departments).await.unwrap();
+                let count = |at| {
+                    let department = snapshot.get::<Department>(at).unwrap().unwrap();
+                    department.value.employee_count
+                };
+                assert_eq!(count(0) + count(1), 6, "a snapshot saw half a transfer");
+                snapshots += 1;
+            }
+            snapshots
+        })
+    };
+    let transfers: Vec<_> = (0..6)
+        .map(|i| {
+            let hr = hr.clone();
+            tokio::spawn(async move { hr.transfer(&format!("m{i}"), "eng", "ops").await })
+        })
+        .collect();
+    for transfer in transfers {
+        transfer.await.unwrap().unwrap();
+    }
+    moving.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(reader.await.unwrap() > 0);
+    assert_eq!(
+        (count(&hr, "eng").await, count(&hr, "ops").await),
+        ((0, 0), (6, 6))
+    );
+    let moved = hr.find_by_email("ops", "m3@example.com").await.unwrap();
+    assert_eq!(moved.unwrap().department_name, "Operations");
+    // Nothing to resume: no transfer record was written.
+    assert_eq!(hr.resume_transfers().await.unwrap(), 0);
+    // A transfer of someone who is not there changes nothing.
+    let missing = hr.transfer("m0", "eng", "ops").await.unwrap_err();
+    assert!(missing.is_not_found(), "{missing}");
+}
+
 #[tokio::test]
 async fn transfers_complete_and_interrupted_ones_resume_at_every_step() {
     let server = TestServer::start().await;
@@ -147,7 +202,7 @@ async fn transfers_complete_and_interrupted_ones_resume_at_every_step() {
             .await
             .unwrap();
     }
-    hr.transfer("t0", "eng", "ops").await.unwrap();
+    hr.transfer_eventually("t0", "eng", "ops").await.unwrap();
     assert_eq!(
         (count(&hr, "eng").await, count(&hr, "ops").await),
         ((2, 2), (1, 1))
@@ -166,7 +221,7 @@ async fn transfers_complete_and_interrupted_ones_resume_at_every_step() {
         ("t2", TransferStep::Arrived),
     ] {
         hr.interrupt_transfers_after(Some(step));
-        let interrupted = hr.transfer(id, "eng", "ops").await.unwrap_err();
+        let interrupted = hr.transfer_eventually(id, "eng", "ops").await.unwrap_err();
         assert!(
             interrupted.message().contains("interrupted"),
             "{interrupted}"
@@ -344,6 +399,41 @@ async fn expenses_and_their_items_change_atomically() {
         .unwrap();
     assert!(leftovers.is_empty(), "no item outlives its expense");
     assert!(expenses.get("alice", &second).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn an_approval_and_the_approver_s_totals_change_together() {
+    let server = TestServer::start().await;
+    let expenses = Expenses::new(server.sdk().await.table("Totals"));
+    expenses.setup().await.unwrap();
+    let mut submitted = Vec::new();
+    for (owner, cents) in [("ann", 1_000), ("bob", 2_500), ("ann", 700)] {
+        let id = expenses
+            .submit(owner, "Train", &[item("Ticket", cents)])
+            .await
+            .unwrap();
+        let etag = expenses.get(owner, &id).await.unwrap().unwrap().header.etag;
+        submitted.push((owner, id, etag));
+    }
+    for (owner, id, etag) in &submitted {
+        expenses.approve_as("dora", owner, id, etag).await.unwrap();
+    }
+    // A second decision on a decided expense changes neither the expense nor the totals.
+    let (owner, id, stale) = &submitted[0];
+    let again = expenses
+        .approve_as("dora", owner, id, stale)
+        .await
+        .unwrap_err();
+    assert!(
+        again.is_conflict() || again.is_precondition_failed(),
+        "{again}"
+    );
+    let totals = expenses.approver_totals("dora").await.unwrap();
+    assert_eq!((totals.approved_count, totals.approved_cents), (3, 4_200));
+    assert_eq!(
+        expenses.approver_totals("nobody").await.unwrap(),
+        Default::default()
+    );
 }
 
 #[tokio::test]

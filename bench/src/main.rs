@@ -13,6 +13,7 @@
 
 #![allow(clippy::print_stdout)]
 
+mod across;
 mod echo;
 mod engine_only;
 mod indexed;
@@ -51,6 +52,8 @@ const ALL_WORKLOADS: &[&str] = &[
     "point_read",
     "insert",
     "tx_insert_100",
+    "tx_cross_10",
+    "get_many_10",
     "tx_hot_update",
     "hot_counter",
     "scan_paged",
@@ -517,7 +520,13 @@ async fn run_workloads(
     let needs_main = selected.iter().any(|w| {
         matches!(
             *w,
-            "point_read" | "filter_scan" | "partition_range_scan" | "mixed" | "rest_point_read"
+            "point_read"
+                | "filter_scan"
+                | "partition_range_scan"
+                | "mixed"
+                | "rest_point_read"
+                | "tx_cross_10"
+                | "get_many_10"
         )
     });
     if needs_main {
@@ -614,6 +623,32 @@ async fn run_workloads(
                     server_sample,
                     ceilings,
                     "over REST",
+                ));
+                continue;
+            }
+            "tx_cross_10" | "get_many_10" => {
+                let (m, compared_with, what) = match workload {
+                    "tx_cross_10" => (
+                        across::tx_cross_10(client, plan).await,
+                        "tx_insert_100",
+                        "TransactWrite: 10 merges across 10 partitions, 16 at once",
+                    ),
+                    _ => (
+                        across::get_many_10(client, plan).await,
+                        "point_read",
+                        "GetEntities: 10 keys across 10 partitions a call (keys/s; point_read reads one key a call, as a loop of point reads does)",
+                    ),
+                };
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named(compared_with),
+                    m,
+                    true,
+                    server_sample,
+                    ceilings,
+                    what,
                 ));
                 continue;
             }

@@ -57,7 +57,16 @@ async fn main() -> trestle_client::Result<()> {
         got.header.value.total_cents as f64 / 100.0
     );
 
-    expenses.approve("alice", &trip, &got.header.etag).await?;
+    // The approval and the approver's running totals change in one transaction.
+    expenses
+        .approve_as("bob", "alice", &trip, &got.header.etag)
+        .await?;
+    let totals = expenses.approver_totals("bob").await?;
+    println!(
+        "Bob approved {} expense(s) for {:.2}",
+        totals.approved_count,
+        totals.approved_cents as f64 / 100.0
+    );
     match expenses.reject("alice", &trip, &got.header.etag).await {
         Ok(_) => println!("Unexpected: a second decision on the same ETag succeeded"),
         Err(error) => println!("A second decision with the same ETag is refused: {error}"),

@@ -61,6 +61,7 @@ async fn main() -> trestle_client::Result<()> {
         .collect();
     println!("Prefix scan of the last-name index for 'H': {names:?}");
 
+    // One transaction across the two departments moves Alan and both counts together.
     hr.transfer("e1", "eng", "ops").await?;
     let (eng, ops) = (
         hr.department("eng").await?.value,

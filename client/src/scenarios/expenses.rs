@@ -89,6 +89,25 @@ struct Decision {
     status: Status,
 }
 
+/// An approver's running totals of approved expenses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproverTotals {
+    /// How many expenses they approved.
+    #[serde(rename = "ApprovedCount")]
+    pub approved_count: i64,
+    /// The sum of those expenses, in cents.
+    #[serde(rename = "ApprovedCents")]
+    pub approved_cents: i64,
+}
+
+/// The row of an approver's totals, in the approver's own partition.
+const TOTALS_ROW: &str = "totals";
+
+/// The partition of an approver's totals (apart from any owner's expenses).
+fn approver_partition(approver: &str) -> String {
+    compound(&["approver", approver])
+}
+
 fn too_many_items(count: usize) -> Error {
     Error::new(
         ErrorKind::InvalidInput,
@@ -281,13 +300,45 @@ impl Expenses {
         self.decide(owner, expense_id, etag, Status::Rejected).await
     }
 
-    async fn decide(
+    /// Approves a submitted expense read with `etag` as `approver`, and adds it to the approver's
+    /// running totals ([`Expenses::approver_totals`], kept in a partition of the approver's) in
+    /// the same transaction across the two partitions: the totals count every approval exactly
+    /// once, and none that lost to another decision.
+    ///
+    /// # Errors
+    /// As [`Expenses::approve`].
+    pub async fn approve_as(
         &self,
+        approver: &str,
         owner: &str,
         expense_id: &str,
         etag: &ETag,
-        status: Status,
     ) -> Result<ETag> {
+        let header = self.submitted(owner, expense_id).await?;
+        let table = self.table.name();
+        let totals = Patch::new()
+            .increment("ApprovedCount", 1i64)
+            .increment("ApprovedCents", header.value.total_cents)
+            .upsert();
+        let decision = Decision {
+            status: Status::Approved,
+        };
+        let mut tx = self.table.client.transaction();
+        tx.merge(table, (owner, expense_id), &decision, etag)?;
+        tx.patch(table, (approver_partition(approver), TOTALS_ROW), &totals)?;
+        let mut etags = tx.commit().await?;
+        Ok(etags.swap_remove(0).expect("a merge has an ETag"))
+    }
+
+    /// What `approver` has approved through [`Expenses::approve_as`] (zero if nothing yet).
+    pub async fn approver_totals(&self, approver: &str) -> Result<ApproverTotals> {
+        let key = (approver_partition(approver), TOTALS_ROW);
+        let totals = self.table.get_if_exists::<ApproverTotals>(key).await?;
+        Ok(totals.map(|totals| totals.value).unwrap_or_default())
+    }
+
+    /// The header of a submitted expense, or a conflict if it is decided already.
+    async fn submitted(&self, owner: &str, expense_id: &str) -> Result<Entity<Expense>> {
         let header = self.header(owner, expense_id).await?;
         if header.value.status != Status::Submitted {
             return Err(Error::new(
@@ -295,6 +346,17 @@ impl Expenses {
                 format!("expense {expense_id} is already {:?}", header.value.status),
             ));
         }
+        Ok(header)
+    }
+
+    async fn decide(
+        &self,
+        owner: &str,
+        expense_id: &str,
+        etag: &ETag,
+        status: Status,
+    ) -> Result<ETag> {
+        self.submitted(owner, expense_id).await?;
         self.table
             .merge((owner, expense_id), &Decision { status }, etag)
             .await

@@ -20,9 +20,11 @@
 //! must rewrite every copy ([`Hr::rename_department`], in transactions of at most 100). Denormalize
 //! what is read often and changed rarely; keep normalized what changes often.
 //!
-//! A transfer moves an employee to another partition, which no transaction can span. It is made
-//! eventually consistent and crash-safe: a durable transfer record is written first, each later
-//! step is idempotent, and [`Hr::resume_transfers`] completes any transfer interrupted at any step.
+//! A transfer moves an employee to another partition: on Trestle one transaction across the two
+//! partitions moves the row and both counts together ([`Hr::transfer`]). Azure Table cannot span
+//! partitions in a transaction; there the move is made eventually consistent and crash-safe
+//! ([`Hr::transfer_eventually`]): a durable transfer record is written first, each later step is
+//! idempotent, and [`Hr::resume_transfers`] completes any transfer interrupted at any step.
 
 mod join;
 mod transfer;

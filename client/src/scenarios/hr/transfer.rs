@@ -1,11 +1,15 @@
-//! Cross-partition transfers made eventually consistent and crash-safe: a durable transfer record
-//! first, then idempotent steps, and [`Hr::resume_transfers`] to finish any interrupted one.
+//! Moving an employee to another department (another partition): in one transaction across
+//! partitions ([`Hr::transfer`]), or, the documented pattern for stores without such
+//! transactions (Azure Table's own), eventually consistent and crash-safe: a durable transfer
+//! record first, then idempotent steps, and [`Hr::resume_transfers`] to finish any interrupted one
+//! ([`Hr::transfer_eventually`]).
 
 use serde::{Deserialize, Serialize};
 
 use super::{employee_row, into_employee, transfer_row, Employee, Hr, Person, DEPARTMENT_ROW};
 use crate::keys::{compound, prefix_end};
-use crate::{Error, ErrorCode, ErrorKind, Filter, Patch, Result};
+use crate::scenarios::scenario_retry;
+use crate::{retry_on_conflict, Error, ErrorCode, ErrorKind, Filter, Patch, Result};
 
 /// The durable record of a transfer in flight, kept in the source partition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,10 +38,47 @@ impl Hr {
         self.interrupt_after = step;
     }
 
-    /// Moves an employee to another department. The source and target partitions cannot share a
-    /// transaction, so the move is three idempotent steps: record the transfer (source), arrive
-    /// (target: employee rows and count), depart (source: rows, count and the record, together).
+    /// Moves an employee to another department in one transaction across the two partitions: the
+    /// row leaves the source (as read: a concurrent change of the employee makes it retry), the
+    /// source count drops, the row arrives in the target with the target's name and manager, and
+    /// the target count grows, all at once or not at all.
+    ///
+    /// # Errors
+    /// `is_not_found()` if the employee or the target department does not exist; `is_conflict()`
+    /// if the employee's id or email is taken in the target department.
     pub async fn transfer(
+        &self,
+        employee_id: &str,
+        from_department: &str,
+        to_department: &str,
+    ) -> Result<()> {
+        let table = self.table.name();
+        retry_on_conflict(scenario_retry(), move || async move {
+            let employee = self.employee(from_department, employee_id).await?;
+            let target = self.department(to_department).await?;
+            let arrived = Person::Employee(Employee {
+                department_name: target.value.name,
+                manager: target.value.manager,
+                ..employee.value
+            });
+            let row = employee_row(employee_id);
+            let mut tx = self.table.client.transaction();
+            let one_less = Patch::new().increment("EmployeeCount", -1i64);
+            let one_more = Patch::new().increment("EmployeeCount", 1i64);
+            tx.delete(table, (from_department, row.as_str()), &employee.etag)?;
+            tx.patch(table, (from_department, DEPARTMENT_ROW), &one_less)?;
+            tx.insert(table, (to_department, row.as_str()), &arrived)?;
+            tx.patch(table, (to_department, DEPARTMENT_ROW), &one_more)?;
+            tx.commit().await.map(drop)
+        })
+        .await
+    }
+
+    /// Moves an employee to another department without a transaction across partitions, as on a
+    /// store that has none: three idempotent steps, record the transfer (source), arrive (target:
+    /// employee rows and count), depart (source: rows, count and the record, together); an
+    /// interrupted transfer is completed by [`Hr::resume_transfers`].
+    pub async fn transfer_eventually(
         &self,
         employee_id: &str,
         from_department: &str,

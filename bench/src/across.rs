@@ -1,0 +1,93 @@
+//! Transactions and reads across partitions, over the main table: `tx_cross_10`, 10 merges
+//! (each conditional on its entity existing) in 10 partitions a transaction, and `get_many_10`,
+//! 10 keys in 10 partitions a `GetEntities` call.
+
+use trestle_proto::pb;
+
+use crate::measure::{drive, Measurement, OpResult, Rng};
+use crate::workloads::{partition_key, row_key, small_entity, Client, Plan, MAIN_TABLE};
+
+/// Keys each call names, each in a partition of its own.
+const KEYS_PER_CALL: u64 = 10;
+
+/// `KEYS_PER_CALL` distinct partitions of the main table and a row in each, at random.
+fn random_keys(rng: &mut Rng, plan: &Plan) -> Vec<(String, String)> {
+    let mut partitions: Vec<u64> = Vec::new();
+    while (partitions.len() as u64) < KEYS_PER_CALL.min(plan.partitions) {
+        let partition = rng.below(plan.partitions);
+        if !partitions.contains(&partition) {
+            partitions.push(partition);
+        }
+    }
+    partitions
+        .into_iter()
+        .map(|p| {
+            (
+                partition_key(p),
+                row_key(rng.below(plan.rows_per_partition)),
+            )
+        })
+        .collect()
+}
+
+/// Transactions of 10 merges across 10 partitions, 16 at once: entities/s.
+pub(crate) async fn tx_cross_10(client: &Client, plan: &Plan) -> Measurement {
+    let (client, plan) = (client.clone(), plan.clone());
+    drive(16, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let operations = random_keys(&mut rng, &plan)
+            .into_iter()
+            .map(|(pk, rk)| {
+                let merge = pb::MergeOperation {
+                    entity: Some(small_entity(pk.clone(), rk, seq as i32)),
+                    if_match: "*".into(),
+                };
+                pb::TableOperation {
+                    table: MAIN_TABLE.into(),
+                    partition_key: pk,
+                    operation: Some(pb::TransactionOperation {
+                        operation: Some(pb::transaction_operation::Operation::Merge(merge)),
+                    }),
+                }
+            })
+            .collect();
+        async move {
+            let request = pb::TransactWriteRequest { operations };
+            client.transact_write(request).await.expect("transact");
+            OpResult::entities(KEYS_PER_CALL)
+        }
+    })
+    .await
+}
+
+/// Reads of 10 keys across 10 partitions a call, 64 at once: keys/s.
+pub(crate) async fn get_many_10(client: &Client, plan: &Plan) -> Measurement {
+    let (client, plan) = (client.clone(), plan.clone());
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let keys = random_keys(&mut rng, &plan)
+            .into_iter()
+            .map(|(partition_key, row_key)| pb::EntityRef {
+                table: MAIN_TABLE.into(),
+                partition_key,
+                row_key,
+            })
+            .collect();
+        async move {
+            let request = pb::GetEntitiesRequest {
+                keys,
+                select: vec![],
+            };
+            let found = client.get_entities(request).await.expect("get many");
+            let found = found.into_inner().entities;
+            assert!(
+                found.iter().all(|f| f.entity.is_some()),
+                "a key was not found"
+            );
+            OpResult::entities(KEYS_PER_CALL)
+        }
+    })
+    .await
+}
