@@ -137,6 +137,22 @@ async fn grpcurl_session() {
         "{out}"
     );
 
+    // A transaction across partitions, then both entities read at one instant.
+    let across = r#"{"operations": [
+        {"table": "Demo", "partitionKey": "dept-2", "operation": {"insert": {"entity":
+          {"partitionKey": "dept-2", "rowKey": "emp-3", "properties": {"Name": {"stringValue": "Alan"}}}}}},
+        {"table": "Demo", "partitionKey": "dept-1", "operation": {"check": {"rowKey": "emp-1"}}}]}"#;
+    let (ok, out) = run(&["-d", across, "trestle.v1.TableService/TransactWrite"]);
+    assert!(ok && out.contains(r#""etag""#), "{out}");
+    let keys = r#"{"keys": [{"table": "Demo", "partitionKey": "dept-2", "rowKey": "emp-3"},
+        {"table": "Demo", "partitionKey": "dept-9", "rowKey": "nobody"}]}"#;
+    let (ok, out) = run(&["-d", keys, "trestle.v1.TableService/GetEntities"]);
+    // One result per key; the missing one is an empty result.
+    assert!(
+        ok && out.contains("Alan") && out.matches(r#""entity""#).count() == 1,
+        "{out}"
+    );
+
     let query = r#"{"table": "Demo", "filter": "PartitionKey eq 'dept-1' and Name ge 'B'"}"#;
     let (ok, out) = run(&["-d", query, "trestle.v1.TableService/QueryEntities"]);
     assert!(
