@@ -342,6 +342,70 @@ async fn a_token_for_another_table_or_range_is_refused() {
 }
 
 #[tokio::test]
+async fn every_operation_and_key_across_partitions_is_checked_before_any_applies() {
+    let secured = Secured::start().await;
+    let mut writer = secured.scoped("raud", Some(TABLE)).await;
+    let across = |pk: &str, operation: pb::TransactionOperation| pb::TableOperation {
+        table: TABLE.into(),
+        partition_key: pk.into(),
+        operation: Some(operation),
+    };
+    // The second operation is outside the grant's partitions [b, d): nothing applies.
+    let status = assert_error(
+        writer
+            .transact_write(pb::TransactWriteRequest {
+                operations: vec![
+                    across("b", tx_insert(entity("b", "7", &[]))),
+                    across("d", tx_delete("1", "*")),
+                ],
+            })
+            .await,
+        Code::PermissionDenied,
+        "AuthorizationFailure",
+    );
+    assert_eq!(common::operation_index(&status), Some(1));
+    let key = |pk: &str, rk: &str| pb::EntityRef {
+        table: TABLE.into(),
+        partition_key: pk.into(),
+        row_key: rk.into(),
+    };
+    let read = |keys| pb::GetEntitiesRequest {
+        keys,
+        select: vec![],
+    };
+    let found = writer
+        .get_entities(read(vec![key("b", "7"), key("c", "1")]))
+        .await
+        .unwrap()
+        .into_inner()
+        .entities;
+    assert!(found[0].entity.is_none(), "the refused transaction applied");
+    assert!(found[1].entity.is_some());
+    let status = assert_error(
+        writer
+            .get_entities(read(vec![key("b", "1"), key("a", "1")]))
+            .await,
+        Code::PermissionDenied,
+        "AuthorizationFailure",
+    );
+    assert_eq!(common::operation_index(&status), Some(1));
+    // Another table is outside a grant for this one.
+    let elsewhere = pb::TableOperation {
+        table: "Invoices".into(),
+        ..across("b", tx_insert(entity("b", "8", &[])))
+    };
+    assert_error(
+        writer
+            .transact_write(pb::TransactWriteRequest {
+                operations: vec![across("b", tx_insert(entity("b", "9", &[]))), elsewhere],
+            })
+            .await,
+        Code::PermissionDenied,
+        "AuthorizationResourceTypeMismatch",
+    );
+}
+
+#[tokio::test]
 async fn every_operation_of_a_transaction_is_checked_before_any_applies() {
     let secured = Secured::start().await;
     let mut writer = secured.scoped("ad", Some(TABLE)).await;

@@ -74,15 +74,23 @@ impl CrossTransaction {
         Ok(key)
     }
 
-    fn push(&mut self, table: &str, partition_key: String, operation: Operation) -> &mut Self {
+    /// Admits the entity at `key` of `table` and adds the operation `build` makes for it.
+    fn add(
+        &mut self,
+        table: &str,
+        key: EntityKey,
+        build: impl FnOnce(EntityKey) -> Result<Operation>,
+    ) -> Result<&mut Self> {
+        let key = self.admit(table, key)?;
+        let partition_key = key.partition_key.clone();
         self.operations.push(pb::TableOperation {
             table: table.to_owned(),
             partition_key,
             operation: Some(pb::TransactionOperation {
-                operation: Some(operation),
+                operation: Some(build(key)?),
             }),
         });
-        self
+        Ok(self)
     }
 
     /// Inserts an entity that must not exist.
@@ -92,12 +100,7 @@ impl CrossTransaction {
         key: impl Into<EntityKey>,
         value: &T,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        Ok(self.push(
-            table,
-            key.partition_key.clone(),
-            operation::insert(&key, value)?,
-        ))
+        self.add(table, key.into(), |key| operation::insert(&key, value))
     }
 
     /// Replaces an existing entity.
@@ -108,9 +111,10 @@ impl CrossTransaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let op = operation::update(&key, value, if_match.into())?;
-        Ok(self.push(table, key.partition_key, op))
+        let if_match = if_match.into();
+        self.add(table, key.into(), |key| {
+            operation::update(&key, value, if_match)
+        })
     }
 
     /// Merges properties into an existing entity.
@@ -121,9 +125,10 @@ impl CrossTransaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let op = operation::merge(&key, value, if_match.into())?;
-        Ok(self.push(table, key.partition_key, op))
+        let if_match = if_match.into();
+        self.add(table, key.into(), |key| {
+            operation::merge(&key, value, if_match)
+        })
     }
 
     /// Inserts, or replaces / merges an existing entity.
@@ -134,9 +139,9 @@ impl CrossTransaction {
         value: &T,
         mode: UpsertMode,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let op = operation::upsert(&key, value, mode)?;
-        Ok(self.push(table, key.partition_key, op))
+        self.add(table, key.into(), |key| {
+            operation::upsert(&key, value, mode)
+        })
     }
 
     /// Patches an entity (see [`Patch`]): an increment of a counter beside a move, say.
@@ -146,9 +151,7 @@ impl CrossTransaction {
         key: impl Into<EntityKey>,
         patch: &Patch,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let partition_key = key.partition_key.clone();
-        Ok(self.push(table, partition_key, operation::patch(key, patch)))
+        self.add(table, key.into(), |key| Ok(operation::patch(key, patch)))
     }
 
     /// Deletes an existing entity.
@@ -158,13 +161,10 @@ impl CrossTransaction {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let partition_key = key.partition_key.clone();
-        Ok(self.push(
-            table,
-            partition_key,
-            operation::delete(key, if_match.into()),
-        ))
+        let if_match = if_match.into();
+        self.add(table, key.into(), |key| {
+            Ok(operation::delete(key, if_match))
+        })
     }
 
     /// Requires an entity to exist (with this ETag, unless `IfMatch::Any`), without writing it.
@@ -174,17 +174,13 @@ impl CrossTransaction {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let partition_key = key.partition_key.clone();
-        let op = operation::check(key, Some(if_match.into()));
-        Ok(self.push(table, partition_key, op))
+        let if_match = Some(if_match.into());
+        self.add(table, key.into(), |key| Ok(operation::check(key, if_match)))
     }
 
     /// Requires an entity not to exist, without writing it.
     pub fn check_absent(&mut self, table: &str, key: impl Into<EntityKey>) -> Result<&mut Self> {
-        let key = self.admit(table, key.into())?;
-        let partition_key = key.partition_key.clone();
-        Ok(self.push(table, partition_key, operation::check(key, None)))
+        self.add(table, key.into(), |key| Ok(operation::check(key, None)))
     }
 
     /// Commits every operation or none, serializable with every other write to the entities it

@@ -127,11 +127,17 @@ impl Transaction {
         Ok(key)
     }
 
-    fn push(&mut self, operation: Operation) -> &mut Self {
+    /// Admits the row and adds the operation `build` makes for its key.
+    fn add(
+        &mut self,
+        row: impl TransactionRow,
+        build: impl FnOnce(EntityKey) -> Result<Operation>,
+    ) -> Result<&mut Self> {
+        let key = self.admit(row.into_key(&self.partition_key))?;
         self.operations.push(pb::TransactionOperation {
-            operation: Some(operation),
+            operation: Some(build(key)?),
         });
-        self
+        Ok(self)
     }
 
     /// Inserts an entity that must not exist.
@@ -140,8 +146,7 @@ impl Transaction {
         row: impl TransactionRow,
         value: &T,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::insert(&key, value)?))
+        self.add(row, |key| operation::insert(&key, value))
     }
 
     /// Replaces an existing entity.
@@ -151,8 +156,8 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::update(&key, value, if_match.into())?))
+        let if_match = if_match.into();
+        self.add(row, |key| operation::update(&key, value, if_match))
     }
 
     /// Merges properties into an existing entity.
@@ -162,8 +167,8 @@ impl Transaction {
         value: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::merge(&key, value, if_match.into())?))
+        let if_match = if_match.into();
+        self.add(row, |key| operation::merge(&key, value, if_match))
     }
 
     /// Inserts, or replaces / merges an existing entity.
@@ -173,14 +178,12 @@ impl Transaction {
         value: &T,
         mode: UpsertMode,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::upsert(&key, value, mode)?))
+        self.add(row, |key| operation::upsert(&key, value, mode))
     }
 
     /// Patches a row (see [`Patch`]), in order with the rest.
     pub fn patch(&mut self, row: impl TransactionRow, patch: &Patch) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::patch(key, patch)))
+        self.add(row, |key| Ok(operation::patch(key, patch)))
     }
 
     /// Deletes an existing entity.
@@ -189,8 +192,8 @@ impl Transaction {
         row: impl TransactionRow,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::delete(key, if_match.into())))
+        let if_match = if_match.into();
+        self.add(row, |key| Ok(operation::delete(key, if_match)))
     }
 
     /// Requires the row to exist (with this ETag, unless `IfMatch::Any`), without writing it.
@@ -199,14 +202,13 @@ impl Transaction {
         row: impl TransactionRow,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::check(key, Some(if_match.into()))))
+        let if_match = Some(if_match.into());
+        self.add(row, |key| Ok(operation::check(key, if_match)))
     }
 
     /// Requires the row not to exist, without writing it.
     pub fn check_absent(&mut self, row: impl TransactionRow) -> Result<&mut Self> {
-        let key = self.admit(row.into_key(&self.partition_key))?;
-        Ok(self.push(operation::check(key, None)))
+        self.add(row, |key| Ok(operation::check(key, None)))
     }
 
     /// Commits every operation or none. Returns each operation's new ETag (`None` for deletes and

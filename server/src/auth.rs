@@ -186,16 +186,7 @@ impl Access {
         table: &str,
         operations: &[Operation],
     ) -> Result<(), (usize, AuthError)> {
-        for (index, operation) in operations.iter().enumerate() {
-            self.entity(
-                table,
-                needed_for(operation),
-                operation.partition_key(),
-                operation.row_key(),
-            )
-            .map_err(|error| (index, error))?;
-        }
-        Ok(())
+        self.each_operation(operations.iter().map(|operation| (table, operation)))
     }
 
     /// Every operation of a transaction across partitions, each on its own table and entity; on
@@ -204,14 +195,22 @@ impl Access {
         &self,
         operations: &[TableOperation],
     ) -> Result<(), (usize, AuthError)> {
-        for (index, TableOperation { table, operation }) in operations.iter().enumerate() {
-            self.entity(
-                table,
-                needed_for(operation),
-                operation.partition_key(),
-                operation.row_key(),
-            )
-            .map_err(|error| (index, error))?;
+        self.each_operation(
+            operations
+                .iter()
+                .map(|op| (op.table.as_str(), &op.operation)),
+        )
+    }
+
+    /// Each (table, operation) on its own entity; on refusal, the failing one's index.
+    fn each_operation<'a>(
+        &self,
+        operations: impl Iterator<Item = (&'a str, &'a Operation)>,
+    ) -> Result<(), (usize, AuthError)> {
+        for (index, (table, operation)) in operations.enumerate() {
+            let (partition_key, row_key) = (operation.partition_key(), operation.row_key());
+            self.entity(table, needed_for(operation), partition_key, row_key)
+                .map_err(|error| (index, error))?;
         }
         Ok(())
     }
