@@ -19,6 +19,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             "crate::grpc::pages::QueryEntitiesResponse",
         )
         .extern_path(
+            ".trestle.v1.GetEntitiesResponse",
+            "crate::grpc::reply::GetEntitiesReply",
+        )
+        .extern_path(
             ".trestle.v1.ScanEntitiesResponse",
             "crate::grpc::pages::ScanEntitiesResponse",
         )

@@ -1,6 +1,8 @@
 //! Transactions and reads across partitions, over the main table: `tx_cross_10`, 10 merges
-//! (each conditional on its entity existing) in 10 partitions a transaction, and `get_many_10`,
-//! 10 keys in 10 partitions a `GetEntities` call.
+//! (each conditional on its entity existing) in 10 partitions a transaction; `tx_local_10`, the
+//! same 10 merges in one partition (a partition transaction), to tell the cost of spanning
+//! partitions from the cost of the merges; and `get_many_10`, 10 keys in 10 partitions a
+//! `GetEntities` call.
 
 use trestle_proto::pb;
 
@@ -9,6 +11,21 @@ use crate::workloads::{partition_key, row_key, small_entity, Client, Plan, MAIN_
 
 /// Keys each call names, each in a partition of its own.
 const KEYS_PER_CALL: u64 = 10;
+
+/// `KEYS_PER_CALL` distinct rows of one partition of the main table, at random.
+fn random_rows(rng: &mut Rng, plan: &Plan) -> Vec<(String, String)> {
+    let partition = partition_key(rng.below(plan.partitions));
+    let mut rows: Vec<u64> = Vec::new();
+    while (rows.len() as u64) < KEYS_PER_CALL.min(plan.rows_per_partition) {
+        let row = rng.below(plan.rows_per_partition);
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    rows.into_iter()
+        .map(|r| (partition.clone(), row_key(r)))
+        .collect()
+}
 
 /// `KEYS_PER_CALL` distinct partitions of the main table and a row in each, at random.
 fn random_keys(rng: &mut Rng, plan: &Plan) -> Vec<(String, String)> {
@@ -32,11 +49,26 @@ fn random_keys(rng: &mut Rng, plan: &Plan) -> Vec<(String, String)> {
 
 /// Transactions of 10 merges across 10 partitions, 16 at once: entities/s.
 pub(crate) async fn tx_cross_10(client: &Client, plan: &Plan) -> Measurement {
+    ten_merges(client, plan, random_keys).await
+}
+
+/// Transactions of 10 merges in one partition, 16 at once, through `TransactWrite` (which takes
+/// the partition-transaction path): entities/s.
+pub(crate) async fn tx_local_10(client: &Client, plan: &Plan) -> Measurement {
+    ten_merges(client, plan, random_rows).await
+}
+
+/// Transactions of 10 merges of the keys `keys` picks, 16 at once.
+async fn ten_merges(
+    client: &Client,
+    plan: &Plan,
+    keys: fn(&mut Rng, &Plan) -> Vec<(String, String)>,
+) -> Measurement {
     let (client, plan) = (client.clone(), plan.clone());
     drive(16, plan.warmup, plan.duration, move |worker, seq| {
         let mut client = client.clone();
         let mut rng = Rng::new((worker as u64) << 32 | seq);
-        let operations = random_keys(&mut rng, &plan)
+        let operations = keys(&mut rng, &plan)
             .into_iter()
             .map(|(pk, rk)| {
                 let merge = pb::MergeOperation {

@@ -53,6 +53,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "insert",
     "tx_insert_100",
     "tx_cross_10",
+    "tx_local_10",
     "get_many_10",
     "tx_hot_update",
     "hot_counter",
@@ -526,6 +527,7 @@ async fn run_workloads(
                 | "mixed"
                 | "rest_point_read"
                 | "tx_cross_10"
+                | "tx_local_10"
                 | "get_many_10"
         )
     });
@@ -626,12 +628,17 @@ async fn run_workloads(
                 ));
                 continue;
             }
-            "tx_cross_10" | "get_many_10" => {
+            "tx_cross_10" | "tx_local_10" | "get_many_10" => {
                 let (m, compared_with, what) = match workload {
                     "tx_cross_10" => (
                         across::tx_cross_10(client, plan).await,
                         "tx_insert_100",
                         "TransactWrite: 10 merges across 10 partitions, 16 at once",
+                    ),
+                    "tx_local_10" => (
+                        across::tx_local_10(client, plan).await,
+                        "tx_cross_10",
+                        "the same 10 merges in one partition",
                     ),
                     _ => (
                         across::get_many_10(client, plan).await,

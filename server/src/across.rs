@@ -9,9 +9,9 @@
 //! [`Store::commit_across`]: crate::storage::Store::commit_across
 //! [`Store::get_many`]: crate::storage::Store::get_many
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::engine::{rejection_error, Engine, Pending, Waiting};
+use crate::engine::{rejection_error, Attempt, Engine, Pending, Waiting};
 use crate::error::TableError;
 use crate::model::{validate_key, EntityKey, KeyKind, StoredEntity, TableName, MAX_READ_KEYS};
 use crate::query;
@@ -27,46 +27,98 @@ pub struct TableEntityKey {
     pub key: EntityKey,
 }
 
-impl Engine {
-    /// Applies a transaction across partitions and tables: all operations or none. Errors name
-    /// the failing operation's index; acknowledge it once its ticket is durable.
-    pub fn transact_across(
-        &self,
+/// A commit across partitions' stored entities once durable, or the transaction given back.
+pub type CrossAttempt = Attempt<Pending<Vec<Option<StoredEntity>>>, CrossCommit>;
+
+/// A transaction across partitions, checked and grouped by partition, ready to commit
+/// ([`CrossCommit::prepare`], then [`Engine::commit_across`]).
+#[derive(Debug)]
+pub struct CrossCommit {
+    /// One batch per partition, in the order of the partitions' first operations.
+    batches: Vec<PartitionBatch>,
+    /// Each operation's table (as named) and partition, for a refusal's error.
+    names: Vec<(String, String)>,
+}
+
+impl CrossCommit {
+    /// Checks a transaction across partitions and tables (1 to 100 operations, each entity once,
+    /// at most 4 MiB) and groups it by partition. Reads nothing.
+    pub fn prepare(
         operations: Vec<TableOperation>,
         request_bytes: usize,
-    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+    ) -> Result<CrossCommit, TableError> {
         let tables = validate_across(&operations, request_bytes)?;
-        let count = operations.len();
-        let names: Vec<(String, String)> = operations
+        let names = operations
             .iter()
             .map(|op| (op.table.clone(), op.operation.partition_key().to_owned()))
             .collect();
-        let mut batches: BTreeMap<(String, String), PartitionBatch> = BTreeMap::new();
+        let mut batches: Vec<PartitionBatch> = Vec::new();
+        let mut batch_of: HashMap<(String, String), usize> = HashMap::new();
         for (position, (TableOperation { operation, .. }, table)) in
             operations.into_iter().zip(tables).enumerate()
         {
             let partition_key = operation.partition_key().to_owned();
-            let batch = batches
+            let at = *batch_of
                 .entry((table.folded().to_owned(), partition_key.clone()))
-                .or_insert_with(|| PartitionBatch {
-                    table,
-                    partition_key,
-                    operations: Vec::new(),
-                    positions: Vec::new(),
+                .or_insert_with(|| {
+                    batches.push(PartitionBatch {
+                        table,
+                        partition_key,
+                        operations: Vec::new(),
+                        positions: Vec::new(),
+                    });
+                    batches.len() - 1
                 });
-            batch.operations.push(operation);
-            batch.positions.push(position);
+            batches[at].operations.push(operation);
+            batches[at].positions.push(position);
         }
-        if batches.len() == 1 {
-            let batch = batches.into_values().next().expect("one batch");
-            return self.transact_one_partition(batch);
+        Ok(CrossCommit { batches, names })
+    }
+}
+
+impl Engine {
+    /// Commits a prepared transaction: all operations or none; errors name the failing
+    /// operation's index. Acknowledge it once its ticket is durable. One whose operations all
+    /// fall in one partition takes the single-partition path. Not allowed to wait, it gives the
+    /// transaction back rather than wait for a partition.
+    pub fn commit_across(
+        &self,
+        commit: CrossCommit,
+        waiting: Waiting,
+    ) -> Result<CrossAttempt, TableError> {
+        let CrossCommit { mut batches, names } = commit;
+        if let [batch] = batches.as_mut_slice() {
+            let operations = std::mem::take(&mut batch.operations);
+            let attempt = self
+                .commit(
+                    batch.table.as_str(),
+                    &batch.partition_key,
+                    operations,
+                    true,
+                    waiting,
+                )
+                .map_err(|error| match error {
+                    TableError::TableNotFound(_) => error.at_operation(0),
+                    other => other,
+                })?;
+            return Ok(attempt.map_input(|operations| {
+                batches[0].operations = operations;
+                CrossCommit { batches, names }
+            }));
         }
-        let batches: Vec<PartitionBatch> = batches.into_values().collect();
-        match self.store().commit_across(batches, count)? {
-            Ok(Committed { stored, ticket }) => Ok(Pending {
+        let count = names.len();
+        let committed = match waiting {
+            Waiting::Allowed => self.store().commit_across(batches, count)?,
+            Waiting::NotAllowed => match self.store().try_commit_across(batches, count)? {
+                Ok(committed) => committed,
+                Err(batches) => return Ok(Attempt::WouldWait(CrossCommit { batches, names })),
+            },
+        };
+        match committed {
+            Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
                 value: stored,
                 ticket,
-            }),
+            })),
             Err(Rejection { index, reason }) => {
                 let (table, partition_key) = &names[index];
                 Err(rejection_error(table, partition_key, reason).at_operation(index))
@@ -74,49 +126,42 @@ impl Engine {
         }
     }
 
-    /// A transaction whose operations all act on one partition, on the single-partition path.
-    fn transact_one_partition(
-        &self,
-        batch: PartitionBatch,
-    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
-        let PartitionBatch {
-            table,
-            partition_key,
-            operations,
-            ..
-        } = batch;
-        let committed = self.commit(
-            table.as_str(),
-            &partition_key,
-            operations,
-            true,
-            Waiting::Allowed,
-        );
-        committed
-            .map(|attempt| attempt.ran())
-            .map_err(|error| match error {
-                TableError::TableNotFound(_) => error.at_operation(0),
-                other => other,
-            })
-    }
-
     /// Reads 1 to 100 entities of any partitions and tables at one instant, showing only the
     /// `select`ed properties (all when empty): for each key in order, what `read` made of its
-    /// entity, or `None` where there is none. Errors about one key carry its index.
+    /// entity, or `None` where there is none. Errors about one key carry its index. Not allowed
+    /// to wait, it gives the keys back rather than wait for a commit in progress.
     pub fn get_many<R>(
         &self,
         keys: Vec<TableEntityKey>,
         select: &[String],
-        mut read: impl FnMut(&EntityView<'_>) -> Result<R, StorageError>,
-    ) -> Result<Vec<Option<R>>, TableError> {
+        read: impl Fn(&EntityView<'_>) -> Result<R, StorageError>,
+        waiting: Waiting,
+    ) -> Result<Attempt<Vec<Option<R>>, Vec<TableEntityKey>>, TableError> {
         query::validate_selection(select)?;
         let keys = self.checked_keys(keys)?;
         let mut values: Vec<Option<R>> = keys.iter().map(|_| None).collect();
-        self.store().get_many(&keys, &mut |position, entity| {
+        let mut found = |position: usize, entity: EntityView<'_>| {
             values[position] = Some(read(&entity.selecting(select))?);
             Ok(())
-        })?;
-        Ok(values)
+        };
+        let read_all = match waiting {
+            Waiting::Allowed => {
+                self.store().get_many(&keys, &mut found)?;
+                true
+            }
+            Waiting::NotAllowed => self.store().try_get_many(&keys, &mut found)?,
+        };
+        if !read_all {
+            let given_back = keys
+                .into_iter()
+                .map(|TableKey { table, key }| TableEntityKey {
+                    table: table.as_str().to_owned(),
+                    key,
+                })
+                .collect();
+            return Ok(Attempt::WouldWait(given_back));
+        }
+        Ok(Attempt::Done(values))
     }
 
     /// `keys` checked: 1 to 100, valid, each entity once, of tables that exist.

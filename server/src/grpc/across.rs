@@ -5,8 +5,9 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 use trestle_proto::pb;
 
+use super::reply::GetEntitiesReply;
 use super::{convert, status, wire, TableApi};
-use crate::across::TableEntityKey;
+use crate::across::{CrossCommit, TableEntityKey};
 use crate::error::TableError;
 use crate::transaction::TableOperation;
 
@@ -31,9 +32,13 @@ impl TableApi {
             .access
             .transaction_across(&operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
+        let prepared = CrossCommit::prepare(operations, request_bytes)
+            .map_err(|error| status::to_status(&error))?;
         let pending = self
             .executor
-            .blocking(move |engine| engine.transact_across(operations, request_bytes))
+            .short(prepared, |engine, prepared, waiting| {
+                engine.commit_across(prepared, waiting)
+            })
             .await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::TransactWriteResponse {
@@ -45,7 +50,7 @@ impl TableApi {
     pub(super) async fn read_many(
         &self,
         request: Request<pb::GetEntitiesRequest>,
-    ) -> Result<Response<pb::GetEntitiesResponse>, Status> {
+    ) -> Result<Response<GetEntitiesReply>, Status> {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let keys = req
@@ -67,20 +72,13 @@ impl TableApi {
             .read_many(&keys)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
         let select = req.select;
-        let found = self
+        let entities = self
             .executor
-            .blocking(move |engine| engine.get_many(keys, &select, wire::entity_message))
-            .await?;
-        let entities = found
-            .into_iter()
-            .map(|message| {
-                let entity = message.map(|bytes| pb::Entity::decode(bytes.as_slice()));
-                Ok(pb::FoundEntity {
-                    entity: entity.transpose().map_err(|_| status::internal())?,
-                })
+            .short(keys, move |engine, keys, waiting| {
+                engine.get_many(keys, &select, wire::entity_message, waiting)
             })
-            .collect::<Result<_, Status>>()?;
-        Ok(Response::new(pb::GetEntitiesResponse { entities }))
+            .await?;
+        Ok(Response::new(GetEntitiesReply { entities }))
     }
 }
 

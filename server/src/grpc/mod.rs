@@ -596,7 +596,7 @@ impl service::table_service_server::TableService for TableApi {
     async fn get_entities(
         &self,
         request: Request<pb::GetEntitiesRequest>,
-    ) -> Result<Response<pb::GetEntitiesResponse>, Status> {
+    ) -> Result<Response<reply::GetEntitiesReply>, Status> {
         self.read_many(request).await
     }
 }

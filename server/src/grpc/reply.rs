@@ -2,7 +2,7 @@
 //! server's stubs send it. Besides a generated [`Entity`] it can carry the message already encoded,
 //! which the server writes straight from an entity's stored bytes instead of building an `Entity`
 //! (a map of strings) only to encode it. On the wire it is exactly `trestle.v1.Entity`; clients
-//! decode it as that.
+//! decode it as that. `GetEntitiesReply` answers `GetEntities` the same way.
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{DecodeContext, WireType};
@@ -68,6 +68,70 @@ impl Message for EntityReply {
     }
 }
 
+/// The answer to `GetEntities`: for each key, its entity's `Entity` message as the server encoded
+/// it, or nothing. On the wire exactly `trestle.v1.GetEntitiesResponse`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GetEntitiesReply {
+    /// Per key, in request order: the encoded entity, or `None` where there is none.
+    pub entities: Vec<Option<Vec<u8>>>,
+}
+
+/// The length of a `FoundEntity` holding `entity`.
+fn found_len(entity: &Option<Vec<u8>>) -> usize {
+    entity.as_ref().map_or(0, |bytes| {
+        prost::encoding::key_len(1)
+            + prost::encoding::encoded_len_varint(bytes.len() as u64)
+            + bytes.len()
+    })
+}
+
+impl Message for GetEntitiesReply {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        use prost::encoding::{encode_key, encode_varint};
+        for entity in &self.entities {
+            encode_key(1, WireType::LengthDelimited, buf);
+            encode_varint(found_len(entity) as u64, buf);
+            if let Some(bytes) = entity {
+                encode_key(1, WireType::LengthDelimited, buf);
+                encode_varint(bytes.len() as u64, buf);
+                buf.put_slice(bytes);
+            }
+        }
+    }
+
+    /// Decoding (which only tests do) reads each `FoundEntity` as generated.
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        if tag != 1 {
+            return prost::encoding::skip_field(wire_type, tag, buf, ctx);
+        }
+        let mut found = trestle_proto::pb::FoundEntity::default();
+        prost::encoding::message::merge(wire_type, &mut found, buf, ctx)?;
+        self.entities
+            .push(found.entity.map(|entity| entity.encode_to_vec()));
+        Ok(())
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.entities
+            .iter()
+            .map(|entity| {
+                let len = found_len(entity);
+                prost::encoding::key_len(1) + prost::encoding::encoded_len_varint(len as u64) + len
+            })
+            .sum()
+    }
+
+    fn clear(&mut self) {
+        self.entities.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +156,24 @@ mod tests {
             EntityReply::decode(bytes.as_slice()).unwrap(),
             EntityReply::Entity(entity)
         );
+    }
+
+    #[test]
+    fn a_get_entities_reply_is_the_generated_response_on_the_wire() {
+        let entity = Entity {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+            ..Default::default()
+        };
+        let reply = GetEntitiesReply {
+            entities: vec![Some(entity.encode_to_vec()), None],
+        };
+        let bytes = reply.encode_to_vec();
+        assert_eq!(bytes.len(), reply.encoded_len());
+        let generated = trestle_proto::pb::GetEntitiesResponse::decode(bytes.as_slice()).unwrap();
+        assert_eq!(generated.entities.len(), 2);
+        assert_eq!(generated.entities[0].entity.as_ref(), Some(&entity));
+        assert_eq!(generated.entities[1].entity, None);
+        assert_eq!(GetEntitiesReply::decode(bytes.as_slice()).unwrap(), reply);
     }
 }

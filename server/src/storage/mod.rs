@@ -168,6 +168,28 @@ pub trait Store: Send + Sync + Debug {
     fn get_many(&self, keys: &[TableKey], found: &mut FoundVisitor<'_>)
         -> Result<(), StorageError>;
 
+    /// [`Store::commit_across`] if every table and partition is free now; `Err` with `batches`
+    /// given back untouched if it would wait. A store whose calls are local
+    /// ([`Store::calls_are_local`]) offers it, so that the commit can run on a runtime worker; by
+    /// default nothing is tried.
+    fn try_commit_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        _operations: usize,
+    ) -> Result<Result<CommitOutcome, Vec<PartitionBatch>>, StorageError> {
+        Ok(Err(batches))
+    }
+
+    /// [`Store::get_many`] if no commit holds or waits for a partition it reads; `false`, having
+    /// read nothing, if it would wait. Offered as [`Store::try_commit_across`] is.
+    fn try_get_many(
+        &self,
+        _keys: &[TableKey],
+        _found: &mut FoundVisitor<'_>,
+    ) -> Result<bool, StorageError> {
+        Ok(false)
+    }
+
     // Durability. The defaults suit a store whose commits are durable when they return (and so
     // hand out no tickets).
 

@@ -36,6 +36,22 @@ struct Part {
     batch: PartitionBatch,
 }
 
+/// What a commit across partitions holds while it runs: every table's gate and every partition's
+/// commit lock.
+struct Held<'a> {
+    _gates: Vec<Gate<'a>>,
+    partitions: Vec<PartitionGuard<'a>>,
+}
+
+/// Whether a commit across partitions got hold of everything it touches.
+enum Holding<'a> {
+    Held(Held<'a>),
+    /// A table is deleted: the refusal names this position.
+    Gone(usize),
+    /// Not allowed to wait, and something is busy.
+    WouldWait,
+}
+
 /// A part planned under its lock.
 struct PlannedPart {
     catalog: Arc<IndexCatalog>,
@@ -86,41 +102,35 @@ fn table_gone(position: usize) -> Rejection {
 
 impl SledStore {
     /// [`crate::storage::Store::commit_across`].
+    /// Unless `wait`, gives the batches back rather than wait for a table or a partition.
     pub(super) fn commit_batches_across(
         &self,
         batches: Vec<PartitionBatch>,
         operations: usize,
-    ) -> Result<CommitOutcome, StorageError> {
+        wait: bool,
+    ) -> Result<Result<CommitOutcome, Vec<PartitionBatch>>, StorageError> {
         let mut parts = match self.parts_in_lock_order(batches) {
             Ok(parts) => parts,
-            Err(rejection) => return Ok(Err(rejection)),
+            Err(rejection) => return Ok(Ok(Err(rejection))),
         };
         let tables: Vec<Arc<SledTable>> = distinct_tables(parts.iter().map(|p| &p.table));
-        let Some(_gates) = hold_gates(&tables) else {
-            let gone = parts.iter().find(|p| p.table.gate().is_none());
-            let position = gone.map_or(0, |part| part.batch.positions[0]);
-            return Ok(Err(table_gone(position)));
+        let guards = match self.hold_all(&tables, &parts, wait)? {
+            Holding::Held(held) => held,
+            Holding::Gone(position) => return Ok(Ok(Err(table_gone(position)))),
+            Holding::WouldWait => return Ok(Err(parts.into_iter().map(|p| p.batch).collect())),
         };
-        self.shared.space.check()?;
-        let guards: Vec<PartitionGuard<'_>> = parts
-            .iter()
-            .map(|part| {
-                let partition_key = part.batch.partition_key.as_bytes();
-                self.shared.locks.lock(part.table.id, partition_key)
-            })
-            .collect();
         let now = Ticks::next_commit();
         let mut planned = match plan_parts(&mut parts, now)? {
             Ok(planned) => planned,
-            Err(rejection) => return Ok(Err(rejection)),
+            Err(rejection) => return Ok(Ok(Err(rejection))),
         };
         let mut stored = vec![None; operations];
         if planned.iter().all(|part| part.rows.is_empty()) {
             place_results(&parts, planned, &mut stored);
-            return Ok(Ok(Committed {
+            return Ok(Ok(Ok(Committed {
                 stored,
                 ticket: None,
-            }));
+            })));
         }
         // Unique values stay claimed (their stripes held) until the entries are written.
         let _claims = self.shared.claims.hold(
@@ -129,10 +139,10 @@ impl SledStore {
                 .flat_map(|part| part.plan.unique_values_added()),
         );
         if let Some(rejection) = unique_value_added_twice(&parts, &planned) {
-            return Ok(Err(rejection));
+            return Ok(Ok(Err(rejection)));
         }
         if let Err(rejection) = add_entry_rows(&parts, &mut planned)? {
-            return Ok(Err(rejection));
+            return Ok(Ok(Err(rejection)));
         }
         let rows_by_table = rows_by_table(&parts, &mut planned);
         let groups: Vec<TreeRows<'_>> = tables
@@ -144,7 +154,10 @@ impl SledStore {
                 changes,
             })
             .collect();
-        guards.iter().for_each(PartitionGuard::writing_rows);
+        guards
+            .partitions
+            .iter()
+            .for_each(PartitionGuard::writing_rows);
         let first = &parts[0];
         self.shared.undo.write_atomically_across(
             first.table.id,
@@ -153,7 +166,47 @@ impl SledStore {
         )?;
         let ticket = self.shared.durability.record_write();
         place_results(&parts, planned, &mut stored);
-        Ok(Ok(Committed { stored, ticket }))
+        Ok(Ok(Ok(Committed { stored, ticket })))
+    }
+
+    /// Holds every table's gate (`tables` in id order) and every part's partition (`parts` in
+    /// lock order); unless `wait`, nothing if any is busy now.
+    fn hold_all<'a>(
+        &'a self,
+        tables: &'a [Arc<SledTable>],
+        parts: &[Part],
+        wait: bool,
+    ) -> Result<Holding<'a>, StorageError> {
+        let mut gates = Vec::with_capacity(tables.len());
+        for table in tables {
+            match table.gate_when(wait) {
+                Ok(Some(gate)) => gates.push(gate),
+                Ok(None) => {
+                    let part = parts.iter().find(|part| part.table.id == table.id);
+                    return Ok(Holding::Gone(
+                        part.map_or(0, |part| part.batch.positions[0]),
+                    ));
+                }
+                Err(()) => return Ok(Holding::WouldWait),
+            }
+        }
+        self.shared.space.check()?;
+        let mut partitions = Vec::with_capacity(parts.len());
+        for part in parts {
+            let (table_id, partition_key) = (part.table.id, part.batch.partition_key.as_bytes());
+            if wait {
+                partitions.push(self.shared.locks.lock(table_id, partition_key));
+            } else {
+                match self.shared.locks.try_lock(table_id, partition_key) {
+                    Some(guard) => partitions.push(guard),
+                    None => return Ok(Holding::WouldWait),
+                }
+            }
+        }
+        Ok(Holding::Held(Held {
+            _gates: gates,
+            partitions,
+        }))
     }
 
     /// Each batch with its table, in the order their partitions are locked (table id, then
@@ -172,16 +225,24 @@ impl SledStore {
         Ok(parts)
     }
 
-    /// [`crate::storage::Store::get_many`]: the keys of tables being deleted are skipped.
+    /// [`crate::storage::Store::get_many`]: the keys of tables being deleted are skipped. Unless
+    /// `wait`, reads nothing (`false`) rather than wait for a table or a partition.
     pub(super) fn read_across(
         &self,
         keys: &[TableKey],
         found: &mut FoundVisitor<'_>,
-    ) -> Result<(), StorageError> {
+        wait: bool,
+    ) -> Result<bool, StorageError> {
         let resolved: Vec<Option<Arc<SledTable>>> =
             keys.iter().map(|key| self.sled_table(&key.table)).collect();
         let tables = distinct_tables(resolved.iter().flatten());
-        let gates: Vec<Option<Gate<'_>>> = tables.iter().map(|table| table.gate()).collect();
+        let Ok(gates) = tables
+            .iter()
+            .map(|table| table.gate_when(wait))
+            .collect::<Result<Vec<Option<Gate<'_>>>, ()>>()
+        else {
+            return Ok(false);
+        };
         let is_live = |table: &SledTable| {
             let at = tables.binary_search_by_key(&table.id, |t| t.id);
             at.is_ok_and(|at| gates[at].is_some())
@@ -194,14 +255,17 @@ impl SledStore {
             .collect();
         partitions.sort_unstable();
         partitions.dedup();
-        let _held: Vec<PartitionGuard<'_>> = partitions
+        let locks = &self.shared.locks;
+        let held: Option<Vec<PartitionGuard<'_>>> = partitions
             .iter()
-            .map(|(table_id, partition_key)| {
-                self.shared
-                    .locks
-                    .lock_for_scan(*table_id, partition_key.as_bytes())
+            .map(|(table_id, partition_key)| match wait {
+                true => Some(locks.lock_for_scan(*table_id, partition_key.as_bytes())),
+                false => locks.try_lock_for_scan(*table_id, partition_key.as_bytes()),
             })
             .collect();
+        if held.is_none() {
+            return Ok(false);
+        }
         for (position, (key, table)) in keys.iter().zip(&resolved).enumerate() {
             let Some(table) = live(table) else { continue };
             let EntityKey {
@@ -212,7 +276,7 @@ impl SledStore {
                 found(position, EntityView::parse(partition_key, row_key, &bytes)?)?;
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -222,11 +286,6 @@ fn distinct_tables<'a>(tables: impl Iterator<Item = &'a Arc<SledTable>>) -> Vec<
     distinct.sort_by_key(|table| table.id);
     distinct.dedup_by_key(|table| table.id);
     distinct
-}
-
-/// Every table's gate (`tables` in id order), or `None` if one is retired.
-fn hold_gates(tables: &[Arc<SledTable>]) -> Option<Vec<Gate<'_>>> {
-    tables.iter().map(|table| table.gate()).collect()
 }
 
 /// The refusal of an operation adding a unique value another partition's part of the commit adds

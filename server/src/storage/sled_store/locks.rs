@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 type PartitionId = (u64, Vec<u8>);
 
@@ -28,6 +28,10 @@ struct PartitionState {
     /// Commits waiting for the partition. Scans arriving meanwhile wait behind them, so that scans
     /// following one another never starve a commit.
     commits_waiting: usize,
+    /// Everyone waiting for the partition (commits, scans, point reads), and the condition they
+    /// wait on: a release wakes only the waiters of its own partition.
+    waiters: usize,
+    released: Arc<Condvar>,
 }
 
 impl PartitionState {
@@ -40,7 +44,7 @@ impl PartitionState {
     }
 
     fn unused(&self) -> bool {
-        self.free_for_commit() && self.commits_waiting == 0
+        self.free_for_commit() && self.commits_waiting == 0 && self.waiters == 0
     }
 }
 
@@ -55,7 +59,6 @@ enum Side {
 #[derive(Debug, Default)]
 pub(crate) struct PartitionLocks {
     held: Mutex<HashMap<PartitionId, PartitionState>>,
-    released: Condvar,
     /// How many commits are writing rows: while none is, a point read passes without the mutex.
     writing_rows: AtomicUsize,
 }
@@ -71,7 +74,7 @@ impl PartitionLocks {
             state.commit = Some(Holding::Checking);
         } else {
             state.commits_waiting += 1;
-            held = self.wait_while(held, |held| !held[&id].free_for_commit());
+            held = self.wait_while(held, &id, |state| !state.free_for_commit());
             let state = held
                 .get_mut(&id)
                 .expect("a waited-for partition stays listed");
@@ -109,16 +112,40 @@ impl PartitionLocks {
     /// Blocks while a commit holds the partition or waits for it, then holds it for reading, beside
     /// any other scans, until the guard drops: no commit changes it meanwhile.
     pub(crate) fn lock_for_scan(&self, table_id: u64, partition_key: &[u8]) -> PartitionGuard<'_> {
+        self.scan_lock(table_id, partition_key, true)
+            .expect("a scan allowed to wait gets the partition")
+    }
+
+    /// Holds the partition for reading, as [`PartitionLocks::lock_for_scan`], if no commit holds
+    /// or waits for it now; `None` otherwise, without waiting.
+    pub(crate) fn try_lock_for_scan(
+        &self,
+        table_id: u64,
+        partition_key: &[u8],
+    ) -> Option<PartitionGuard<'_>> {
+        self.scan_lock(table_id, partition_key, false)
+    }
+
+    fn scan_lock(
+        &self,
+        table_id: u64,
+        partition_key: &[u8],
+        wait: bool,
+    ) -> Option<PartitionGuard<'_>> {
         let id = (table_id, partition_key.to_vec());
-        let mut held = self.wait_while(self.held_set(), |held| {
-            held.get(&id).is_some_and(|state| !state.free_for_scan())
-        });
+        let mut held = self.held_set();
+        if held.get(&id).is_some_and(|state| !state.free_for_scan()) {
+            if !wait {
+                return None;
+            }
+            held = self.wait_while(held, &id, |state| !state.free_for_scan());
+        }
         held.entry(id.clone()).or_default().scans += 1;
-        PartitionGuard {
+        Some(PartitionGuard {
             locks: self,
             id,
             side: Side::Scan,
-        }
+        })
     }
 
     /// Blocks while the partition's commit is writing several rows
@@ -130,10 +157,11 @@ impl PartitionLocks {
             return;
         }
         let id = (table_id, partition_key.to_vec());
-        drop(self.wait_while(self.held_set(), |held| {
-            held.get(&id)
-                .is_some_and(|state| state.commit == Some(Holding::WritingRows))
-        }));
+        let held = self.held_set();
+        let writing = |state: &PartitionState| state.commit == Some(Holding::WritingRows);
+        if held.get(&id).is_some_and(writing) {
+            drop(self.wait_while(held, &id, writing));
+        }
     }
 
     /// Whether a point read of the partition would wait now ([`PartitionLocks::wait_for_writer`]).
@@ -147,17 +175,26 @@ impl PartitionLocks {
             .is_some_and(|state| state.commit == Some(Holding::WritingRows))
     }
 
-    /// Waits while `busy` says so, and returns the held set locked.
+    /// Waits while `busy` says so of partition `id`'s state, woken only by releases of that
+    /// partition, and returns the held set locked.
     fn wait_while<'a>(
         &'a self,
         mut held: MutexGuard<'a, HashMap<PartitionId, PartitionState>>,
-        busy: impl Fn(&HashMap<PartitionId, PartitionState>) -> bool,
+        id: &PartitionId,
+        busy: impl Fn(&PartitionState) -> bool,
     ) -> MutexGuard<'a, HashMap<PartitionId, PartitionState>> {
-        while busy(&held) {
-            held = self
-                .released
-                .wait(held)
-                .unwrap_or_else(PoisonError::into_inner);
+        let state = held.entry(id.clone()).or_default();
+        state.waiters += 1;
+        let released = state.released.clone();
+        while held.get(id).is_some_and(&busy) {
+            held = released.wait(held).unwrap_or_else(PoisonError::into_inner);
+        }
+        let state = held
+            .get_mut(id)
+            .expect("a waiter keeps its partition listed");
+        state.waiters -= 1;
+        if state.unused() {
+            held.remove(id);
         }
         held
     }
@@ -208,13 +245,14 @@ impl Drop for PartitionGuard<'_> {
                 state.scans == 0
             }
         };
+        // Only the last scan leaving frees the partition for anyone waiting.
+        let wake = (freed && state.waiters > 0).then(|| state.released.clone());
         if state.unused() {
             held.remove(&self.id);
         }
         drop(held);
-        // Only the last scan leaving frees the partition for anyone waiting.
-        if freed {
-            self.locks.released.notify_all();
+        if let Some(released) = wake {
+            released.notify_all();
         }
     }
 }

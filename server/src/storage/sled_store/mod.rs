@@ -189,7 +189,8 @@ impl Store for SledStore {
         batches: Vec<PartitionBatch>,
         operations: usize,
     ) -> Result<CommitOutcome, StorageError> {
-        self.commit_batches_across(batches, operations)
+        let committed = self.commit_batches_across(batches, operations, true)?;
+        Ok(committed.unwrap_or_else(|_| unreachable!("a commit allowed to wait runs")))
     }
 
     fn get_many(
@@ -197,7 +198,23 @@ impl Store for SledStore {
         keys: &[TableKey],
         found: &mut FoundVisitor<'_>,
     ) -> Result<(), StorageError> {
-        self.read_across(keys, found)
+        self.read_across(keys, found, true).map(drop)
+    }
+
+    fn try_commit_across(
+        &self,
+        batches: Vec<PartitionBatch>,
+        operations: usize,
+    ) -> Result<Result<CommitOutcome, Vec<PartitionBatch>>, StorageError> {
+        self.commit_batches_across(batches, operations, false)
+    }
+
+    fn try_get_many(
+        &self,
+        keys: &[TableKey],
+        found: &mut FoundVisitor<'_>,
+    ) -> Result<bool, StorageError> {
+        self.read_across(keys, found, false)
     }
 
     fn setting(&self, name: &str) -> Result<Option<Vec<u8>>, StorageError> {

@@ -75,7 +75,7 @@ impl SledTable {
 
     /// The gate, waiting for it if `wait` or if it is free now: `Err` when it is not (a
     /// deletion is retiring the table), `Ok(None)` once the table is retired.
-    fn gate_when(&self, wait: bool) -> Result<Option<Gate<'_>>, ()> {
+    pub(super) fn gate_when(&self, wait: bool) -> Result<Option<Gate<'_>>, ()> {
         if wait {
             return Ok(self.gate());
         }
