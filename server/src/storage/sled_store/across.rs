@@ -376,3 +376,148 @@ fn place_results(parts: &[Part], planned: Vec<PlannedPart>, stored: &mut [Option
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EntityKey, NewEntity, Operation, Properties, TableName, Value};
+    use crate::storage::sled_store::StoreOptions;
+    use crate::storage::Store;
+
+    fn open(dir: &std::path::Path) -> SledStore {
+        // A dropped store's background threads release the directory's lock as they exit.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match SledStore::open(dir, StoreOptions::default()) {
+                Ok(store) => return store,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    assert!(error.to_string().contains("lock"), "{error}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
+    }
+
+    fn name(table: &str) -> TableName {
+        TableName::parse(table).unwrap()
+    }
+
+    fn insert(partition_key: &str, n: i64) -> Operation {
+        let key = EntityKey::new(partition_key.into(), "r".into()).unwrap();
+        let properties = Properties::from([("N".to_owned(), Value::Int64(n))]);
+        Operation::Insert(NewEntity::new(key, properties).unwrap())
+    }
+
+    fn batch(table: &str, partition_key: &str, position: usize, n: i64) -> PartitionBatch {
+        PartitionBatch {
+            table: name(table),
+            partition_key: partition_key.into(),
+            operations: vec![insert(partition_key, n)],
+            positions: vec![position],
+        }
+    }
+
+    #[test]
+    fn opening_the_store_rolls_back_a_commit_across_tables_a_crash_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (key::encode("p", "r"), key::encode("q", "r"));
+        {
+            let store = open(dir.path());
+            for table in ["One", "Two"] {
+                store.create_table(&name(table), &[]).unwrap().unwrap();
+            }
+            let (one, two) = (
+                store.sled_table(&name("One")).unwrap(),
+                store.sled_table(&name("Two")).unwrap(),
+            );
+            one.tree.insert(&a, &b"old"[..]).unwrap();
+            let (first, second) = (
+                [RowChange {
+                    key: a.clone(),
+                    after: Some(b"new".to_vec()),
+                    before: Some(sled::IVec::from(&b"old"[..])),
+                }],
+                [RowChange {
+                    key: b.clone(),
+                    after: Some(b"new".to_vec()),
+                    before: None,
+                }],
+            );
+            let groups = [
+                TreeRows {
+                    tree: &one.tree,
+                    table_id: one.id,
+                    changes: &first,
+                },
+                TreeRows {
+                    tree: &two.tree,
+                    table_id: two.id,
+                    changes: &second,
+                },
+            ];
+            // The record and every row are written; the record's removal is not.
+            store.shared.undo.record_only_across(one.id, b"p", &groups);
+            first[0].write(&one.tree).unwrap();
+            second[0].write(&two.tree).unwrap();
+            store.flush().unwrap();
+        }
+        let store = open(dir.path());
+        let one = store.sled_table(&name("One")).unwrap();
+        let two = store.sled_table(&name("Two")).unwrap();
+        assert_eq!(one.tree.get(&a).unwrap().as_deref(), Some(&b"old"[..]));
+        assert_eq!(two.tree.get(&b).unwrap(), None);
+        assert!(store.shared.undo.is_empty());
+    }
+
+    #[test]
+    fn not_allowed_to_wait_a_commit_and_a_read_across_give_back_while_a_partition_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        for table in ["One", "Two"] {
+            store.create_table(&name(table), &[]).unwrap().unwrap();
+        }
+        let two = store.sled_table(&name("Two")).unwrap();
+        let held = store.shared.locks.lock(two.id, b"q");
+        let batches = vec![batch("One", "p", 0, 1), batch("Two", "q", 1, 2)];
+        let given_back = store.try_commit_across(batches, 2).unwrap().unwrap_err();
+        assert_eq!(given_back.len(), 2);
+        assert_eq!(
+            given_back[1].operations.len(),
+            1,
+            "the operations come back whole"
+        );
+        let keys = [TableKey {
+            table: name("Two"),
+            key: EntityKey::new("q".into(), "r".into()).unwrap(),
+        }];
+        assert!(!store.try_get_many(&keys, &mut |_, _| Ok(())).unwrap());
+        drop(held);
+        let committed = store.try_commit_across(given_back, 2).unwrap().unwrap();
+        assert!(committed.unwrap().ticket.is_some());
+        let mut found = 0;
+        assert!(store
+            .try_get_many(&keys, &mut |position, _| {
+                found += 1;
+                assert_eq!(position, 0);
+                Ok(())
+            })
+            .unwrap());
+        assert_eq!(found, 1);
+    }
+
+    #[test]
+    fn a_commit_across_a_deleted_table_is_refused_at_its_first_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        store.create_table(&name("One"), &[]).unwrap().unwrap();
+        let batches = vec![batch("One", "p", 0, 1), batch("Gone", "q", 1, 2)];
+        let refused = store.commit_across(batches, 2).unwrap().unwrap_err();
+        assert_eq!(
+            (refused.index, refused.reason),
+            (1, RejectReason::TableGone)
+        );
+        let one = store.sled_table(&name("One")).unwrap();
+        assert!(one.tree.get(key::encode("p", "r")).unwrap().is_none());
+    }
+}
