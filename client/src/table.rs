@@ -1,10 +1,12 @@
 //! [`TableClient`]: one table's entities, read and written as typed values.
 
+use std::future::Future;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use trestle_proto::pb;
 
-use crate::client::Client;
+use crate::client::{Client, Stub};
 use crate::convert::{patch_condition, patch_if_match, patch_steps, typed, upsert_mode, wire};
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 use crate::error::{ErrorCode, Result};
@@ -128,11 +130,8 @@ impl TableClient {
             entity: Some(wire(&key.into(), value)?),
             return_no_content: true,
         };
-        let stored = self
-            .client
-            .write(request, |mut c, r| async move { c.insert_entity(r).await })
-            .await?;
-        Ok(ETag::new(stored.etag))
+        self.write_for_etag(request, |mut c, r| async move { c.insert_entity(r).await })
+            .await
     }
 
     /// Replaces an existing entity; returns its new ETag.
@@ -152,11 +151,8 @@ impl TableClient {
             if_match: if_match.into().to_wire(),
             return_no_content: true,
         };
-        let stored = self
-            .client
-            .write(request, |mut c, r| async move { c.update_entity(r).await })
-            .await?;
-        Ok(ETag::new(stored.etag))
+        self.write_for_etag(request, |mut c, r| async move { c.update_entity(r).await })
+            .await
     }
 
     /// Merges properties into an existing entity (others are kept); returns its new ETag.
@@ -176,11 +172,8 @@ impl TableClient {
             if_match: if_match.into().to_wire(),
             return_no_content: true,
         };
-        let stored = self
-            .client
-            .write(request, |mut c, r| async move { c.merge_entity(r).await })
-            .await?;
-        Ok(ETag::new(stored.etag))
+        self.write_for_etag(request, |mut c, r| async move { c.merge_entity(r).await })
+            .await
     }
 
     /// Applies `patch` to the entity, in order, inside its commit; returns the entity as stored.
@@ -226,11 +219,8 @@ impl TableClient {
             mode: upsert_mode(mode) as i32,
             return_no_content: true,
         };
-        let stored = self
-            .client
-            .write(request, |mut c, r| async move { c.upsert_entity(r).await })
-            .await?;
-        Ok(ETag::new(stored.etag))
+        self.write_for_etag(request, |mut c, r| async move { c.upsert_entity(r).await })
+            .await
     }
 
     /// Deletes an entity.
@@ -316,6 +306,17 @@ impl TableClient {
     /// [`Properties`]: crate::Properties
     pub fn entities(&self) -> Query<crate::Properties> {
         Query::new(self.client.clone(), self.name.clone())
+    }
+
+    /// Sends a single-entity write that asks for no content back; returns the new ETag.
+    async fn write_for_etag<R, F, Fut>(&self, request: R, call: F) -> Result<ETag>
+    where
+        R: Clone,
+        F: Fn(Stub, R) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<pb::Entity>, tonic::Status>>,
+    {
+        let stored = self.client.write(request, call).await?;
+        Ok(ETag::new(stored.etag))
     }
 
     /// A transaction on one partition of this table.
