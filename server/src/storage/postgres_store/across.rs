@@ -2,10 +2,11 @@
 //!
 //! A commit across partitions is one database transaction: it takes the tables' shared locks in
 //! table-id order and the partitions' advisory locks in the order of their lock keys (a
-//! single-partition commit takes one of each, in the same order), plans each partition's part
-//! as a single-partition commit does, then writes every part's rows, removes every index entry
-//! the parts give up and adds the entries they take (so a unique value may move from an entity
-//! of one partition to one of another). It is durable when the transaction commits.
+//! single-partition commit takes one of each, in the same order), reads every part's rows in one
+//! statement, plans each part with the commit planner, writes and removes every part's rows in
+//! one statement each, then removes every index entry the parts give up and adds the entries
+//! they take (so a unique value may move from an entity of one partition to one of another): five
+//! round trips however many partitions. It is durable when the transaction commits.
 //!
 //! A read across partitions is one statement: PostgreSQL shows a statement one snapshot, in which
 //! every transaction, this store's commits across partitions included, is whole or absent.
@@ -13,15 +14,28 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use postgres::types::ToSql;
+
 use super::pool::{retrying, Prepared};
 use super::sql::{from_hex, partition_lock, table_lock};
 use super::table::{end_transaction, PostgresTable};
 use super::PostgresStore;
-use crate::model::CommitPlan;
+use crate::model::{plan_commit, CommitPlan, Operation, Ticks, MAX_TRANSACTION_OPERATIONS};
 use crate::storage::{
-    at_position, first_by_position, CommitOutcome, Committed, EntityView, FoundVisitor,
+    at_position, codec, first_by_position, CommitOutcome, Committed, EntityView, FoundVisitor,
     IndexCatalog, PartitionBatch, RejectReason, Rejection, StorageError, TableKey,
 };
+
+/// The rows a commit's operations act on, each named by its slot (part, operation).
+const READ_ROWS: &str = "SELECT k.slot, e.record
+    FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::int4[]) AS k(t, pk, rk, slot)
+    JOIN trestle_entities e ON e.table_id = k.t AND e.pk = k.pk AND e.rk = k.rk";
+/// Writes rows of several tables and partitions (their tables held live under the locks).
+const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
+    SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])
+    ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
+const DELETE_ROWS: &str = "DELETE FROM trestle_entities
+    WHERE (table_id, pk, rk) IN (SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]))";
 
 /// One statement reads every key: each with its position, of a live table.
 const GET_MANY: &str = "SELECT k.i, e.record
@@ -101,7 +115,9 @@ impl PostgresStore {
     }
 }
 
-/// The commit of `parts` (in lock order) in a transaction begun here; the caller ends it.
+/// The commit of `parts` (in lock order) in a transaction begun here; the caller ends it: the
+/// rows of every part read in one statement, written in one and removed in one, whatever the
+/// number of partitions; index entries per part, only where the plans change them.
 fn commit_in(
     client: &mut postgres::Client,
     prepared: &mut Prepared<'_>,
@@ -109,29 +125,17 @@ fn commit_in(
     operations: usize,
 ) -> Result<CommitOutcome, StorageError> {
     let catalogs = begin_locked(client, parts)?;
-    let mut plans: Vec<CommitPlan> = Vec::with_capacity(parts.len());
-    let mut refused: Option<Rejection> = None;
-    for part in parts {
-        let (table, batch) = (&part.table, &part.batch);
-        let catalog = catalogs.get(&table.id).cloned().unwrap_or_default();
-        let (key, ops) = (&batch.partition_key, &batch.operations);
-        match table.plan_in(client, prepared, &catalog, key, ops, false)? {
-            Ok(plan) => plans.push(plan),
-            Err(rejection) => {
-                let rejection = at_position(&batch.positions, rejection);
-                refused = Some(first_by_position(refused, rejection));
-            }
-        }
+    if let Some(gone) = parts.iter().find(|p| !catalogs.contains_key(&p.table.id)) {
+        return Ok(Err(Rejection {
+            index: gone.batch.positions[0],
+            reason: RejectReason::TableGone,
+        }));
     }
-    if let Some(rejection) = refused {
-        return Ok(Err(rejection));
-    }
-    for (part, plan) in parts.iter().zip(&plans) {
-        let (table, key) = (&part.table, &part.batch.partition_key);
-        if let Err(rejection) = table.write_rows(client, prepared, key, plan, false)? {
-            return Ok(Err(at_position(&part.batch.positions, rejection)));
-        }
-    }
+    let plans = match plan_parts(client, prepared, parts, &catalogs)? {
+        Ok(plans) => plans,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    write_rows(client, prepared, parts, &plans)?;
     for (part, plan) in parts.iter().zip(&plans) {
         part.table.remove_entries(client, prepared, plan)?;
     }
@@ -153,10 +157,110 @@ fn commit_in(
     }))
 }
 
+/// Reads the rows every part's operations act on (one statement) and plans each part stamped
+/// one instant; or the refusal of the earliest operation (by position) that cannot apply.
+fn plan_parts(
+    client: &mut postgres::Client,
+    prepared: &mut Prepared<'_>,
+    parts: &[Part],
+    catalogs: &HashMap<i64, IndexCatalog>,
+) -> Result<Result<Vec<CommitPlan>, Rejection>, StorageError> {
+    let (mut tables, mut pks, mut rks, mut slots) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (at, part) in parts.iter().enumerate() {
+        for (index, operation) in part.batch.operations.iter().enumerate() {
+            tables.push(part.table.id);
+            pks.push(part.batch.partition_key.as_bytes());
+            rks.push(operation.row_key().as_bytes());
+            slots.push((at * MAX_TRANSACTION_OPERATIONS + index) as i32);
+        }
+    }
+    let read_rows = prepared.get(client, READ_ROWS)?;
+    let rows = client.query(&read_rows, &[&tables, &pks, &rks, &slots])?;
+    let mut records: HashMap<i32, &[u8]> = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        records.insert(row.get(0), row.get(1));
+    }
+    let now = Ticks::next_commit();
+    let (mut plans, mut refused) = (Vec::with_capacity(parts.len()), None);
+    for (at, part) in parts.iter().enumerate() {
+        let catalog = &catalogs[&part.table.id];
+        let record_of = |index: usize, _: &Operation| {
+            records
+                .get(&((at * MAX_TRANSACTION_OPERATIONS + index) as i32))
+                .copied()
+        };
+        let ops = &part.batch.operations;
+        let current = codec::current_entities(ops, record_of, catalog.any_kept())?;
+        let (key, ops) = (&part.batch.partition_key, ops.clone());
+        match plan_commit(key, ops, current, now, &catalog.indexes) {
+            Ok(plan) => plans.push(plan),
+            Err(refusal) => {
+                let rejection = at_position(&part.batch.positions, refusal.into());
+                refused = Some(first_by_position(refused, rejection));
+            }
+        }
+    }
+    Ok(match refused {
+        Some(rejection) => Err(rejection),
+        None => Ok(plans),
+    })
+}
+
+/// Writes and removes the entity rows of every plan: one statement each, whatever the number of
+/// partitions and tables.
+fn write_rows(
+    client: &mut postgres::Client,
+    prepared: &mut Prepared<'_>,
+    parts: &[Part],
+    plans: &[CommitPlan],
+) -> Result<(), StorageError> {
+    let (mut written, mut removed) = (RowsOf::default(), RowsOf::default());
+    for (part, plan) in parts.iter().zip(plans) {
+        for change in &plan.changes {
+            let rows = match (&plan.results[change.operation], change.writes) {
+                (Some(entity), true) => {
+                    let record = codec::encode(entity.timestamp, &entity.properties);
+                    written.records.push(record);
+                    &mut written
+                }
+                _ => &mut removed,
+            };
+            rows.tables.push(part.table.id);
+            rows.pks.push(part.batch.partition_key.as_bytes());
+            rows.rks.push(change.row_key.as_bytes());
+        }
+    }
+    if !written.tables.is_empty() {
+        let write = prepared.get(client, WRITE_ROWS)?;
+        let params: [&(dyn ToSql + Sync); 4] = [
+            &written.tables,
+            &written.pks,
+            &written.rks,
+            &written.records,
+        ];
+        client.execute(&write, &params)?;
+    }
+    if !removed.tables.is_empty() {
+        let delete = prepared.get(client, DELETE_ROWS)?;
+        client.execute(&delete, &[&removed.tables, &removed.pks, &removed.rks])?;
+    }
+    Ok(())
+}
+
+/// Rows of several tables and partitions, as the statements' arrays take them.
+#[derive(Default)]
+struct RowsOf<'a> {
+    tables: Vec<i64>,
+    pks: Vec<&'a [u8]>,
+    rks: Vec<&'a [u8]>,
+    records: Vec<Vec<u8>>,
+}
+
 /// Begins a transaction holding every table of `parts` (shared, in id order) and every
 /// partition (in lock-key order, as `parts` are), and reads the tables' indexes as they are
 /// under the locks, in one round trip. A table whose row is purged has no catalog: its commit
-/// finds it gone.
+/// finds it gone, as does one deleted (the catalogs are of live tables only).
 fn begin_locked(
     client: &mut postgres::Client,
     parts: &[Part],
@@ -177,7 +281,7 @@ fn begin_locked(
     let ids: Vec<String> = table_ids.keys().map(i64::to_string).collect();
     sql += &format!(
         " SELECT id AS table_id, encode(indexes, 'hex') AS indexes FROM trestle_tables
-          WHERE id IN ({})",
+          WHERE live AND id IN ({})",
         ids.join(", ")
     );
     let mut catalogs = HashMap::new();
