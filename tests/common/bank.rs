@@ -40,21 +40,11 @@ pub fn members(group: usize) -> Vec<usize> {
     (0..ACCOUNTS).filter(|n| n % GROUPS == group).collect()
 }
 
-/// A small deterministic random source (xorshift).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
+// Shared source, included by path by each test model (a test crate may hold both).
+#[allow(clippy::duplicate_mod)]
+#[path = "rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// A transfer a client saw acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -44,7 +44,7 @@ struct Held<'a> {
 }
 
 /// Whether a commit across partitions got hold of everything it touches.
-enum Holding<'a> {
+enum Hold<'a> {
     Held(Held<'a>),
     /// A table is deleted: the refusal names this position.
     Gone(usize),
@@ -115,9 +115,9 @@ impl SledStore {
         };
         let tables: Vec<Arc<SledTable>> = distinct_tables(parts.iter().map(|p| &p.table));
         let guards = match self.hold_all(&tables, &parts, wait)? {
-            Holding::Held(held) => held,
-            Holding::Gone(position) => return Ok(Ok(Err(table_gone(position)))),
-            Holding::WouldWait => return Ok(Err(parts.into_iter().map(|p| p.batch).collect())),
+            Hold::Held(held) => held,
+            Hold::Gone(position) => return Ok(Ok(Err(table_gone(position)))),
+            Hold::WouldWait => return Ok(Err(parts.into_iter().map(|p| p.batch).collect())),
         };
         let now = Ticks::next_commit();
         let mut planned = match plan_parts(&mut parts, now)? {
@@ -176,18 +176,16 @@ impl SledStore {
         tables: &'a [Arc<SledTable>],
         parts: &[Part],
         wait: bool,
-    ) -> Result<Holding<'a>, StorageError> {
+    ) -> Result<Hold<'a>, StorageError> {
         let mut gates = Vec::with_capacity(tables.len());
         for table in tables {
             match table.gate_when(wait) {
                 Ok(Some(gate)) => gates.push(gate),
                 Ok(None) => {
                     let part = parts.iter().find(|part| part.table.id == table.id);
-                    return Ok(Holding::Gone(
-                        part.map_or(0, |part| part.batch.positions[0]),
-                    ));
+                    return Ok(Hold::Gone(part.map_or(0, |part| part.batch.positions[0])));
                 }
-                Err(()) => return Ok(Holding::WouldWait),
+                Err(()) => return Ok(Hold::WouldWait),
             }
         }
         self.shared.space.check()?;
@@ -199,11 +197,11 @@ impl SledStore {
             } else {
                 match self.shared.locks.try_lock(table_id, partition_key) {
                     Some(guard) => partitions.push(guard),
-                    None => return Ok(Holding::WouldWait),
+                    None => return Ok(Hold::WouldWait),
                 }
             }
         }
-        Ok(Holding::Held(Held {
+        Ok(Hold::Held(Held {
             _gates: gates,
             partitions,
         }))
