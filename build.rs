@@ -21,6 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .codec_path("crate::codec::ReplyCodec")
         .btree_map(".trestle.v1.Entity.properties")
+        .btree_map(".trestle.v1.ObjectValue.members")
         .build_server(false)
         .compile_fds(descriptors)?;
     // The claims of scoped access tokens: carried in request metadata, not a service.

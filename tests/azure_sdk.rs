@@ -190,3 +190,69 @@ async fn the_js_sdk_works_unchanged() {
     let out = run(Path::new("node"), &["js_tables.mjs"], &endpoint, &[]).await;
     assert!(out.contains("js sdk: ok"), "{out}");
 }
+
+/// Written over gRPC: a person whose address and tags are documents holding every leaf type.
+async fn write_documents(server: &TestServer) {
+    let table = server.sdk().await.table("Docs");
+    table.create().await.unwrap();
+    let address = [
+        ("Big", Value::Int64((1 << 60) + 1)),
+        ("City", Value::from("Seattle")),
+        ("Gone", Value::Null),
+        (
+            "Id",
+            Value::Guid("00112233-4455-6677-8899-aabbccddeeff".parse().unwrap()),
+        ),
+        ("Ok", Value::Bool(true)),
+        ("Ratio", Value::Double(1.0)),
+        ("Raw", Value::Binary(vec![1, 2])),
+        (
+            "Since",
+            Value::DateTime("2024-02-29T12:30:45.1234567Z".parse().unwrap()),
+        ),
+        ("Zip", Value::Int32(98101)),
+    ];
+    let person = Properties::default()
+        .with("Name", "Ada")
+        .with(
+            "Address",
+            Value::Object(address.map(|(n, v)| (n.to_owned(), v)).into()),
+        )
+        .with(
+            "Tags",
+            Value::Array(vec![
+                "x".into(),
+                Value::Int32(2),
+                Value::Null,
+                Value::Array(Vec::new()),
+            ]),
+        );
+    table.insert(("people", "ada"), &person).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_read_a_document_as_its_json_text() {
+    let python = python();
+    let node = node_sdk_installed();
+    if python.is_none() || !node {
+        assert!(!required(), "an Azure SDK is not installed");
+        common::skip::skipped(
+            "both_sdks_read_a_document_as_its_json_text",
+            "needs azure-data-tables and @azure/data-tables",
+        );
+        return;
+    }
+    let (server, endpoint) = server().await;
+    write_documents(&server).await;
+    let python = python.unwrap();
+    let out = run(&python, &["python_tables.py", "documents"], &endpoint, &[]).await;
+    assert!(out.contains("python sdk, documents: ok"), "{out}");
+    let out = run(
+        Path::new("node"),
+        &["js_tables.mjs", "documents"],
+        &endpoint,
+        &[],
+    )
+    .await;
+    assert!(out.contains("js sdk, documents: ok"), "{out}");
+}

@@ -1,5 +1,6 @@
-//! Filtered queries end to end: a model-based comparison with a naive evaluator, the planner's
-//! choices, paging under a selective filter, streaming and counting.
+//! Filtered queries end to end: a model-based comparison with a naive evaluator (documents, paths
+//! and `any`/`all` included), the planner's choices, paging under a selective filter, streaming
+//! and counting.
 
 mod common;
 
@@ -35,7 +36,57 @@ impl Rng {
 const KEYS: &[&str] = &["", "a", "ab", "b", "ba", "c", "é"];
 const PROPS: &[&str] = &["A", "B", "C"];
 
+/// Paths a generated filter compares: properties, and members of the documents some hold.
+const PATHS: &[&str] = &["A", "B", "C", "A/X", "B/Y", "C/X", "A/X/Y"];
+
+/// A property value: mostly a scalar, sometimes an object `{X, Y}` or an array of scalars and
+/// such objects.
 fn random_value(rng: &mut Rng) -> Kind {
+    match rng.below(10) {
+        0 => object(rng),
+        1 => Kind::ArrayValue(pb::ArrayValue {
+            values: (0..rng.below(4))
+                .map(|_| pb::Value {
+                    kind: Some(if rng.below(3) == 0 {
+                        object(rng)
+                    } else {
+                        random_scalar(rng)
+                    }),
+                })
+                .collect(),
+        }),
+        _ => random_scalar(rng),
+    }
+}
+
+/// An object with members `X` and `Y`, each present or not, scalars or (X only) null.
+fn object(rng: &mut Rng) -> Kind {
+    let mut members = std::collections::BTreeMap::new();
+    for name in ["X", "Y"] {
+        match rng.below(4) {
+            0 => {}
+            1 if name == "X" => {
+                members.insert(
+                    name.to_owned(),
+                    pb::Value {
+                        kind: Some(Kind::NullValue(0)),
+                    },
+                );
+            }
+            _ => {
+                members.insert(
+                    name.to_owned(),
+                    pb::Value {
+                        kind: Some(random_scalar(rng)),
+                    },
+                );
+            }
+        }
+    }
+    Kind::ObjectValue(pb::ObjectValue { members })
+}
+
+fn random_scalar(rng: &mut Rng) -> Kind {
     match rng.below(8) {
         0 => Kind::StringValue(rng.pick(KEYS).to_string()),
         1 => Kind::Int32Value(rng.below(7) as i32 - 3),
@@ -70,6 +121,9 @@ fn literal(kind: &Kind) -> String {
             "X'{}'",
             b.iter().map(|x| format!("{x:02x}")).collect::<String>()
         ),
+        Kind::NullValue(_) | Kind::ObjectValue(_) | Kind::ArrayValue(_) => {
+            unreachable!("filters compare scalars")
+        }
     }
 }
 
@@ -80,6 +134,8 @@ enum Filter {
     Or(Box<Filter>, Box<Filter>),
     Not(Box<Filter>),
     Compare(String, &'static str, Kind),
+    /// `path/any(v: body)` (`all` when the flag is set); `any()` without a body.
+    Lambda(bool, String, Option<Box<Filter>>),
 }
 
 fn random_filter(rng: &mut Rng, depth: usize) -> Filter {
@@ -93,10 +149,12 @@ fn random_filter(rng: &mut Rng, depth: usize) -> Filter {
                 "RowKey".to_owned(),
                 Kind::StringValue(rng.pick(KEYS).to_string()),
             ),
-            _ => (rng.pick(PROPS).to_string(), random_value(rng)),
+            _ => (rng.pick(PATHS).to_string(), random_scalar(rng)),
         };
-        const OPS: [&str; 6] = ["eq", "ne", "gt", "ge", "lt", "le"];
         return Filter::Compare(property, OPS[rng.below(6)], value);
+    }
+    if rng.below(5) == 0 {
+        return random_lambda(rng);
     }
     match rng.below(3) {
         0 => Filter::And(
@@ -111,29 +169,98 @@ fn random_filter(rng: &mut Rng, depth: usize) -> Filter {
     }
 }
 
+const OPS: [&str; 6] = ["eq", "ne", "gt", "ge", "lt", "le"];
+
+/// `any`/`all` over a property, its body comparing the element `v`, a member of it, or (and/or)
+/// a property of the entity.
+fn random_lambda(rng: &mut Rng) -> Filter {
+    let all = rng.below(2) == 1;
+    let collection = rng.pick(PROPS).to_string();
+    if !all && rng.below(4) == 0 {
+        return Filter::Lambda(false, collection, None);
+    }
+    let element = |rng: &mut Rng| {
+        let path = *rng.pick(&["v", "v/X", "v/Y"]);
+        Filter::Compare(path.to_owned(), OPS[rng.below(6)], random_scalar(rng))
+    };
+    let first = element(rng);
+    let body = match rng.below(3) {
+        0 => first,
+        1 => Filter::And(Box::new(first), Box::new(element(rng))),
+        _ => Filter::Or(
+            Box::new(first),
+            Box::new(Filter::Compare(
+                rng.pick(PROPS).to_string(),
+                OPS[rng.below(6)],
+                random_scalar(rng),
+            )),
+        ),
+    };
+    Filter::Lambda(all, collection, Some(Box::new(body)))
+}
+
 fn render(filter: &Filter) -> String {
     match filter {
         Filter::And(a, b) => format!("({} and {})", render(a), render(b)),
         Filter::Or(a, b) => format!("({} or {})", render(a), render(b)),
         Filter::Not(a) => format!("not ({})", render(a)),
         Filter::Compare(p, op, v) => format!("{p} {op} {}", literal(v)),
+        Filter::Lambda(all, collection, body) => {
+            let word = if *all { "all" } else { "any" };
+            match body {
+                Some(body) => format!("{collection}/{word}(v: {})", render(body)),
+                None => format!("{collection}/{word}()"),
+            }
+        }
     }
 }
 
-/// The naive evaluator: Azure's documented semantics, written independently of the server.
+/// The naive evaluator: Azure's documented semantics, written independently of the server, with
+/// paths and lambdas as docs/semantics.md states them. `element` is the lambda's `v`.
 fn holds(filter: &Filter, e: &pb::Entity) -> bool {
+    holds_at(filter, e, None)
+}
+
+/// The value at a `/`-separated path, from the lambda's element when it starts with `v`.
+fn at_path(path: &str, e: &pb::Entity, element: Option<&Kind>) -> Option<Kind> {
+    let mut steps = path.split('/');
+    let first = steps.next()?;
+    let mut value = match (first, element) {
+        ("PartitionKey", _) => Kind::StringValue(e.partition_key.clone()),
+        ("RowKey", _) => Kind::StringValue(e.row_key.clone()),
+        ("v", Some(element)) => element.clone(),
+        (name, _) => e.properties.get(name)?.kind.clone()?,
+    };
+    for step in steps {
+        value = match value {
+            Kind::ObjectValue(object) => object.members.get(step)?.kind.clone()?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+fn holds_at(filter: &Filter, e: &pb::Entity, element: Option<&Kind>) -> bool {
     match filter {
-        Filter::And(a, b) => holds(a, e) && holds(b, e),
-        Filter::Or(a, b) => holds(a, e) || holds(b, e),
-        Filter::Not(a) => !holds(a, e),
+        Filter::And(a, b) => holds_at(a, e, element) && holds_at(b, e, element),
+        Filter::Or(a, b) => holds_at(a, e, element) || holds_at(b, e, element),
+        Filter::Not(a) => !holds_at(a, e, element),
+        Filter::Lambda(all, collection, body) => {
+            let Some(Kind::ArrayValue(array)) = at_path(collection, e, None) else {
+                return false;
+            };
+            let mut elements = array.values.iter().filter_map(|v| v.kind.as_ref());
+            match (all, body) {
+                (false, None) => elements.next().is_some(),
+                (false, Some(body)) => elements.any(|v| holds_at(body, e, Some(v))),
+                (true, body) => {
+                    elements.all(|v| body.as_ref().is_none_or(|b| holds_at(b, e, Some(v))))
+                }
+            }
+        }
         Filter::Compare(property, op, literal) => {
-            let value = match property.as_str() {
-                "PartitionKey" => Kind::StringValue(e.partition_key.clone()),
-                "RowKey" => Kind::StringValue(e.row_key.clone()),
-                name => match e.properties.get(name).and_then(|v| v.kind.clone()) {
-                    Some(kind) => kind,
-                    None => return false,
-                },
+            let Some(value) = at_path(property, e, element) else {
+                return false;
             };
             let ordering = match (&value, literal) {
                 (Kind::StringValue(a), Kind::StringValue(b)) => {

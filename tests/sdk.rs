@@ -78,7 +78,7 @@ fn serde_keeps_azure_types() {
 }
 
 #[test]
-fn serde_refuses_what_cannot_be_mapped() {
+fn serde_refuses_what_cannot_be_mapped_and_maps_nested_values_to_documents() {
     #[derive(Serialize)]
     struct Nested {
         inner: Inner,
@@ -103,20 +103,25 @@ fn serde_refuses_what_cannot_be_mapped() {
     struct WithShape {
         shape: Shape,
     }
-    assert!(to_properties(&Nested {
-        inner: Inner { x: 1 }
-    })
-    .unwrap_err()
-    .to_string()
-    .contains("nested struct Inner"));
+    // Nested structs and sequences are documents now (tests/documents.rs); these map.
+    assert_eq!(
+        to_properties(&Nested {
+            inner: Inner { x: 1 }
+        })
+        .unwrap()["inner"],
+        Value::Object([("x".to_owned(), Value::Int32(1))].into())
+    );
     assert!(to_properties(&TooBig { n: u64::MAX })
         .unwrap_err()
         .to_string()
         .contains("Int64 range"));
-    assert!(to_properties(&List {
-        items: vec!["a".into()]
-    })
-    .is_err());
+    assert_eq!(
+        to_properties(&List {
+            items: vec!["a".into()]
+        })
+        .unwrap()["items"],
+        Value::Array(vec!["a".into()])
+    );
     assert!(to_properties(&WithShape {
         shape: Shape::Circle(1.0)
     })

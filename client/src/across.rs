@@ -151,7 +151,7 @@ impl CrossTransaction {
         key: impl Into<EntityKey>,
         patch: &Patch,
     ) -> Result<&mut Self> {
-        self.add(table, key.into(), |key| Ok(operation::patch(key, patch)))
+        self.add(table, key.into(), |key| operation::patch(key, patch))
     }
 
     /// Deletes an existing entity.

@@ -25,6 +25,16 @@ pub(crate) fn value_to_pb(value: Value) -> pb::Value {
         Value::DateTime(t) => Kind::DatetimeValue(timestamp_to_pb(t)),
         Value::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
         Value::Binary(b) => Kind::BinaryValue(b),
+        Value::Null => Kind::NullValue(prost_types::NullValue::NullValue as i32),
+        Value::Object(members) => Kind::ObjectValue(pb::ObjectValue {
+            members: members
+                .into_iter()
+                .map(|(name, value)| (name, value_to_pb(value)))
+                .collect(),
+        }),
+        Value::Array(values) => Kind::ArrayValue(pb::ArrayValue {
+            values: values.into_iter().map(value_to_pb).collect(),
+        }),
     };
     pb::Value { kind: Some(kind) }
 }
@@ -46,6 +56,21 @@ pub(crate) fn value_from_pb(name: &str, value: pb::Value) -> Result<Value> {
                 .map_err(|e| Error::new(ErrorKind::Mapping, format!("property {name}: {e}")))?,
         ),
         Kind::BinaryValue(b) => Value::Binary(b),
+        Kind::NullValue(_) => Value::Null,
+        Kind::ObjectValue(object) => Value::Object(
+            object
+                .members
+                .into_iter()
+                .map(|(member, value)| Ok((member, value_from_pb(name, value)?)))
+                .collect::<Result<_>>()?,
+        ),
+        Kind::ArrayValue(array) => Value::Array(
+            array
+                .values
+                .into_iter()
+                .map(|value| value_from_pb(name, value))
+                .collect::<Result<_>>()?,
+        ),
     })
 }
 
@@ -145,14 +170,17 @@ pub(crate) fn typed<T: DeserializeOwned>(entity: pb::Entity) -> Result<Entity<T>
 }
 
 /// A patch's steps on the wire.
-pub(crate) fn patch_steps(patch: &crate::patch::Patch) -> Vec<pb::PatchStep> {
+pub(crate) fn patch_steps(patch: &crate::patch::Patch) -> Result<Vec<pb::PatchStep>> {
     use crate::patch::Step;
+    if let Some(why) = &patch.unmappable {
+        return Err(Error::new(ErrorKind::Mapping, why.clone()));
+    }
     use pb::patch_step::Step as Wire;
     let set = |property: &String, value: &Value| pb::SetStep {
         property: property.clone(),
         value: Some(value_to_pb(value.clone())),
     };
-    patch
+    Ok(patch
         .steps
         .iter()
         .map(|step| pb::PatchStep {
@@ -168,9 +196,16 @@ pub(crate) fn patch_steps(patch: &crate::patch::Patch) -> Vec<pb::PatchStep> {
                 Step::SetIfAbsent(property, value) => Wire::SetIfAbsent(set(property, value)),
                 Step::Max(property, value) => Wire::Max(set(property, value)),
                 Step::Min(property, value) => Wire::Min(set(property, value)),
+                Step::Append(property, value, keep_last) => Wire::Append(pb::AppendStep {
+                    property: property.clone(),
+                    value: Some(value_to_pb(value.clone())),
+                    keep_last: *keep_last,
+                }),
+                Step::AddToSet(property, value) => Wire::AddToSet(set(property, value)),
+                Step::RemoveValue(property, value) => Wire::RemoveValue(set(property, value)),
             }),
         })
-        .collect()
+        .collect())
 }
 
 /// A patch's condition on the wire: empty for none.

@@ -102,7 +102,7 @@ pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_T
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use index::{IndexDefinition, IndexInfo, IndexScope, IndexState};
-pub use mapping::{from_properties, to_properties, MappingError};
+pub use mapping::{from_properties, to_properties, to_value, MappingError};
 pub use modify::{is_conflict, retry_on_conflict, ConflictRetry};
 pub use patch::Patch;
 pub use query::{EntityStream, FieldFilter, Filter, Page, Query, QueryStats};

@@ -1,8 +1,12 @@
 //! [`Patch`]: changes the server applies to a stored entity inside its commit, in order, so that
-//! a counter, a flag or a running maximum changes without a read-modify-write round trip, and
-//! without conflicts; optionally only while the entity meets a condition.
+//! a counter, a flag, a running maximum or a document's member or array changes without a
+//! read-modify-write round trip, and without conflicts; optionally only while the entity meets a
+//! condition.
+
+use serde::Serialize;
 
 use crate::entity::IfMatch;
+use crate::mapping::to_value;
 use crate::query::Filter;
 use crate::value::Value;
 
@@ -15,6 +19,10 @@ pub(crate) enum Step {
     SetIfAbsent(String, Value),
     Max(String, Value),
     Min(String, Value),
+    /// The path, the value, and how many elements to keep (0: all).
+    Append(String, Value, u32),
+    AddToSet(String, Value),
+    RemoveValue(String, Value),
 }
 
 /// Steps applied in order to one entity by [`TableClient::patch`](crate::TableClient::patch) or
@@ -32,6 +40,21 @@ pub(crate) enum Step {
 ///     .max("MaxTemp", 41.5)
 ///     .condition(Filter::lt("MaxTemp", 45.0));
 /// ```
+///
+/// Every step names a path: a property, or a value inside a document property (`Address/City`,
+/// `Comments/0/Text`), whose missing objects are created on the way:
+///
+/// ```
+/// use trestle_client::Patch;
+/// #[derive(serde::Serialize)]
+/// struct Comment { author: String, text: String }
+/// let comment = Comment { author: "ada".into(), text: "Nice".into() };
+/// let post = Patch::new()
+///     .append("RecentComments", &comment)
+///     .keep_last(3)
+///     .increment("Stats/Comments", 1i64)
+///     .add_to_set("Tags", "rust");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[must_use]
 pub struct Patch {
@@ -39,6 +62,8 @@ pub struct Patch {
     pub(crate) if_match: Option<IfMatch>,
     pub(crate) upsert: bool,
     pub(crate) condition: Option<Filter>,
+    /// Why a value given to a step could not be mapped: reported when the patch is sent.
+    pub(crate) unmappable: Option<String>,
 }
 
 impl Patch {
@@ -84,6 +109,40 @@ impl Patch {
     /// Keeps the smaller of the property and `value`, as [`Patch::max`].
     pub fn min(mut self, property: impl Into<String>, value: impl Into<Value>) -> Patch {
         self.steps.push(Step::Min(property.into(), value.into()));
+        self
+    }
+
+    /// Appends `value` (anything the serde mapping stores: a struct becomes an object) to the
+    /// array at `path`, created when missing. Follow with [`Patch::keep_last`] to bound it.
+    pub fn append<T: Serialize + ?Sized>(mut self, path: impl Into<String>, value: &T) -> Patch {
+        let path = path.into();
+        match to_value(value) {
+            Ok(value) => self.steps.push(Step::Append(path, value, 0)),
+            Err(error) => self.unmappable = Some(format!("append to {path}: {error}")),
+        }
+        self
+    }
+
+    /// After the [`Patch::append`] just before, keeps only the array's last `count` elements: a
+    /// post's most recent comments. (Without an append before it, it does nothing.)
+    pub fn keep_last(mut self, count: u32) -> Patch {
+        if let Some(Step::Append(_, _, keep)) = self.steps.last_mut() {
+            *keep = count;
+        }
+        self
+    }
+
+    /// Appends `value` to the array at `path` (created when missing) unless an element equals
+    /// it: a set of references.
+    pub fn add_to_set(mut self, path: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps.push(Step::AddToSet(path.into(), value.into()));
+        self
+    }
+
+    /// Removes every element equal to `value` from the array at `path`.
+    pub fn remove_value(mut self, path: impl Into<String>, value: impl Into<Value>) -> Patch {
+        self.steps
+            .push(Step::RemoveValue(path.into(), value.into()));
         self
     }
 

@@ -193,7 +193,7 @@ impl TableClient {
             table: self.name.clone(),
             partition_key: key.partition_key,
             row_key: key.row_key,
-            operations: patch_steps(patch),
+            operations: patch_steps(patch)?,
             if_match: patch_if_match(patch),
             upsert: patch.upsert,
             return_no_content: false,

@@ -183,7 +183,7 @@ impl Transaction {
 
     /// Patches a row (see [`Patch`]), in order with the rest.
     pub fn patch(&mut self, row: impl TransactionRow, patch: &Patch) -> Result<&mut Self> {
-        self.add(row, |key| Ok(operation::patch(key, patch)))
+        self.add(row, |key| operation::patch(key, patch))
     }
 
     /// Deletes an existing entity.
@@ -296,14 +296,14 @@ pub(crate) mod operation {
     }
 
     /// Patches the entity at `key`.
-    pub(crate) fn patch(key: EntityKey, patch: &Patch) -> Operation {
-        Operation::Patch(pb::PatchOperation {
+    pub(crate) fn patch(key: EntityKey, patch: &Patch) -> Result<Operation> {
+        Ok(Operation::Patch(pb::PatchOperation {
             row_key: key.row_key,
-            operations: patch_steps(patch),
+            operations: patch_steps(patch)?,
             if_match: patch_if_match(patch),
             upsert: patch.upsert,
             condition: patch_condition(patch),
-        })
+        }))
     }
 
     /// Deletes the entity at `key`.

@@ -1,5 +1,5 @@
-//! Property values: the eight Azure Table types, a DateTime with Azure's 100 ns precision, and a
-//! dynamic property map with typed accessors.
+//! Property values: the eight Azure Table types, documents nesting them (objects and arrays), a
+//! DateTime with Azure's 100 ns precision, and a dynamic property map with typed accessors.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -135,6 +135,48 @@ pub enum Value {
     Guid(Uuid),
     /// Edm.Binary.
     Binary(Vec<u8>),
+    /// Null: only inside a document (a property is never null; leave it out instead).
+    Null,
+    /// A document's object: members by name (1 to 255 characters, no `/`). Trestle's own type.
+    Object(BTreeMap<String, Value>),
+    /// A document's array. Trestle's own type.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// The value at the end of `path` inside a document: member names separated by `/`, element
+    /// indexes in arrays (`Addresses/0/City`); the value itself for an empty path.
+    ///
+    /// ```
+    /// use trestle_client::Value;
+    /// let person = Value::Object([(
+    ///     "Addresses".to_owned(),
+    ///     Value::Array(vec![Value::Object([("City".to_owned(), Value::from("Seattle"))].into())]),
+    /// )].into());
+    /// assert_eq!(person.at("Addresses/0/City"), Some(&Value::from("Seattle")));
+    /// assert_eq!(person.at("Addresses/1/City"), None);
+    /// ```
+    pub fn at(&self, path: &str) -> Option<&Value> {
+        path.split('/')
+            .filter(|step| !step.is_empty())
+            .try_fold(self, |value, step| match value {
+                Value::Object(members) => members.get(step),
+                Value::Array(elements) => elements.get(step.parse::<usize>().ok()?),
+                _ => None,
+            })
+    }
+}
+
+impl From<Vec<Value>> for Value {
+    fn from(elements: Vec<Value>) -> Value {
+        Value::Array(elements)
+    }
+}
+
+impl From<BTreeMap<String, Value>> for Value {
+    fn from(members: BTreeMap<String, Value>) -> Value {
+        Value::Object(members)
+    }
 }
 
 macro_rules! value_from {
@@ -234,6 +276,13 @@ impl Properties {
             Some(Value::Guid(v)) => Some(*v),
             _ => None,
         }
+    }
+
+    /// A document property, or a member or element inside one, by path
+    /// ([`Value::at`]): `Address/City`.
+    pub fn get_path(&self, path: &str) -> Option<&Value> {
+        let (name, rest) = path.split_once('/').unwrap_or((path, ""));
+        self.0.get(name)?.at(rest)
     }
 
     /// A Binary property.

@@ -236,6 +236,7 @@ fn validation_code(invalid: &ValidationError) -> ErrorCode {
         ValidationError::PropertyValueMissing { .. } => ErrorCode::PropertiesNeedValue,
         ValidationError::KeyCharacterInvalid { .. }
         | ValidationError::GuidInvalid { .. }
+        | ValidationError::DocumentInvalid { .. }
         | ValidationError::ETagInvalid { .. }
         | ValidationError::IfMatchMissing
         | ValidationError::EntityMissing

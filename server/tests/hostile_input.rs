@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use proptest::prelude::*;
 use trestle_proto::access::{self, Grant, KeyRing, Permissions};
-use trestle_server::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+use trestle_server::model::{Document, EntityKey, Properties, StoredEntity, Ticks, Value};
 use trestle_server::query::{ContinuationToken, Expr, TablesToken, TokenSeal};
 use trestle_server::storage::EntityView;
 
@@ -49,12 +49,31 @@ const FILTER_TOKENS: &[&str] = &[
     "9999999999999999999",
     "NaN",
     " ",
+    "/",
+    ":",
+    "Address/City",
+    "Tags/any(t: t eq 'x')",
+    "Tags/all(",
+    "Tags/any()",
+    "any(",
+    "h/Symbol",
+    "h:",
+    "Holdings/any(h:",
 ];
 
 /// The nesting-heavy part of the dictionary (also `server/fuzz/filter.dict`): units that open a
 /// level, repeated thousands of times, find what bounded grammar soup cannot, a recursion that
 /// runs off the end of the stack.
-const NESTING_UNITS: &[&str] = &["(", "not ", "(not ", "not (", "((((", "not not not not "];
+const NESTING_UNITS: &[&str] = &[
+    "(",
+    "not ",
+    "(not ",
+    "not (",
+    "((((",
+    "not not not not ",
+    "Tags/any(t: ",
+    "Holdings/all(h: h/Lots/any(l: ",
+];
 
 fn sample_entity() -> StoredEntity {
     StoredEntity {
@@ -63,9 +82,21 @@ fn sample_entity() -> StoredEntity {
             ("Name".to_owned(), Value::String("Ada".into())),
             ("Age".to_owned(), Value::Int32(36)),
             ("Score".to_owned(), Value::Double(f64::NAN)),
+            ("Address".to_owned(), address()),
+            ("Tags".to_owned(), tags()),
         ]),
         timestamp: Ticks(0),
     }
+}
+
+fn address() -> Value {
+    let city = [("City".to_owned(), Value::String("Seattle".into()))];
+    Value::Document(Document::object(city).unwrap())
+}
+
+fn tags() -> Value {
+    let tags = [Value::String("x".into()), Value::Null, address()];
+    Value::Document(Document::array(tags).unwrap())
 }
 
 fn check_filter(text: &str) {

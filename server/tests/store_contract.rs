@@ -13,8 +13,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use trestle_server::model::{
-    CheckCondition, ETag, Effect, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState,
-    KeyPosition, KeyRange, NewEntity, Operation, PatchCondition, PatchStep, Properties,
+    CheckCondition, Document, ETag, Effect, EntityKey, IfMatch, IndexDefinition, IndexScope,
+    IndexState, KeyPosition, KeyRange, NewEntity, Operation, PatchCondition, PatchStep, Properties,
     StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
@@ -54,16 +54,29 @@ fn key(partition_key: &str, row_key: &str) -> EntityKey {
 
 fn new_entity(rng: &mut Rng, partition_key: &str, row_key: &str) -> NewEntity {
     let mut properties = Properties::new();
-    for name in ["N", "S"] {
+    for name in ["N", "S", "D"] {
         if rng.below(2) == 0 {
             let value = match name {
                 "N" => Value::Int64(rng.below(100) as i64),
+                "D" => document(rng),
                 _ => Value::String(format!("s{}", rng.below(10))),
             };
             properties.insert(name.into(), value);
         }
     }
     NewEntity::new(key(partition_key, row_key), properties).unwrap()
+}
+
+/// A small document: an object holding a number, a null and an array of strings.
+fn document(rng: &mut Rng) -> Value {
+    let tags = (0..rng.below(3)).map(|i| Value::String(format!("t{i}")));
+    let tags = Document::array(tags).unwrap();
+    let members = [
+        ("N".to_owned(), Value::Int64(rng.below(100) as i64)),
+        ("Nothing".to_owned(), Value::Null),
+        ("Tags".to_owned(), Value::Document(tags)),
+    ];
+    Value::Document(Document::object(members).unwrap())
 }
 
 /// An `if_match` for the row: `*`, its current ETag, or a stale one.

@@ -7,6 +7,7 @@ as a connection string carries it, and the development key must be refused.
 """
 
 import datetime
+import json
 import os
 import sys
 import uuid
@@ -390,7 +391,39 @@ def keyed():
     service.delete_table("PyKeyed")
 
 
+# The documents tests/azure_sdk.rs writes over gRPC, as JSON: how the SDKs see them.
+ADDRESS = {
+    "Big": "1152921504606846977",
+    "City": "Seattle",
+    "Gone": None,
+    "Id": "00112233-4455-6677-8899-aabbccddeeff",
+    "Ok": True,
+    "Ratio": 1.0,
+    "Raw": "AQI=",
+    "Since": "2024-02-29T12:30:45.1234567Z",
+    "Zip": 98101,
+}
+TAGS = ["x", 2, None, []]
+
+
+def documents(service):
+    """A document property reads as an Edm.String holding the document's JSON text."""
+    table = service.get_table_client("Docs")
+    got = table.get_entity("people", "ada")
+    listed = list(table.query_entities("PartitionKey eq 'people'"))
+    assert len(listed) == 1, listed
+    for entity in (got, listed[0]):
+        assert entity["Name"] == "Ada", entity
+        assert isinstance(entity["Address"], str), entity
+        assert json.loads(entity["Address"]) == ADDRESS, entity["Address"]
+        assert json.loads(entity["Tags"]) == TAGS, entity["Tags"]
+
+
 def main():
+    if sys.argv[1:] == ["documents"]:
+        documents(connect())
+        print("python sdk, documents: ok")
+        return
     if sys.argv[1:] == ["keyed"]:
         keyed()
         print("python sdk, keyed: ok")

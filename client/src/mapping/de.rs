@@ -128,6 +128,12 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer {
                 token: Some(GUID_TOKEN),
                 inner: Some(Value::String(g.hyphenated().to_string())),
             }),
+            Value::Null => visitor.visit_unit(),
+            Value::Object(members) => visitor.visit_map(PropertyMap {
+                entries: members.into_iter(),
+                value: None,
+            }),
+            Value::Array(values) => visitor.visit_seq(Elements(values.into_iter())),
         }
     }
 
@@ -156,12 +162,16 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer {
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
         match self.0 {
             Value::Binary(bytes) => visitor.visit_seq(SeqDeserializer::new(bytes.into_iter())),
+            Value::Array(values) => visitor.visit_seq(Elements(values.into_iter())),
             other => ValueDeserializer(other).deserialize_any(visitor),
         }
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, MappingError> {
-        visitor.visit_some(self)
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            value => visitor.visit_some(ValueDeserializer(value)),
+        }
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(
@@ -194,6 +204,27 @@ impl<'de> de::Deserializer<'de> for ValueDeserializer {
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char unit unit_struct tuple tuple_struct
         map struct identifier ignored_any
+    }
+}
+
+/// A document's array, element by element.
+struct Elements(std::vec::IntoIter<Value>);
+
+impl<'de> de::SeqAccess<'de> for Elements {
+    type Error = MappingError;
+
+    fn next_element_seed<T: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, MappingError> {
+        self.0
+            .next()
+            .map(|value| seed.deserialize(ValueDeserializer(value)))
+            .transpose()
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.0.len())
     }
 }
 
@@ -231,21 +262,42 @@ impl<'de> Visitor<'de> for ValueVisitor {
     fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Value, E> {
         Ok(Value::Binary(v))
     }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, inner: D) -> Result<Value, D::Error> {
+        inner.deserialize_any(ValueVisitor)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(value) = seq.next_element()? {
+            values.push(value);
+        }
+        Ok(Value::Array(values))
+    }
+    /// A DateTime or Guid (a one-member map named by its marker), or a document's object.
     fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let token: String = map
-            .next_key()?
-            .ok_or_else(|| de::Error::custom("an empty map is not a value"))?;
-        match token.as_str() {
-            DATETIME_TOKEN => Ok(Value::DateTime(DateTime::from_ticks(map.next_value()?))),
+        let mut members = BTreeMap::new();
+        let Some(first) = map.next_key::<String>()? else {
+            return Ok(Value::Object(members));
+        };
+        match first.as_str() {
+            DATETIME_TOKEN => return Ok(Value::DateTime(DateTime::from_ticks(map.next_value()?))),
             GUID_TOKEN => {
                 let text: String = map.next_value()?;
-                Uuid::parse_str(&text)
+                return Uuid::parse_str(&text)
                     .map(Value::Guid)
-                    .map_err(de::Error::custom)
+                    .map_err(de::Error::custom);
             }
-            other => Err(de::Error::custom(format!(
-                "a nested map (key {other}) is not a value"
-            ))),
+            _ => {}
         }
+        members.insert(first, map.next_value()?);
+        while let Some((name, value)) = map.next_entry()? {
+            members.insert(name, value);
+        }
+        Ok(Value::Object(members))
     }
 }

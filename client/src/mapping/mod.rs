@@ -4,8 +4,10 @@
 //! Mapping: `String`/`&str`/`char` → String; `i8`/`i16`/`i32`/`u8`/`u16` → Int32; `i64`/`u32` →
 //! Int64 (`u64` too when it fits); `f32`/`f64` → Double; `bool` → Boolean; [`DateTime`] →
 //! DateTime; `uuid::Uuid` → Guid; `Vec<u8>` and byte buffers → Binary; `Option::None` → the property
-//! is absent; unit enum variants → String (their name). Nested structs, maps, sequences of other
-//! than bytes and data-carrying enum variants cannot be mapped and are refused with an error.
+//! is absent; unit enum variants → String (their name). Nested structs and maps with string keys
+//! → a document's object (a `None` member left out); sequences and tuples of other than bytes → a
+//! document's array (a `None` element is null); `()` and [`Value::Null`] → null. Data-carrying enum variants cannot be mapped and are
+//! refused with an error.
 //!
 //! [`DateTime`]: crate::DateTime
 
@@ -16,7 +18,7 @@ mod ser;
 use std::collections::BTreeMap;
 
 pub use de::from_properties;
-pub use ser::to_properties;
+pub use ser::{to_properties, to_value};
 
 use crate::value::{DateTime, Properties, Value};
 
@@ -113,6 +115,9 @@ impl ::serde::Serialize for Value {
                 serializer.serialize_newtype_struct(GUID_TOKEN, &v.hyphenated().to_string())
             }
             Value::Binary(v) => serializer.serialize_bytes(v),
+            Value::Null => serializer.serialize_unit(),
+            Value::Object(members) => ::serde::Serialize::serialize(members, serializer),
+            Value::Array(values) => ::serde::Serialize::serialize(values, serializer),
         }
     }
 }

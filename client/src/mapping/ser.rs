@@ -15,6 +15,14 @@ pub fn to_properties<T: Serialize + ?Sized>(
     value.serialize(EntitySerializer)
 }
 
+/// Serializes one value (a struct becomes a document's object, a sequence an array); `None` and
+/// unit are null.
+pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, MappingError> {
+    value
+        .serialize(ValueSerializer::of::<T>())
+        .map(|value| value.unwrap_or(Value::Null))
+}
+
 fn unsupported(what: &str) -> MappingError {
     MappingError(format!("{what} cannot be stored as an entity property"))
 }
@@ -30,10 +38,7 @@ struct Fields {
 
 impl Fields {
     fn add<T: Serialize + ?Sized>(&mut self, name: String, value: &T) -> Result<(), MappingError> {
-        // `uuid::Uuid` serializes as 16 plain bytes; the field's type is the only thing that tells
-        // it apart from a byte buffer, so a Uuid field is serialized in Guid mode.
-        let guid = std::any::type_name::<T>().contains("uuid::Uuid");
-        match value.serialize(ValueSerializer { guid }) {
+        match value.serialize(ValueSerializer::of::<T>()) {
             Ok(Some(value)) => {
                 self.properties.insert(name, value);
                 Ok(())
@@ -189,7 +194,7 @@ impl ser::SerializeMap for Fields {
     type Error = MappingError;
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), MappingError> {
-        match key.serialize(ValueSerializer { guid: false })? {
+        match key.serialize(ValueSerializer::PLAIN)? {
             Some(Value::String(name)) => {
                 self.next_key = Some(name);
                 Ok(())
@@ -213,19 +218,41 @@ impl ser::SerializeMap for Fields {
 
 /// One property value; `None` means the property is absent.
 struct ValueSerializer {
-    /// The field is a `uuid::Uuid`: 16 bytes are a Guid, not a Binary.
+    /// The value is a `uuid::Uuid`: 16 bytes are a Guid, not a Binary.
     guid: bool,
+    /// The value is a sequence of bytes (`Vec<u8>`, `&[u8]`): a Binary even when empty, where an
+    /// empty sequence of anything else is an empty array.
+    bytes: bool,
+}
+
+impl ValueSerializer {
+    /// For a value whose type says nothing.
+    const PLAIN: ValueSerializer = ValueSerializer {
+        guid: false,
+        bytes: false,
+    };
+
+    /// For a value of type `T`. A `uuid::Uuid` serializes as 16 plain bytes and an empty `Vec<u8>`
+    /// as an empty sequence: the type's name is the only thing that tells them apart from a byte
+    /// buffer and from an empty array.
+    fn of<T: ?Sized>() -> ValueSerializer {
+        let name = std::any::type_name::<T>();
+        ValueSerializer {
+            guid: name.contains("uuid::Uuid"),
+            bytes: name.contains("u8>") || name.contains("[u8"),
+        }
+    }
 }
 
 impl ser::Serializer for ValueSerializer {
     type Ok = Option<Value>;
     type Error = MappingError;
-    type SerializeSeq = Bytes;
-    type SerializeTuple = Impossible<Self::Ok, MappingError>;
+    type SerializeSeq = Sequence;
+    type SerializeTuple = Sequence;
     type SerializeTupleStruct = Impossible<Self::Ok, MappingError>;
     type SerializeTupleVariant = Impossible<Self::Ok, MappingError>;
-    type SerializeMap = Impossible<Self::Ok, MappingError>;
-    type SerializeStruct = Impossible<Self::Ok, MappingError>;
+    type SerializeMap = Object;
+    type SerializeStruct = Object;
     type SerializeStructVariant = Impossible<Self::Ok, MappingError>;
 
     fn is_human_readable(&self) -> bool {
@@ -286,8 +313,9 @@ impl ser::Serializer for ValueSerializer {
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<Self::Ok, MappingError> {
         value.serialize(self)
     }
+    /// Null (inside a document; a property is never null).
     fn serialize_unit(self) -> Result<Self::Ok, MappingError> {
-        Err(unsupported("the unit value ()"))
+        Ok(Some(Value::Null))
     }
     fn serialize_unit_struct(self, name: &'static str) -> Result<Self::Ok, MappingError> {
         Err(unsupported(&format!("the unit struct {name}")))
@@ -305,7 +333,7 @@ impl ser::Serializer for ValueSerializer {
         name: &'static str,
         value: &T,
     ) -> Result<Self::Ok, MappingError> {
-        let inner = value.serialize(ValueSerializer { guid: false })?;
+        let inner = value.serialize(ValueSerializer::PLAIN)?;
         match (name, inner) {
             (DATETIME_TOKEN, Some(Value::Int64(ticks))) => {
                 Ok(Some(Value::DateTime(DateTime::from_ticks(ticks))))
@@ -327,11 +355,14 @@ impl ser::Serializer for ValueSerializer {
             "the enum variant {variant} with data"
         )))
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Bytes, MappingError> {
-        Ok(Bytes(Vec::new()))
+    fn serialize_seq(self, len: Option<usize>) -> Result<Sequence, MappingError> {
+        Ok(Sequence {
+            values: Vec::with_capacity(len.unwrap_or(0)),
+            only_bytes: self.bytes,
+        })
     }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, MappingError> {
-        Err(unsupported("a tuple"))
+    fn serialize_tuple(self, len: usize) -> Result<Sequence, MappingError> {
+        self.serialize_seq(Some(len))
     }
     fn serialize_tuple_struct(
         self,
@@ -351,15 +382,14 @@ impl ser::Serializer for ValueSerializer {
             "the enum variant {variant} with data"
         )))
     }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, MappingError> {
-        Err(unsupported("a nested map"))
+    fn serialize_map(self, _: Option<usize>) -> Result<Object, MappingError> {
+        Ok(Object(Fields {
+            properties: BTreeMap::new(),
+            next_key: None,
+        }))
     }
-    fn serialize_struct(
-        self,
-        name: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStruct, MappingError> {
-        Err(unsupported(&format!("the nested struct {name}")))
+    fn serialize_struct(self, _: &'static str, len: usize) -> Result<Object, MappingError> {
+        self.serialize_map(Some(len))
     }
     fn serialize_struct_variant(
         self,
@@ -374,24 +404,84 @@ impl ser::Serializer for ValueSerializer {
     }
 }
 
-/// A sequence, accepted only when every element is a byte (`Vec<u8>` → Binary).
-struct Bytes(Vec<u8>);
+/// A sequence: a Binary when every element is a `u8`, otherwise a document's array.
+struct Sequence {
+    values: Vec<Value>,
+    only_bytes: bool,
+}
 
-impl ser::SerializeSeq for Bytes {
+impl ser::SerializeSeq for Sequence {
     type Ok = Option<Value>;
     type Error = MappingError;
 
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), MappingError> {
-        match value.serialize(ValueSerializer { guid: false })? {
-            Some(Value::Int32(b)) if matches!(std::any::type_name::<T>(), "u8" | "&u8") => {
-                self.0.push(b as u8);
-                Ok(())
-            }
-            _ => Err(unsupported("a sequence of anything but bytes")),
-        }
+        let at = self.values.len();
+        let element = value
+            .serialize(ValueSerializer::of::<T>())
+            .map_err(|MappingError(why)| MappingError(format!("element {at}: {why}")))?;
+        self.only_bytes &= matches!(std::any::type_name::<T>(), "u8" | "&u8");
+        self.values.push(element.unwrap_or(Value::Null));
+        Ok(())
     }
 
     fn end(self) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Binary(self.0)))
+        if !self.only_bytes {
+            return Ok(Some(Value::Array(self.values)));
+        }
+        let bytes = self.values.into_iter().filter_map(|value| match value {
+            Value::Int32(byte) => Some(byte as u8),
+            _ => None,
+        });
+        Ok(Some(Value::Binary(bytes.collect())))
+    }
+}
+
+impl ser::SerializeTuple for Sequence {
+    type Ok = Option<Value>;
+    type Error = MappingError;
+
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), MappingError> {
+        ser::SerializeSeq::serialize_element(self, value)
+    }
+
+    fn end(self) -> Result<Self::Ok, MappingError> {
+        ser::SerializeSeq::end(self)
+    }
+}
+
+/// A nested struct or map: a document's object, members as an entity's fields (a `None` left out).
+struct Object(Fields);
+
+impl ser::SerializeStruct for Object {
+    type Ok = Option<Value>;
+    type Error = MappingError;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), MappingError> {
+        self.0.add(key.to_owned(), value)
+    }
+
+    fn end(self) -> Result<Self::Ok, MappingError> {
+        Ok(Some(Value::Object(self.0.properties)))
+    }
+}
+
+impl ser::SerializeMap for Object {
+    type Ok = Option<Value>;
+    type Error = MappingError;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), MappingError> {
+        ser::SerializeMap::serialize_key(&mut self.0, key)
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), MappingError> {
+        ser::SerializeMap::serialize_value(&mut self.0, value)
+    }
+
+    fn end(self) -> Result<Self::Ok, MappingError> {
+        Ok(Some(Value::Object(self.0.properties)))
     }
 }

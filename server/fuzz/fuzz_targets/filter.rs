@@ -5,11 +5,18 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trestle_server::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+use trestle_server::model::{Document, EntityKey, Properties, StoredEntity, Ticks, Value};
 use trestle_server::query::Expr;
 
 /// The stack of a tokio runtime worker, where the server parses and evaluates filters.
 const WORKER_STACK_BYTES: usize = 2 * 1024 * 1024;
+
+/// A document to walk: an array holding a string, a null and an object (`Tags/any(t: t/City …)`).
+fn tags() -> Value {
+    let city = Document::object([("City".to_owned(), Value::String("Seattle".into()))]);
+    let elements = [Value::String("x".into()), Value::Null, Value::Document(city.unwrap())];
+    Value::Document(Document::array(elements).unwrap())
+}
 
 fuzz_target!(|text: &str| {
     std::thread::scope(|scope| {
@@ -22,6 +29,7 @@ fuzz_target!(|text: &str| {
                         properties: Properties::from([
                             ("Name".to_owned(), Value::String("Ada".into())),
                             ("Age".to_owned(), Value::Int32(36)),
+                            ("Tags".to_owned(), tags()),
                         ]),
                         timestamp: Ticks(0),
                     };

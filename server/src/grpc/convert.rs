@@ -5,9 +5,9 @@ use trestle_proto::pb;
 use uuid::Uuid;
 
 use crate::model::{
-    quoted, AccessPolicy, CheckCondition, EntityKey, IfMatch, Index, IndexDefinition, IndexScope,
-    IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties, StoredEntity, Ticks,
-    UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
+    quoted, AccessPolicy, CheckCondition, Document, EntityKey, IfMatch, Index, IndexDefinition,
+    IndexScope, IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties,
+    StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
 /// A request's entity, validated.
@@ -24,10 +24,16 @@ pub(crate) fn new_entity(entity: Option<pb::Entity>) -> Result<NewEntity, Valida
     NewEntity::new(key, properties)
 }
 
+/// A property's value; a refusal names the property, and the path inside a document.
 fn value_from_pb(name: &str, kind: Option<pb::value::Kind>) -> Result<Value, ValidationError> {
+    value_at(kind).map_err(|error| error.within(name))
+}
+
+/// A value whose refusals name paths relative to it (empty for the value itself).
+fn value_at(kind: Option<pb::value::Kind>) -> Result<Value, ValidationError> {
     use pb::value::Kind;
-    let kind = kind.ok_or_else(|| ValidationError::PropertyValueMissing {
-        name: name.to_owned(),
+    let kind = kind.ok_or(ValidationError::PropertyValueMissing {
+        name: String::new(),
     })?;
     Ok(match kind {
         Kind::StringValue(s) => Value::String(s),
@@ -35,19 +41,37 @@ fn value_from_pb(name: &str, kind: Option<pb::value::Kind>) -> Result<Value, Val
         Kind::Int64Value(v) => Value::Int64(v),
         Kind::DoubleValue(v) => Value::Double(v),
         Kind::BoolValue(v) => Value::Bool(v),
-        Kind::DatetimeValue(t) => {
-            Value::DateTime(Ticks::from_unix(t.seconds, t.nanos).ok_or_else(|| {
-                ValidationError::DateTimeOutOfRange {
-                    name: name.to_owned(),
-                }
-            })?)
-        }
-        Kind::GuidValue(text) => Value::Guid(parse_guid(name, &text)?),
+        Kind::DatetimeValue(t) => Value::DateTime(Ticks::from_unix(t.seconds, t.nanos).ok_or(
+            ValidationError::DateTimeOutOfRange {
+                name: String::new(),
+            },
+        )?),
+        Kind::GuidValue(text) => Value::Guid(parse_guid("", &text)?),
         Kind::BinaryValue(bytes) => Value::Binary(bytes),
+        Kind::NullValue(_) => Value::Null,
+        Kind::ObjectValue(object) => {
+            let members = object
+                .members
+                .into_iter()
+                .map(|(name, value)| match value_at(value.kind) {
+                    Ok(value) => Ok((name, value)),
+                    Err(error) => Err(error.within(&name)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Value::Document(Document::object(members)?)
+        }
+        Kind::ArrayValue(array) => {
+            let values = array
+                .values
+                .into_iter()
+                .enumerate()
+                .map(|(at, value)| value_at(value.kind).map_err(|e| e.within(&at.to_string())))
+                .collect::<Result<Vec<_>, _>>()?;
+            Value::Document(Document::array(values)?)
+        }
     })
 }
 
-/// Only the canonical hyphenated form (`8-4-4-4-12` hex digits) is a GUID on the wire.
 fn parse_guid(name: &str, text: &str) -> Result<Uuid, ValidationError> {
     let canonical = text.len() == 36
         && text.char_indices().all(|(i, c)| {
@@ -179,8 +203,9 @@ pub(crate) fn patch(
 
 fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
     use pb::patch_step::Step;
-    let value = |property: &str, value: Option<pb::Value>| {
-        value_from_pb(property, value.and_then(|value| value.kind))
+    // Refusals inside the value name the step's path.
+    let value = |path: &str, value: Option<pb::Value>| {
+        value_at(value.and_then(|value| value.kind)).map_err(|error| error.within(path))
     };
     let step = match step.step {
         Some(Step::Increment(step)) => PatchStep::Increment {
@@ -206,10 +231,23 @@ fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
             value: value(&step.property, step.value)?,
             property: step.property,
         },
+        Some(Step::Append(step)) => PatchStep::Append {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+            keep_last: step.keep_last,
+        },
+        Some(Step::AddToSet(step)) => PatchStep::AddToSet {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
+        Some(Step::RemoveValue(step)) => PatchStep::RemoveValue {
+            value: value(&step.property, step.value)?,
+            property: step.property,
+        },
         None => {
             return Err(ValidationError::Argument(
                 "a patch step has no kind: set one of increment, set, remove, set_if_absent, \
-                 max, min"
+                 max, min, append, add_to_set, remove_value"
                     .into(),
             ))
         }
@@ -304,6 +342,16 @@ fn value_to_pb(value: ValueRef<'_>) -> pb::Value {
         ValueRef::DateTime(t) => Kind::DatetimeValue(timestamp(t)),
         ValueRef::Guid(g) => Kind::GuidValue(g.hyphenated().to_string()),
         ValueRef::Binary(b) => Kind::BinaryValue(b.to_vec()),
+        ValueRef::Null => Kind::NullValue(prost_types::NullValue::NullValue as i32),
+        ValueRef::Document(document) if document.is_array() => Kind::ArrayValue(pb::ArrayValue {
+            values: document.elements().map(value_to_pb).collect(),
+        }),
+        ValueRef::Document(document) => Kind::ObjectValue(pb::ObjectValue {
+            members: document
+                .members()
+                .map(|(name, value)| (name.to_owned(), value_to_pb(value)))
+                .collect(),
+        }),
     };
     pb::Value { kind: Some(kind) }
 }

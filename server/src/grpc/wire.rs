@@ -7,10 +7,11 @@ use prost::encoding::{encoded_len_varint, key_len, WireType};
 
 use super::pages::EncodedEntities;
 use crate::engine::MatchSink;
-use crate::model::{ETag, Ticks, ValueRef};
+use crate::model::{DocumentRef, ETag, Ticks, ValueRef};
 use crate::storage::{EntityView, StorageError};
 
-// Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` and of `Timestamp`.
+// Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` (and of the documents it
+// nests) and of `Timestamp`.
 pub(super) const ENTITY_PARTITION_KEY: u32 = 1;
 pub(super) const ENTITY_ROW_KEY: u32 = 2;
 pub(super) const ENTITY_PROPERTIES: u32 = 3;
@@ -26,6 +27,11 @@ pub(super) const VALUE_BOOL: u32 = 5;
 pub(super) const VALUE_DATETIME: u32 = 6;
 pub(super) const VALUE_GUID: u32 = 7;
 pub(super) const VALUE_BINARY: u32 = 8;
+pub(super) const VALUE_NULL: u32 = 9;
+pub(super) const VALUE_OBJECT: u32 = 10;
+pub(super) const VALUE_ARRAY: u32 = 11;
+pub(super) const OBJECT_MEMBERS: u32 = 1;
+pub(super) const ARRAY_VALUES: u32 = 1;
 pub(super) const TIMESTAMP_SECONDS: u32 = 1;
 pub(super) const TIMESTAMP_NANOS: u32 = 2;
 
@@ -79,12 +85,7 @@ fn write_entity(
     put_text(ENTITY_ROW_KEY, entity.row_key, out);
     for property in entity.properties() {
         let (name, value) = property?;
-        let value_len = value_len(value);
-        let entry_len = text_len(ENTRY_KEY, name) + nested_len(ENTRY_VALUE, value_len);
-        put_len_prefix(ENTITY_PROPERTIES, entry_len, out);
-        put_text(ENTRY_KEY, name, out);
-        put_len_prefix(ENTRY_VALUE, value_len, out);
-        put_value(value, out);
+        put_entry(ENTITY_PROPERTIES, name, value, out);
     }
     put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
     put_timestamp(entity.timestamp, out);
@@ -92,6 +93,19 @@ fn write_entity(
     ETag::write_for_timestamp(entity.timestamp, etag);
     put_text(ENTITY_ETAG, etag, out);
     Ok(())
+}
+
+/// Appends a map entry `name` → `value` as field `field`.
+fn put_entry(field: u32, name: &str, value: ValueRef<'_>, out: &mut Vec<u8>) {
+    let value_len = value_len(value);
+    put_len_prefix(field, entry_len(name, value_len), out);
+    put_text(ENTRY_KEY, name, out);
+    put_len_prefix(ENTRY_VALUE, value_len, out);
+    put_value(value, out);
+}
+
+fn entry_len(name: &str, value_len: usize) -> usize {
+    text_len(ENTRY_KEY, name) + nested_len(ENTRY_VALUE, value_len)
 }
 
 fn put_len_prefix(field: u32, len: usize, out: &mut Vec<u8>) {
@@ -190,6 +204,30 @@ fn value_len(value: ValueRef<'_>) -> usize {
         ValueRef::Double(_) => key_len(VALUE_DOUBLE) + 8,
         ValueRef::Bool(_) => varint_len(VALUE_BOOL, 0),
         ValueRef::DateTime(t) => nested_len(VALUE_DATETIME, timestamp_len(t)),
+        ValueRef::Null => varint_len(VALUE_NULL, 0),
+        ValueRef::Document(document) => nested_len(document_field(document), body_len(document)),
+    }
+}
+
+/// The `Value` field a document goes in.
+fn document_field(document: DocumentRef<'_>) -> u32 {
+    match document.is_array() {
+        true => VALUE_ARRAY,
+        false => VALUE_OBJECT,
+    }
+}
+
+/// The length of an `ArrayValue` or `ObjectValue` message.
+fn body_len(document: DocumentRef<'_>) -> usize {
+    match document.is_array() {
+        true => document
+            .elements()
+            .map(|value| nested_len(ARRAY_VALUES, value_len(value)))
+            .sum(),
+        false => document
+            .members()
+            .map(|(name, value)| nested_len(OBJECT_MEMBERS, entry_len(name, value_len(value))))
+            .sum(),
     }
 }
 
@@ -219,6 +257,20 @@ fn put_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
             put_len_prefix(VALUE_DATETIME, timestamp_len(t), out);
             put_timestamp(t, out);
         }
+        ValueRef::Null => put_varint(VALUE_NULL, 0, out),
+        ValueRef::Document(document) => {
+            put_len_prefix(document_field(document), body_len(document), out);
+            if document.is_array() {
+                for value in document.elements() {
+                    put_len_prefix(ARRAY_VALUES, value_len(value), out);
+                    put_value(value, out);
+                }
+            } else {
+                for (name, value) in document.members() {
+                    put_entry(OBJECT_MEMBERS, name, value, out);
+                }
+            }
+        }
     }
 }
 
@@ -229,7 +281,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::model::{EntityKey, Properties, StoredEntity, Value};
+    use crate::model::{Document, EntityKey, Properties, StoredEntity, Value};
     use crate::storage::StoredRecord;
 
     fn encoded_then_decoded(entity: &StoredEntity, select: &[String]) -> pb::Entity {
@@ -266,9 +318,31 @@ mod tests {
                 ("g".to_owned(), Value::Guid(Uuid::from_u128(42))),
                 ("x".to_owned(), Value::Binary(vec![0, 255, 7])),
                 ("nothing".to_owned(), Value::Binary(Vec::new())),
+                ("doc".to_owned(), document()),
             ]),
             timestamp,
         }
+    }
+
+    /// A document nesting every leaf type (zero and empty values included), nulls and arrays.
+    fn document() -> Value {
+        let leaves = [
+            ("s", Value::String("x".into())),
+            ("e", Value::String(String::new())),
+            ("i", Value::Int32(0)),
+            ("l", Value::Int64(1 << 60)),
+            ("d", Value::Double(1.0)),
+            ("b", Value::Bool(false)),
+            ("t", Value::DateTime(Ticks(1))),
+            ("g", Value::Guid(Uuid::from_u128(7))),
+            ("x", Value::Binary(Vec::new())),
+            ("n", Value::Null),
+        ];
+        let leaves = Document::object(leaves.map(|(n, v)| (n.to_owned(), v))).unwrap();
+        let empty = Document::array([]).unwrap();
+        let list = Document::array([Value::Document(leaves), Value::Null, Value::Document(empty)])
+            .unwrap();
+        Value::Document(Document::object([("list".to_owned(), Value::Document(list))]).unwrap())
     }
 
     #[test]

@@ -74,7 +74,12 @@ const HAND_ENCODED: &[(&str, &str, Fields)] = &[
         (wire::VALUE_INT64, "int64_value"), (wire::VALUE_DOUBLE, "double_value"),
         (wire::VALUE_BOOL, "bool_value"), (wire::VALUE_DATETIME, "datetime_value"),
         (wire::VALUE_GUID, "guid_value"), (wire::VALUE_BINARY, "binary_value"),
+        (wire::VALUE_NULL, "null_value"), (wire::VALUE_OBJECT, "object_value"),
+        (wire::VALUE_ARRAY, "array_value"),
     ]),
+    ("trestle.v1", "ObjectValue", &[(wire::OBJECT_MEMBERS, "members")]),
+    ("trestle.v1", "ObjectValue.MembersEntry", &[(wire::ENTRY_KEY, "key"), (wire::ENTRY_VALUE, "value")]),
+    ("trestle.v1", "ArrayValue", &[(wire::ARRAY_VALUES, "values")]),
     ("trestle.v1", "QueryEntitiesResponse", &[
         (pages::ENTITIES, "entities"), (pages::CONTINUATION_TOKEN, "continuation_token"),
         (pages::STATS, "stats"),

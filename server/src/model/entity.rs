@@ -37,6 +37,11 @@ impl NewEntity {
 /// its value's size.
 pub(crate) fn validate_property(name: &str, value: &Value) -> Result<(), ValidationError> {
     validate_property_name(name)?;
+    if let Value::Null = value {
+        return Err(ValidationError::PropertyValueMissing {
+            name: name.to_owned(),
+        });
+    }
     if let Value::DateTime(ticks) = value {
         if !(Ticks::MIN..=Ticks::MAX).contains(ticks) {
             return Err(ValidationError::DateTimeOutOfRange {

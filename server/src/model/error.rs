@@ -71,6 +71,9 @@ pub enum ValidationError {
         quoted(name)
     )]
     DateTimeOutOfRange { name: String },
+    /// A document breaks a rule of documents, at `path` (`Addresses/0/Zip`).
+    #[error("document value at {} is invalid: {why}", quoted(path))]
+    DocumentInvalid { path: String, why: &'static str },
     /// A Guid that is not in canonical form.
     #[error("property {} holds {}, which is not a GUID in canonical form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", quoted(name), quoted(value))]
     GuidInvalid { name: String, value: String },

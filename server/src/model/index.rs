@@ -243,7 +243,8 @@ pub fn successor_of_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Type tags, in the order types sort in an index (by EDM name).
+/// Type tags, in the order types sort in an index (by EDM name; null first, documents last).
+const TAG_NULL: u8 = 0x08;
 const TAG_BINARY: u8 = 0x10;
 const TAG_BOOLEAN: u8 = 0x20;
 const TAG_DATETIME: u8 = 0x30;
@@ -252,6 +253,7 @@ const TAG_GUID: u8 = 0x50;
 const TAG_INT32: u8 = 0x60;
 const TAG_INT64: u8 = 0x70;
 const TAG_STRING: u8 = 0x80;
+const TAG_DOCUMENT: u8 = 0x90;
 
 /// The type tag a value's encoding starts with: values of one type share a prefix.
 pub fn type_tag(value: ValueRef<'_>) -> u8 {
@@ -264,15 +266,20 @@ pub fn type_tag(value: ValueRef<'_>) -> u8 {
         ValueRef::Int32(_) => TAG_INT32,
         ValueRef::Int64(_) => TAG_INT64,
         ValueRef::String(_) => TAG_STRING,
+        ValueRef::Null => TAG_NULL,
+        ValueRef::Document(_) => TAG_DOCUMENT,
     }
 }
 
 /// Appends `value`'s tag and order-preserving encoding: integers with the sign bit flipped, big
 /// endian; doubles so that their bytes order as the numbers (`-0.0` as `0.0`); GUIDs as their
-/// 16 bytes (the order of their canonical text); strings and binaries escaped and terminated.
+/// 16 bytes (the order of their canonical text); strings and binaries escaped and terminated; a
+/// whole document as its canonical encoding, escaped (equal documents meet, no useful order).
 pub fn put_value(out: &mut Vec<u8>, value: ValueRef<'_>) {
     out.push(type_tag(value));
     match value {
+        ValueRef::Null => {}
+        ValueRef::Document(document) => put_escaped(out, document.bytes()),
         ValueRef::Binary(bytes) => put_escaped(out, bytes),
         ValueRef::String(text) => put_escaped(out, text.as_bytes()),
         ValueRef::Bool(b) => out.push(u8::from(b)),

@@ -3,6 +3,8 @@
 
 mod access_policy;
 mod cors;
+mod document;
+pub(crate) mod encoding;
 mod entity;
 mod error;
 mod etag;
@@ -10,6 +12,7 @@ mod index;
 mod names;
 mod operation;
 mod patch;
+mod paths;
 mod plan;
 mod quote;
 mod range;
@@ -21,6 +24,9 @@ pub use access_policy::{
     MAX_POLICY_ID_CHARS,
 };
 pub use cors::{CorsRule, ServiceProperties, MAX_CORS_RULES};
+pub use document::{
+    Document, DocumentRef, Entries, MAX_DOCUMENT_DEPTH, MAX_DOCUMENT_VALUES, MAX_MEMBER_NAME_CHARS,
+};
 pub use entity::{
     billed_size, validate_selected_name, validate_shape, NewEntity, Properties, StoredEntity,
 };
@@ -33,6 +39,7 @@ pub use index::{
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
+pub use paths::Path;
 pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};

@@ -1,7 +1,8 @@
-//! Typed property values: the eight Azure Table (EDM) types.
+//! Typed property values: the eight Azure Table (EDM) types, and documents nesting them.
 
 use uuid::Uuid;
 
+use super::document::{Document, DocumentRef};
 use super::Ticks;
 
 /// One property value.
@@ -23,6 +24,10 @@ pub enum Value {
     Guid(Uuid),
     /// Edm.Binary.
     Binary(Vec<u8>),
+    /// Null: only inside a document (a property that is null is left out instead).
+    Null,
+    /// An object or array nesting values: Trestle's own.
+    Document(Document),
 }
 
 impl Value {
@@ -37,6 +42,8 @@ impl Value {
             Value::DateTime(_) => "DateTime",
             Value::Guid(_) => "Guid",
             Value::Binary(_) => "Binary",
+            Value::Null => "Null",
+            Value::Document(_) => "Document",
         }
     }
 
@@ -51,6 +58,8 @@ impl Value {
             Value::DateTime(t) => ValueRef::DateTime(*t),
             Value::Guid(g) => ValueRef::Guid(*g),
             Value::Binary(b) => ValueRef::Binary(b),
+            Value::Null => ValueRef::Null,
+            Value::Document(document) => ValueRef::Document(document.as_ref()),
         }
     }
 
@@ -64,16 +73,9 @@ impl Value {
         }
     }
 
-    /// The value's size in Azure's published entity-size formula.
+    /// The value's size in Azure's published entity-size formula ([`ValueRef::billed_size`]).
     pub fn billed_size(&self) -> usize {
-        match self {
-            Value::String(s) => utf16_bytes(s) + 4,
-            Value::Binary(b) => b.len() + 4,
-            Value::Int32(_) => 4,
-            Value::Int64(_) | Value::Double(_) | Value::DateTime(_) => 8,
-            Value::Bool(_) => 1,
-            Value::Guid(_) => 16,
-        }
+        self.borrowed().billed_size()
     }
 }
 
@@ -96,9 +98,27 @@ pub enum ValueRef<'a> {
     Guid(Uuid),
     /// Edm.Binary.
     Binary(&'a [u8]),
+    /// Null, inside a document.
+    Null,
+    /// A document.
+    Document(DocumentRef<'a>),
 }
 
 impl ValueRef<'_> {
+    /// The value's size in Azure's published entity-size formula; a document's is its header
+    /// and, for each member or element, its name and value counted the same way.
+    pub fn billed_size(&self) -> usize {
+        match self {
+            ValueRef::String(s) => utf16_bytes(s) + 4,
+            ValueRef::Binary(b) => b.len() + 4,
+            ValueRef::Int32(_) => 4,
+            ValueRef::Int64(_) | ValueRef::Double(_) | ValueRef::DateTime(_) => 8,
+            ValueRef::Bool(_) | ValueRef::Null => 1,
+            ValueRef::Guid(_) => 16,
+            ValueRef::Document(document) => document.billed_size(),
+        }
+    }
+
     /// The owned value.
     pub fn to_value(self) -> Value {
         match self {
@@ -110,6 +130,8 @@ impl ValueRef<'_> {
             ValueRef::DateTime(t) => Value::DateTime(t),
             ValueRef::Guid(g) => Value::Guid(g),
             ValueRef::Binary(b) => Value::Binary(b.to_vec()),
+            ValueRef::Null => Value::Null,
+            ValueRef::Document(document) => Value::Document(document.to_document()),
         }
     }
 }

@@ -93,7 +93,7 @@ fn conjuncts<'e>(expr: &'e Expr, out: &mut Vec<(Property, CompareOp, &'e Value)>
             op,
             literal,
         } => out.push((property.clone(), *op, literal)),
-        Expr::Or(..) | Expr::Not(..) | Expr::Constant(_) => {}
+        Expr::Or(..) | Expr::Not(..) | Expr::Constant(_) | Expr::Lambda { .. } => {}
     }
 }
 

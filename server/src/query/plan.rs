@@ -199,10 +199,13 @@ fn boxes(expr: &Expr, negate: bool) -> Vec<KeyBox> {
                     pk: Interval::FULL,
                     rk: interval,
                 }],
-                Property::Timestamp | Property::Custom(_) => vec![KeyBox::FULL],
+                Property::Timestamp
+                | Property::Custom(_)
+                | Property::Path(..)
+                | Property::Variable { .. } => vec![KeyBox::FULL],
             }
         }
-        (Expr::Compare { .. }, _) => vec![KeyBox::FULL],
+        (Expr::Compare { .. } | Expr::Lambda { .. }, _) => vec![KeyBox::FULL],
     }
 }
 

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::ACCOUNT;
 use crate::model::{
-    quoted, ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks, ValidationError, Value,
-    ValueRef, MAX_PROPERTIES,
+    quoted, DocumentRef, ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks,
+    ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 use crate::storage::{EntityView, StorageError};
 
@@ -461,13 +461,22 @@ fn edm_type(value: ValueRef<'_>) -> &'static str {
         ValueRef::DateTime(_) => "Edm.DateTime",
         ValueRef::Guid(_) => "Edm.Guid",
         ValueRef::Binary(_) => "Edm.Binary",
+        // A document is its JSON text (see `write_value`); null occurs only inside one.
+        ValueRef::Document(_) | ValueRef::Null => "Edm.String",
     }
 }
 
 /// A value's JSON: Int64 as a string (JSON numbers lose integers past 2^53), doubles that JSON
-/// cannot write as Azure's names for them.
+/// cannot write as Azure's names for them. A document is an Edm.String holding its JSON text, so
+/// that every Azure SDK reads it unchanged (see docs/semantics.md).
 fn write_value(out: &mut String, value: ValueRef<'_>) {
     match value {
+        ValueRef::Document(document) => {
+            let mut text = String::new();
+            write_document(&mut text, document);
+            push_json_string(out, &text);
+        }
+        ValueRef::Null => out.push_str("null"),
         ValueRef::String(s) => push_json_string(out, s),
         ValueRef::Bool(b) => out.push_str(if b { "true" } else { "false" }),
         ValueRef::Int32(v) => {
@@ -498,6 +507,35 @@ fn write_value(out: &mut String, value: ValueRef<'_>) {
             STANDARD.encode_string(b, out);
             out.push('"');
         }
+    }
+}
+
+/// A document as JSON: objects and arrays as JSON's, leaves as [`write_value`] writes a property.
+fn write_document(out: &mut String, document: DocumentRef<'_>) {
+    let nested = |out: &mut String, value| match value {
+        ValueRef::Document(inner) => write_document(out, inner),
+        leaf => write_value(out, leaf),
+    };
+    if document.is_array() {
+        out.push('[');
+        for (at, value) in document.elements().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            nested(out, value);
+        }
+        out.push(']');
+    } else {
+        out.push('{');
+        for (at, (name, value)) in document.members().enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            push_json_string(out, name);
+            out.push(':');
+            nested(out, value);
+        }
+        out.push('}');
     }
 }
 

@@ -1,60 +1,33 @@
 //! The versioned binary encoding of stored entities (the sled value; the key holds the keys).
 //!
-//! Layout, little-endian: `[format u8 = 1][timestamp i64][count u16]`, then per property
-//! `[name length u16][name][type tag u8][payload]`. Strings and binaries carry a `u32` length.
-
-use uuid::Uuid;
+//! Layout, little-endian: `[format u8][timestamp i64][count u16]`, then per property
+//! `[name length u16][name][value]`, each value in the model's encoding ([`crate::model::encoding`]).
+//! Format 1 holds only the eight EDM types; format 2, written only for an entity holding a
+//! document, may hold documents too (so that a server that predates documents refuses such a
+//! record by its format rather than misreading it). Both are read.
 
 use super::StorageError;
+use crate::model::encoding::{decode_value, encode_owned, skip_value, utf8, Reader};
 use crate::model::{EntityKey, Operation, Properties, StoredEntity, Ticks, Value, ValueRef};
 
 const FORMAT_V1: u8 = 1;
-
-const TAG_STRING: u8 = 1;
-const TAG_INT32: u8 = 2;
-const TAG_INT64: u8 = 3;
-const TAG_DOUBLE: u8 = 4;
-const TAG_BOOL: u8 = 5;
-const TAG_DATETIME: u8 = 6;
-const TAG_GUID: u8 = 7;
-const TAG_BINARY: u8 = 8;
+const FORMAT_V2: u8 = 2;
 
 /// Encodes an entity's timestamp and properties.
 pub(crate) fn encode(timestamp: Ticks, properties: &Properties) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + properties.len() * 24);
-    out.push(FORMAT_V1);
+    let documents = properties
+        .values()
+        .any(|value| matches!(value, Value::Document(_)));
+    out.push(if documents { FORMAT_V2 } else { FORMAT_V1 });
     out.extend_from_slice(&timestamp.0.to_le_bytes());
     out.extend_from_slice(&(properties.len() as u16).to_le_bytes());
     for (name, value) in properties {
         out.extend_from_slice(&(name.len() as u16).to_le_bytes());
         out.extend_from_slice(name.as_bytes());
-        encode_value(value, &mut out);
+        encode_owned(value, &mut out);
     }
     out
-}
-
-fn encode_value(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::String(s) => put_bytes(out, TAG_STRING, s.as_bytes()),
-        Value::Binary(b) => put_bytes(out, TAG_BINARY, b),
-        Value::Int32(v) => put_fixed(out, TAG_INT32, &v.to_le_bytes()),
-        Value::Int64(v) => put_fixed(out, TAG_INT64, &v.to_le_bytes()),
-        Value::Double(v) => put_fixed(out, TAG_DOUBLE, &v.to_le_bytes()),
-        Value::Bool(v) => put_fixed(out, TAG_BOOL, &[u8::from(*v)]),
-        Value::DateTime(t) => put_fixed(out, TAG_DATETIME, &t.0.to_le_bytes()),
-        Value::Guid(g) => put_fixed(out, TAG_GUID, g.as_bytes()),
-    }
-}
-
-fn put_fixed(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
-    out.push(tag);
-    out.extend_from_slice(payload);
-}
-
-fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
-    out.push(tag);
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// The entity each of `operations` finds, from the stored bytes `record_of` gives for it: with
@@ -175,7 +148,7 @@ impl<'a> StoredProperties<'a> {
     ) -> Result<(Ticks, StoredProperties<'a>), StorageError> {
         let mut reader = Reader::new(bytes, "entity");
         let format = reader.take::<1>()?[0];
-        if format != FORMAT_V1 {
+        if format != FORMAT_V1 && format != FORMAT_V2 {
             return Err(StorageError::Corrupt(format!(
                 "unknown entity format {format}"
             )));
@@ -198,7 +171,7 @@ impl<'a> StoredProperties<'a> {
             self.remaining -= 1;
             let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
             if self.reader.slice(name_len)? == name.as_bytes() {
-                return decode_value(&mut self.reader).map(Some);
+                return Ok(Some(decode_value(&mut self.reader)?));
             }
             skip_value(&mut self.reader)?;
         }
@@ -237,84 +210,12 @@ impl<'a> Iterator for StoredProperties<'a> {
     }
 }
 
-fn utf8(bytes: &[u8]) -> Result<&str, StorageError> {
-    std::str::from_utf8(bytes).map_err(|_| StorageError::Corrupt("stored text is not UTF-8".into()))
-}
-
-fn decode_value<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'a>, StorageError> {
-    let tag = reader.take::<1>()?[0];
-    Ok(match tag {
-        TAG_STRING => {
-            let len = reader.length()?;
-            ValueRef::String(utf8(reader.slice(len)?)?)
-        }
-        TAG_BINARY => {
-            let len = reader.length()?;
-            ValueRef::Binary(reader.slice(len)?)
-        }
-        TAG_INT32 => ValueRef::Int32(i32::from_le_bytes(reader.take()?)),
-        TAG_INT64 => ValueRef::Int64(i64::from_le_bytes(reader.take()?)),
-        TAG_DOUBLE => ValueRef::Double(f64::from_le_bytes(reader.take()?)),
-        TAG_BOOL => ValueRef::Bool(reader.take::<1>()?[0] != 0),
-        TAG_DATETIME => ValueRef::DateTime(Ticks(i64::from_le_bytes(reader.take()?))),
-        TAG_GUID => ValueRef::Guid(Uuid::from_bytes(reader.take()?)),
-        other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
-    })
-}
-
-fn skip_value(reader: &mut Reader<'_>) -> Result<(), StorageError> {
-    let tag = reader.take::<1>()?[0];
-    let len = match tag {
-        TAG_STRING | TAG_BINARY => reader.length()?,
-        TAG_INT32 => 4,
-        TAG_INT64 | TAG_DOUBLE | TAG_DATETIME => 8,
-        TAG_BOOL => 1,
-        TAG_GUID => 16,
-        other => return Err(StorageError::Corrupt(format!("unknown value tag {other}"))),
-    };
-    reader.slice(len).map(drop)
-}
-
-/// Reads a stored record front to back; running short is a [`StorageError::Corrupt`] naming `what`.
-#[derive(Debug, Clone)]
-pub(super) struct Reader<'a> {
-    bytes: &'a [u8],
-    what: &'static str,
-}
-
-impl<'a> Reader<'a> {
-    pub(super) fn new(bytes: &'a [u8], what: &'static str) -> Reader<'a> {
-        Reader { bytes, what }
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
-    }
-
-    pub(super) fn slice(&mut self, len: usize) -> Result<&'a [u8], StorageError> {
-        if self.bytes.len() < len {
-            return Err(StorageError::Corrupt(format!("truncated {}", self.what)));
-        }
-        let (head, rest) = self.bytes.split_at(len);
-        self.bytes = rest;
-        Ok(head)
-    }
-
-    pub(super) fn take<const N: usize>(&mut self) -> Result<[u8; N], StorageError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.slice(N)?);
-        Ok(out)
-    }
-
-    pub(super) fn length(&mut self) -> Result<usize, StorageError> {
-        Ok(u32::from_le_bytes(self.take()?) as usize)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Document;
     use proptest::prelude::*;
+    use uuid::Uuid;
 
     fn every_type() -> Properties {
         Properties::from([
@@ -350,6 +251,72 @@ mod tests {
             let _ = decode_selected(key, &flipped, Some(&["s".to_owned()]));
             if let Ok(view) = EntityView::parse("p", "r", &flipped) {
                 view.properties().for_each(drop);
+            }
+        }
+    }
+
+    /// A document holding every leaf type, nested objects and arrays, and nulls.
+    fn nested() -> Value {
+        let leaves = every_type()
+            .into_iter()
+            .chain([("n".to_owned(), Value::Null)]);
+        let inner = Document::object(leaves).unwrap();
+        let list = Document::array([
+            Value::Document(inner.clone()),
+            Value::Null,
+            Value::Int64(1 << 60),
+        ])
+        .unwrap();
+        Value::Document(Document::object([("list".to_owned(), Value::Document(list))]).unwrap())
+    }
+
+    #[test]
+    fn documents_round_trip_in_format_2_and_flat_entities_stay_in_format_1() {
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        let flat = encode(Ticks(5), &every_type());
+        assert_eq!(
+            flat[0], 1,
+            "an entity without documents is written as before"
+        );
+        let mut properties = every_type();
+        properties.insert("doc".to_owned(), nested());
+        let bytes = encode(Ticks(5), &properties);
+        assert_eq!(bytes[0], 2);
+        let entity = decode_selected(key.clone(), &bytes, None).unwrap();
+        assert_eq!(entity.properties, properties);
+        let view = EntityView::parse("p", "r", &bytes).unwrap();
+        let Some(ValueRef::Document(document)) = view.property("doc").unwrap() else {
+            panic!("the document reads in place");
+        };
+        assert_eq!(
+            document.at(["list", "0", "l"]),
+            Some(ValueRef::Int64(i64::MIN))
+        );
+        assert_eq!(document.at(["list", "1"]), Some(ValueRef::Null));
+        assert_eq!(document.at(["list", "0", "missing"]), None);
+        assert_eq!(document.at(["list", "9"]), None);
+        assert_eq!(document.at(["list", "2", "deeper"]), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// A damaged record holding a document yields an error or some entity, never a panic,
+        /// and whatever it yields can be walked.
+        #[test]
+        fn damaged_documents_never_panic(
+            flip in any::<prop::sample::Index>(),
+            mask in 1u8..=255,
+        ) {
+            let record = encode(Ticks(9), &Properties::from([("d".to_owned(), nested())]));
+            let mut flipped = record.clone();
+            let at = flip.index(flipped.len());
+            flipped[at] ^= mask;
+            let key = EntityKey::new("p".into(), "r".into()).unwrap();
+            if let Ok(entity) = decode_selected(key, &flipped, None) {
+                if let Some(Value::Document(document)) = entity.properties.get("d") {
+                    let _ = format!("{document:?}");
+                }
             }
         }
     }

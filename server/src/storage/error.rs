@@ -158,3 +158,9 @@ impl From<PlanRefusal> for Rejection {
         }
     }
 }
+
+impl From<crate::model::encoding::Corrupt> for StorageError {
+    fn from(corrupt: crate::model::encoding::Corrupt) -> StorageError {
+        StorageError::Corrupt(corrupt.0)
+    }
+}

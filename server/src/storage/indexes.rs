@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::codec::Reader;
 use super::{EntityView, StorageError, Table};
+use crate::model::encoding::Reader;
 use crate::model::{Index, IndexDefinition, IndexScope, IndexState, KeyPosition};
 
 const CATALOG_V1: u8 = 1;

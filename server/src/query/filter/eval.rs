@@ -8,10 +8,14 @@
 //! - Any other type mismatch: `eq` false, `ne` true, `lt`/`le` true, `gt`/`ge` false (the mismatch
 //!   compares as less-than, as observed on Azure).
 //! - NaN is unordered: only `ne` holds.
+//! - A path into a document behaves as a property: a missing member (or a step through a value
+//!   that is not an object) makes every comparison false; a document or a null compared with a
+//!   literal is a type mismatch.
+//! - `any`/`all` over a value that is not an array (a missing one included) is false.
 
 use std::cmp::Ordering;
 
-use super::{CompareOp, Expr, Property};
+use super::{CompareOp, Expr, Property, Quantifier};
 use crate::model::{StoredEntity, Ticks, Value, ValueRef};
 
 /// How a property value relates to a literal.
@@ -51,13 +55,23 @@ impl Record for StoredEntity {
     }
 }
 
+/// The elements the lambdas around a condition are at, innermost first.
+struct Scope<'s, 'v> {
+    value: ValueRef<'v>,
+    outer: Option<&'s Scope<'s, 'v>>,
+}
+
 impl Expr {
     /// Whether `entity` matches.
     pub fn matches<R: Record + ?Sized>(&self, entity: &R) -> bool {
+        self.holds(entity, None)
+    }
+
+    fn holds<'e, R: Record + ?Sized>(&self, entity: &'e R, scope: Option<&Scope<'_, 'e>>) -> bool {
         match self {
-            Expr::And(a, b) => a.matches(entity) && b.matches(entity),
-            Expr::Or(a, b) => a.matches(entity) || b.matches(entity),
-            Expr::Not(inner) => !inner.matches(entity),
+            Expr::And(a, b) => a.holds(entity, scope) && b.holds(entity, scope),
+            Expr::Or(a, b) => a.holds(entity, scope) || b.holds(entity, scope),
+            Expr::Not(inner) => !inner.holds(entity, scope),
             Expr::Constant(value) => *value,
             Expr::Compare {
                 property,
@@ -68,15 +82,66 @@ impl Expr {
                     Property::PartitionKey => relate_str(entity.partition_key(), literal),
                     Property::RowKey => relate_str(entity.row_key(), literal),
                     Property::Timestamp => relate(ValueRef::DateTime(entity.timestamp()), literal),
-                    Property::Custom(name) => match entity.property(name) {
+                    other => match resolve(other, entity, scope) {
                         Some(value) => relate(value, literal),
                         None => return false,
                     },
                 };
                 holds(*op, relation)
             }
+            Expr::Lambda {
+                quantifier,
+                collection,
+                body,
+            } => {
+                let Some(ValueRef::Document(array)) = resolve(collection, entity, scope) else {
+                    return false;
+                };
+                if !array.is_array() {
+                    return false;
+                }
+                let mut elements = array.elements();
+                let element_holds = |value| match body {
+                    Some(body) => body.holds(
+                        entity,
+                        Some(&Scope {
+                            value,
+                            outer: scope,
+                        }),
+                    ),
+                    None => true,
+                };
+                match quantifier {
+                    Quantifier::Any => elements.any(element_holds),
+                    Quantifier::All => elements.all(element_holds),
+                }
+            }
         }
     }
+}
+
+/// The value a custom property, a path or a lambda's variable names, if there is one.
+fn resolve<'e, R: Record + ?Sized>(
+    property: &Property,
+    entity: &'e R,
+    scope: Option<&Scope<'_, 'e>>,
+) -> Option<ValueRef<'e>> {
+    let (start, path) = match property {
+        Property::Custom(name) => return entity.property(name),
+        Property::Path(name, path) => (entity.property(name)?, path),
+        Property::Variable { up, path } => {
+            let mut scope = scope?;
+            for _ in 0..*up {
+                scope = scope.outer?;
+            }
+            (scope.value, path)
+        }
+        Property::PartitionKey | Property::RowKey | Property::Timestamp => return None,
+    };
+    path.iter().try_fold(start, |value, step| match value {
+        ValueRef::Document(object) if !object.is_array() => object.member(step),
+        _ => None,
+    })
 }
 
 fn holds(op: CompareOp, relation: Relation) -> bool {

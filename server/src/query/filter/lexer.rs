@@ -10,6 +10,10 @@ use crate::model::{quoted, Ticks, Value};
 pub(super) enum Token {
     LeftParen,
     RightParen,
+    /// Between the steps of a path: `Address/City`.
+    Slash,
+    /// After a lambda's variable: `any(h: …)`.
+    Colon,
     /// A property name (or a keyword, which the parser recognises).
     Word(String),
     /// A literal value.
@@ -60,6 +64,14 @@ impl Lexer<'_> {
                 self.pos += 1;
                 Token::RightParen
             }
+            '/' => {
+                self.pos += 1;
+                Token::Slash
+            }
+            ':' => {
+                self.pos += 1;
+                Token::Colon
+            }
             '\'' => Token::Literal(Value::String(self.quoted()?)),
             '-' | '0'..='9' => Token::Literal(self.number()?),
             c if c == '_' || c.is_alphabetic() => {
@@ -67,7 +79,7 @@ impl Lexer<'_> {
                 if self.peek() == Some('\'') {
                     Token::Literal(self.typed_literal(&word, offset)?)
                 } else if self.text[self.pos..].trim_start().starts_with('(')
-                    && !matches!(word.as_str(), "and" | "or" | "not")
+                    && !matches!(word.as_str(), "and" | "or" | "not" | "any" | "all")
                 {
                     return Err(FilterError::new(
                         offset,

@@ -3,7 +3,10 @@
 //!
 //! Grammar (precedence `not` > comparison > `and` > `or`, keywords lower-case as on Azure):
 //! `or := and ("or" and)*`, `and := unary ("and" unary)*`, `unary := "not" unary | "(" or ")" |
-//! comparison`, `comparison := operand op operand` where exactly one operand is a property.
+//! comparison | lambda`, `comparison := operand op operand` where exactly one operand is a
+//! property. Beyond Azure, for documents (OData v4): a property may be a path into a document,
+//! `Address/City`, and `lambda := path "/" ("any" | "all") "(" [variable ":" or] ")"` tests an
+//! array's elements, which the body names by its variable (`h`, `h/Symbol`).
 
 mod eval;
 mod lexer;
@@ -73,6 +76,25 @@ pub enum Property {
     Timestamp,
     /// A custom property.
     Custom(String),
+    /// A member inside a document property: `Address/City` is `Path("Address", ["City"])`.
+    Path(String, Vec<String>),
+    /// A lambda's variable (`up` counts the lambdas out from the innermost, 0), or a member
+    /// inside it: `h/Symbol` is `Variable { up: 0, path: ["Symbol"] }`.
+    Variable {
+        /// Which enclosing lambda's variable.
+        up: usize,
+        /// The members below it.
+        path: Vec<String>,
+    },
+}
+
+/// Whether a lambda asks for some element or every element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantifier {
+    /// `any`: some element holds (with no body: the array is not empty).
+    Any,
+    /// `all`: every element holds (true of an empty array).
+    All,
 }
 
 /// A parsed filter expression.
@@ -94,6 +116,16 @@ pub enum Expr {
         op: CompareOp,
         /// The constant.
         literal: Value,
+    },
+    /// `collection/any(x: body)` or `collection/all(x: body)`: false when the collection is not
+    /// an array (missing included).
+    Lambda {
+        /// `any` or `all`.
+        quantifier: Quantifier,
+        /// The array: a property, a path, or a member of an enclosing lambda's variable.
+        collection: Property,
+        /// The condition on each element; `None` for `any()`.
+        body: Option<Box<Expr>>,
     },
 }
 

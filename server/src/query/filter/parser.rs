@@ -1,7 +1,7 @@
 //! Recursive-descent parser from tokens to [`Expr`].
 
 use super::lexer::{tokenize, Spanned, Token};
-use super::{CompareOp, Expr, FilterError, Property, MAX_COMPARISONS, MAX_NESTING};
+use super::{CompareOp, Expr, FilterError, Property, Quantifier, MAX_COMPARISONS, MAX_NESTING};
 use crate::model::{quoted, Value};
 
 /// Words that cannot be property names.
@@ -33,6 +33,7 @@ pub(super) fn parse(text: &str) -> Result<Expr, FilterError> {
         end: text.len(),
         comparisons: 0,
         nesting: 0,
+        variables: Vec::new(),
     };
     let expr = parser.or()?;
     match parser.tokens.get(parser.pos) {
@@ -56,6 +57,8 @@ struct Parser {
     /// Open `(` and `not` around the current token: bounded, so that neither this parser nor
     /// anything recursing over the tree it builds can run out of stack.
     nesting: usize,
+    /// The variables of the lambdas around the current token, innermost last.
+    variables: Vec<String>,
 }
 
 impl Parser {
@@ -65,6 +68,10 @@ impl Parser {
 
     fn offset(&self) -> usize {
         self.peek().map_or(self.end, |t| t.offset)
+    }
+
+    fn at(&self, token: &Token) -> bool {
+        self.peek().is_some_and(|t| t.token == *token)
     }
 
     fn at_word(&self, word: &str) -> bool {
@@ -145,6 +152,10 @@ impl Parser {
             return Ok(Expr::Constant(value));
         }
         let left = self.operand()?;
+        if let Operand::Lambda(lambda) = left {
+            self.count_comparison(start)?;
+            return Ok(lambda);
+        }
         let op = self.operator()?;
         let right = self.operand()?;
         self.count_comparison(start)?;
@@ -159,14 +170,17 @@ impl Parser {
                 op: op.mirrored(),
                 literal,
             }),
+            (_, Operand::Lambda(_)) => Err(FilterError::new(
+                start,
+                "'any' and 'all' are conditions, not values to compare",
+            )),
             (Operand::Property(_), Operand::Property(_)) => Err(FilterError::new(
                 start,
                 "one side of a comparison must be a constant",
             )),
-            (Operand::Literal(_), Operand::Literal(_)) => Err(FilterError::new(
-                start,
-                "one side of a comparison must be a property",
-            )),
+            (Operand::Literal(_), Operand::Literal(_)) | (Operand::Lambda(_), _) => Err(
+                FilterError::new(start, "one side of a comparison must be a property"),
+            ),
         }
     }
 
@@ -221,15 +235,127 @@ impl Parser {
                     offset,
                     format!("expected a property or a value, found {}", quoted(keyword)),
                 )),
-                "PartitionKey" => Ok(Operand::Property(Property::PartitionKey)),
-                "RowKey" => Ok(Operand::Property(Property::RowKey)),
-                "Timestamp" => Ok(Operand::Property(Property::Timestamp)),
-                _ => Ok(Operand::Property(Property::Custom(word))),
+                _ => self.path(word, offset),
             },
-            Token::LeftParen | Token::RightParen => {
+            Token::LeftParen | Token::RightParen | Token::Slash | Token::Colon => {
                 Err(FilterError::new(offset, "expected a property or a value"))
             }
         }
+    }
+
+    /// A property, a path from it (`Address/City`), or a lambda over one (`Tags/any(t: …)`);
+    /// `first` (at `offset`) was just read.
+    fn path(&mut self, first: String, offset: usize) -> Result<Operand, FilterError> {
+        let mut steps = Vec::new();
+        while self.at(&Token::Slash) {
+            self.pos += 1;
+            let step_offset = self.offset();
+            let step = match self.peek() {
+                Some(Spanned {
+                    token: Token::Word(step),
+                    ..
+                }) if !KEYWORDS.contains(&step.as_str()) => step.clone(),
+                _ => {
+                    return Err(FilterError::new(
+                        step_offset,
+                        "expected a member name after '/'",
+                    ))
+                }
+            };
+            self.pos += 1;
+            if matches!(step.as_str(), "any" | "all") && self.at(&Token::LeftParen) {
+                let collection = self.property(first, steps, offset)?;
+                return self.lambda(&step, collection).map(Operand::Lambda);
+            }
+            steps.push(step);
+        }
+        if matches!(first.as_str(), "any" | "all") && self.at(&Token::LeftParen) {
+            return Err(FilterError::new(
+                offset,
+                format!(
+                    "{} applies to an array: write Tags/{first}(t: t eq 'x')",
+                    quoted(&first)
+                ),
+            ));
+        }
+        self.property(first, steps, offset).map(Operand::Property)
+    }
+
+    /// What `first/steps…` names: a lambda's variable (or a member of it), a system property, a
+    /// custom property or a path into one.
+    fn property(
+        &self,
+        first: String,
+        steps: Vec<String>,
+        offset: usize,
+    ) -> Result<Property, FilterError> {
+        if let Some(up) = self.variables.iter().rev().position(|v| *v == first) {
+            return Ok(Property::Variable { up, path: steps });
+        }
+        let system = match first.as_str() {
+            "PartitionKey" => Some(Property::PartitionKey),
+            "RowKey" => Some(Property::RowKey),
+            "Timestamp" => Some(Property::Timestamp),
+            _ => None,
+        };
+        match (system, steps.is_empty()) {
+            (Some(property), true) => Ok(property),
+            (Some(_), false) => Err(FilterError::new(
+                offset,
+                format!("{} has no members", quoted(&first)),
+            )),
+            (None, true) => Ok(Property::Custom(first)),
+            (None, false) => Ok(Property::Path(first, steps)),
+        }
+    }
+
+    /// `any(…)` or `all(…)` over `collection`, the parser at its `(`.
+    fn lambda(&mut self, word: &str, collection: Property) -> Result<Expr, FilterError> {
+        let open = self.offset();
+        let quantifier = match word {
+            "any" => Quantifier::Any,
+            _ => Quantifier::All,
+        };
+        self.nest()?;
+        let body = if self.at(&Token::RightParen) && quantifier == Quantifier::Any {
+            None
+        } else {
+            let variable_offset = self.offset();
+            let variable = match self.peek().cloned() {
+                Some(Spanned {
+                    token: Token::Word(word),
+                    ..
+                }) if !KEYWORDS.contains(&word.as_str()) => word,
+                _ => {
+                    return Err(FilterError::new(
+                        variable_offset,
+                        format!("expected a variable, as in {word}(x: x eq 1)"),
+                    ))
+                }
+            };
+            self.pos += 1;
+            if !self.at(&Token::Colon) {
+                return Err(FilterError::new(
+                    self.offset(),
+                    "expected ':' after the variable",
+                ));
+            }
+            self.pos += 1;
+            self.variables.push(variable);
+            let body = self.or()?;
+            self.variables.pop();
+            Some(Box::new(body))
+        };
+        if !self.at(&Token::RightParen) {
+            return Err(FilterError::new(open, "'(' is never closed"));
+        }
+        self.pos += 1;
+        self.nesting -= 1;
+        Ok(Expr::Lambda {
+            quantifier,
+            collection,
+            body,
+        })
     }
 
     fn operator(&mut self) -> Result<CompareOp, FilterError> {
@@ -263,4 +389,6 @@ impl Parser {
 enum Operand {
     Property(Property),
     Literal(Value),
+    /// `any`/`all`: a condition of its own.
+    Lambda(Expr),
 }

@@ -399,3 +399,133 @@ fn true_and_false_stand_alone_and_read_in_any_case() {
     let sixteen = vec!["true"; 16].join(" and ");
     assert!(error_at(&sixteen).1.contains("at most 15"));
 }
+
+fn document_entity() -> StoredEntity {
+    use crate::model::Document;
+    let holding = |symbol: &str, held: i64| {
+        let members = [
+            ("Symbol".to_owned(), Value::String(symbol.into())),
+            ("NumberHeld".to_owned(), Value::Int64(held)),
+        ];
+        Value::Document(Document::object(members).unwrap())
+    };
+    let holdings = Document::array([holding("zaza", 60), holding("abc", 10)]).unwrap();
+    let books = Document::array([Value::String("b1".into()), Value::String("b2".into())]);
+    let address = Document::object([("City".to_owned(), Value::String("Seattle".into()))]);
+    let empty = Document::array([]).unwrap();
+    entity(&[
+        ("Holdings", Value::Document(holdings)),
+        ("Books", Value::Document(books.unwrap())),
+        ("Address", Value::Document(address.unwrap())),
+        ("Empty", Value::Document(empty)),
+        ("Limit", Value::Int64(50)),
+    ])
+}
+
+fn matches(filter: &str) -> bool {
+    Expr::parse(filter)
+        .unwrap_or_else(|e| panic!("{filter}: {e:?}"))
+        .matches(&document_entity())
+}
+
+#[test]
+fn paths_and_lambdas_read_documents() {
+    assert!(matches("Address/City eq 'Seattle'"));
+    assert!(!matches("Address/City ne 'Seattle'"));
+    assert!(
+        !matches("Address/Zip eq 'x'"),
+        "a missing member is a missing property"
+    );
+    assert!(!matches("Address/Zip ne 'x'"), "ne too");
+    assert!(
+        !matches("Address/City/Deeper eq 'x'"),
+        "a step through a scalar"
+    );
+    assert!(!matches("Address eq 'Seattle'"), "a document is no scalar");
+    assert!(
+        matches("Address ne 'Seattle'"),
+        "a type mismatch is unequal"
+    );
+    assert!(matches(
+        "Holdings/any(h: h/Symbol eq 'zaza' and h/NumberHeld gt 50)"
+    ));
+    assert!(!matches(
+        "Holdings/any(h: h/Symbol eq 'abc' and h/NumberHeld gt 50)"
+    ));
+    assert!(matches("Holdings/all(h: h/NumberHeld ge 10)"));
+    assert!(!matches("Holdings/all(h: h/NumberHeld gt 10)"));
+    assert!(matches(
+        "Holdings/any(h: h/NumberHeld gt 50L and Limit eq 50L)"
+    ));
+    assert!(matches("Books/any(b: b eq 'b1')"));
+    assert!(!matches("Books/any(b: b eq 'b3')"));
+    assert!(matches("Books/any()"));
+    assert!(!matches("Empty/any()"));
+    assert!(matches("Empty/all(x: x eq 1)"), "all of nothing holds");
+    assert!(!matches("Missing/any()"));
+    assert!(!matches("Missing/all(x: x eq 1)"), "not an array: false");
+    assert!(!matches("Address/all(x: x eq 1)"), "an object is no array");
+    assert!(matches("not Missing/any()"));
+    // An inner lambda sees the outer variable; the inner one shadows a name it reuses.
+    assert!(matches(
+        "Books/any(b: Holdings/any(h: h/Symbol eq 'zaza' and b eq 'b2'))"
+    ));
+    assert!(!matches("Books/any(b: Books/any(b: b eq 'b3'))"));
+}
+
+#[test]
+fn malformed_paths_and_lambdas_point_at_the_offending_byte() {
+    assert_eq!(
+        error_at("any(x: x eq 1)"),
+        (
+            0,
+            "'any' applies to an array: write Tags/any(t: t eq 'x')".into()
+        )
+    );
+    assert_eq!(
+        error_at("PartitionKey/x eq 'a'"),
+        (0, "'PartitionKey' has no members".into())
+    );
+    assert_eq!(
+        error_at("Address/ eq 'a'").1,
+        "expected a member name after '/'"
+    );
+    assert_eq!(
+        error_at("Tags/all()").1,
+        "expected a variable, as in all(x: x eq 1)"
+    );
+    assert_eq!(
+        error_at("Tags/any(t t eq 1)").1,
+        "expected ':' after the variable"
+    );
+    assert_eq!(error_at("Tags/any(t: t eq 1").0, 8);
+    assert_eq!(
+        error_at("A eq Tags/any()").1,
+        "'any' and 'all' are conditions, not values to compare"
+    );
+    assert_eq!(
+        error_at("Tags/any() eq true").1,
+        "expected 'and', 'or' or the end of the filter"
+    );
+    assert_eq!(
+        error_at("Tags/any(and: and eq 1)").1,
+        "expected a variable, as in any(x: x eq 1)"
+    );
+}
+
+#[test]
+fn lambdas_count_against_the_bounds() {
+    let nested = format!(
+        "{}t eq 1{}",
+        "T/any(t: ".repeat(MAX_NESTING + 1),
+        ")".repeat(MAX_NESTING + 1)
+    );
+    assert!(error_at(&nested).1.contains("at most 64 deep"));
+    let many = vec!["T/any()"; MAX_COMPARISONS + 1].join(" or ");
+    assert!(error_at(&many).1.contains("at most 15 comparisons"));
+    let within = ["T/any(t: t eq 1)"; 7].join(" or ");
+    assert!(
+        Expr::parse(&within).is_ok(),
+        "each lambda and comparison counts once"
+    );
+}

@@ -20,8 +20,8 @@
 
 use std::collections::HashMap;
 
-use super::codec::Reader;
 use super::StorageError;
+use crate::model::encoding::Reader;
 
 const UNDO_TREE: &str = "undo";
 const RECORD_V1: u8 = 1;
