@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use common::{assert_error, entity, get_request, insert_request, string, TestServer};
 use serde::{Deserialize, Serialize};
 use tonic::Code;
-use trestle_client::{DateTime, Filter, Patch, Properties, Value};
+use trestle_client::{DateTime, Filter, IndexDefinition, Patch, Properties, Value};
 use trestle_proto::pb;
 
 const T: &str = "Documents";
@@ -551,4 +551,117 @@ async fn paths_and_lambdas_filter_queries_over_grpc_and_rest() {
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains(r#""Name":"Grace""#), "{answer}");
     assert!(!answer.contains(r#""Name":"Ada""#), "{answer}");
+}
+
+#[tokio::test]
+async fn path_and_array_indexes_answer_lookups_and_follow_patches() {
+    let server = TestServer::start().await;
+    let client = server.sdk().await;
+    let people = client.table("People");
+    people
+        .create_with_indexes([
+            IndexDefinition::table("ByCity", ["Addresses/*/City"]),
+            IndexDefinition::table("ByEmail", ["Contact/email"]).unique(),
+        ])
+        .await
+        .unwrap();
+    people.insert(("people", "ada"), &ada()).await.unwrap();
+    let mut grace = ada();
+    grace.name = "Grace".into();
+    grace.addresses[1].city = "Seattle".into();
+    grace
+        .contact
+        .insert("email".into(), "grace@example.com".into());
+    people.insert(("people", "grace"), &grace).await.unwrap();
+
+    // Which people live in Seattle: an index lookup, each person once (Grace has two addresses
+    // there).
+    let seattle = Filter::path("Addresses").any("a", Filter::path("a/City").eq("Seattle"));
+    let page = people
+        .query::<Person>()
+        .index("ByCity")
+        .filter(seattle)
+        .page()
+        .await
+        .unwrap();
+    assert_eq!(page.stats.plan, "index:ByCity");
+    let names: Vec<&str> = page.items.iter().map(|e| e.value.name.as_str()).collect();
+    assert_eq!(names, ["Ada", "Grace"]);
+    let london = Filter::path("Addresses").any("a", Filter::path("a/City").eq("London"));
+    let found = people
+        .query::<Person>()
+        .index("ByCity")
+        .filter(london)
+        .all()
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+
+    // A multi-valued index answers only lookups that fix its array's value.
+    let unpinned = Filter::path("Addresses").any("a", Filter::path("a/City").ge("A"));
+    let error = people
+        .query::<Person>()
+        .index("ByCity")
+        .filter(unpinned)
+        .page()
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), Some("InvalidInput"), "{error}");
+    assert!(error.message().contains("multi-valued"), "{error}");
+
+    // Unique at a path: a second person with Ada's email is refused.
+    let mut copy = ada();
+    copy.name = "Copy".into();
+    let taken = people.insert(("people", "copy"), &copy).await.unwrap_err();
+    assert_eq!(taken.reason(), Some("IndexValueAlreadyExists"), "{taken}");
+    // Unique and multi-valued cannot be declared.
+    let refused = people
+        .create_index(IndexDefinition::table("Bad", ["Tags/*"]).unique())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("unique and multi-valued"),
+        "{refused}"
+    );
+
+    // Authors and books, linked by arrays of ids on both sides: "authors of b1" is an index
+    // lookup, built in the background over existing authors, then kept by patches.
+    let authors = client.table("Authors");
+    authors.create().await.unwrap();
+    for (author, books) in [("a1", vec!["b1", "b2"]), ("a2", vec!["b2"]), ("a3", vec![])] {
+        let books: Vec<Value> = books.into_iter().map(Value::from).collect();
+        let properties = Properties::new().with("Books", Value::Array(books));
+        authors
+            .insert(("authors", author), &properties)
+            .await
+            .unwrap();
+    }
+    authors
+        .create_index(IndexDefinition::table("ByBook", ["Books/*"]))
+        .await
+        .unwrap();
+    authors
+        .wait_for_index("ByBook", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let authors_of = |book: &str| {
+        let filter = Filter::path("Books").any("b", Filter::path("b").eq(book));
+        let query = authors.query::<Properties>().index("ByBook").filter(filter);
+        async move {
+            let found = query.all().await.unwrap();
+            found.into_iter().map(|e| e.key.row_key).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(authors_of("b1").await, ["a1"]);
+    assert_eq!(authors_of("b2").await, ["a1", "a2"]);
+    authors
+        .patch::<Properties>(("authors", "a3"), &Patch::new().add_to_set("Books", "b1"))
+        .await
+        .unwrap();
+    authors
+        .patch::<Properties>(("authors", "a1"), &Patch::new().remove_value("Books", "b1"))
+        .await
+        .unwrap();
+    assert_eq!(authors_of("b1").await, ["a3"]);
+    assert_eq!(authors_of("b2").await, ["a1", "a2"]);
 }

@@ -17,13 +17,27 @@ pub enum IndexScope {
     Table,
 }
 
-/// An index to declare: a name, the properties it orders by, its scope, and whether its values
-/// are unique.
+/// An index to declare: a name, the properties (or paths into documents) it orders by, its
+/// scope, and whether its values are unique.
+///
+/// ```
+/// use trestle_client::IndexDefinition;
+/// // "Which people live in Seattle": a path through every element of an array (multi-valued).
+/// let by_city = IndexDefinition::table("ByCity", ["Addresses/*/City"]);
+/// // "Which authors wrote b1": one entry per element of the Books array.
+/// let by_book = IndexDefinition::table("ByBook", ["Books/*"]);
+/// // One email per person, at a path inside a document.
+/// let by_email = IndexDefinition::table("ByEmail", ["Contact/Email"]).unique();
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexDefinition {
     /// 1 to 63 letters and digits, starting with a letter.
     pub name: String,
-    /// 1 to 4 property names, in order.
+    /// 1 to 4 paths, in order: property names, or values inside document properties
+    /// (`Address/City`); one path in the index may expand an array with `*` (`Books/*`,
+    /// `Addresses/*/City`), making it multi-valued: an entry per distinct value, found by a query
+    /// that fixes the path with `eq` (`Books/any(b: b eq 'b1')`). A multi-valued index cannot be
+    /// unique.
     pub properties: Vec<String>,
     /// What it orders.
     pub scope: IndexScope,

@@ -128,7 +128,7 @@ impl Scan {
                     &index.definition,
                     filter.as_ref(),
                     spec.partition_key.as_deref(),
-                );
+                )?;
                 Source::Index { index, range }
             }
         };

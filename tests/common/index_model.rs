@@ -1,7 +1,9 @@
-//! A model of a table with three declared indexes, for model-based tests over a real server:
+//! A model of a table with four declared indexes, for model-based tests over a real server:
 //! random writes, merges, upserts, patches, deletes and transactions, each applied to the server
 //! and to the model, then every index read through the server compared with the one recomputed
-//! from the model's entities. Shared by the end-to-end suite (both stores) and the SIGKILL test.
+//! from the model's entities. Two indexes order by values inside documents: a unique one at a
+//! path (`Contact/Email`) and a multi-valued one over an array's elements (`Tags/*`). Shared by
+//! the end-to-end suite (both stores) and the SIGKILL test.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
@@ -14,8 +16,12 @@ pub type ModelClient = pb::table_service_client::TableServiceClient<Channel>;
 
 /// The model's table.
 pub const TABLE: &str = "Modelled";
-/// `Email`: unique over the table.
+/// `Contact/Email` (a member of a document): unique over the table.
 pub const BY_EMAIL: &str = "ByEmail";
+/// `Tags/*`: one entry per distinct element of the `Tags` array, over the table.
+pub const BY_TAG: &str = "ByTag";
+/// The tags entities draw from.
+pub const TAGS: [&str; 3] = ["t0", "t1", "t2"];
 /// `Last`, then `First`: over the table.
 pub const BY_NAME: &str = "ByName";
 /// `Score` (Int32) within each partition.
@@ -31,6 +37,7 @@ pub struct Props {
     pub last: Option<String>,
     pub first: Option<String>,
     pub score: Option<i32>,
+    pub tags: Option<Vec<String>>,
 }
 
 // Shared source, included by path by each test model (a test crate may hold both).
@@ -48,6 +55,8 @@ enum Write {
     Delete(String),
     /// Sets `Score` (or removes it) by a patch with upsert.
     PatchScore(String, Option<i32>),
+    /// Adds a tag to `Tags` unless it holds it (a patch's add_to_set, with upsert).
+    AddTag(String, String),
 }
 
 /// The entities the model holds, by (PartitionKey, RowKey).
@@ -69,9 +78,10 @@ impl Model {
         pb::CreateTableRequest {
             table: TABLE.into(),
             indexes: vec![
-                index(BY_EMAIL, &["Email"], pb::IndexScope::Table, true),
+                index(BY_EMAIL, &["Contact/Email"], pb::IndexScope::Table, true),
                 index(BY_NAME, &["Last", "First"], pb::IndexScope::Table, false),
                 index(BY_SCORE, &["Score"], pb::IndexScope::Partition, false),
+                index(BY_TAG, &["Tags/*"], pb::IndexScope::Table, false),
             ],
         }
     }
@@ -137,6 +147,16 @@ impl Model {
                 Write::PatchScore(row, score) => {
                     next.entry(key(row)).or_default().score = *score;
                 }
+                Write::AddTag(row, tag) => {
+                    let tags = next
+                        .entry(key(row))
+                        .or_default()
+                        .tags
+                        .get_or_insert_default();
+                    if !tags.contains(tag) {
+                        tags.push(tag.clone());
+                    }
+                }
             }
         }
         let mut emails: Vec<&String> = next.values().filter_map(|p| p.email.as_ref()).collect();
@@ -174,14 +194,34 @@ impl Model {
         rows.into_iter().map(|(_, key)| key).collect()
     }
 
+    /// The keys holding `tag`, in ByTag's order for that tag (by keys).
+    pub fn tagged(&self, tag: &str) -> Vec<(String, String)> {
+        let holds = |props: &Props| {
+            props
+                .tags
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|t| t == tag))
+        };
+        let keys = self.entities.iter().filter(|(_, props)| holds(props));
+        keys.map(|(key, _)| key.clone()).collect()
+    }
+
     /// Checks every index and the entities against the model, through the server.
     pub async fn check(&self, client: &mut ModelClient) {
         for name in [BY_EMAIL, BY_NAME, BY_SCORE] {
-            let found = read_index(client, name, false).await;
+            let found = read_index(client, name, "", false).await;
             assert_eq!(found, self.expected(name), "index {name}");
-            let mut backwards = read_index(client, name, true).await;
+            let mut backwards = read_index(client, name, "", true).await;
             backwards.reverse();
             assert_eq!(backwards, found, "index {name} read in reverse");
+        }
+        for tag in TAGS {
+            let filter = format!("Tags/any(t: t eq '{tag}')");
+            let found = read_index(client, BY_TAG, &filter, false).await;
+            assert_eq!(found, self.tagged(tag), "index {BY_TAG}, {tag}");
+            let mut backwards = read_index(client, BY_TAG, &filter, true).await;
+            backwards.reverse();
+            assert_eq!(backwards, found, "index {BY_TAG} read in reverse, {tag}");
         }
         let stored = Model::read_back(client).await.entities;
         assert_eq!(stored, self.entities, "entities");
@@ -208,15 +248,18 @@ pub async fn pages(
     }
 }
 
-/// Every key index `name` holds, in its order (or the reverse), a page of 4 at a time.
+/// Every key index `name` holds (that `filter` matches), in its order (or the reverse), a page
+/// of 4 at a time.
 pub async fn read_index(
     client: &mut ModelClient,
     name: &str,
+    filter: &str,
     reverse: bool,
 ) -> Vec<(String, String)> {
     let request = pb::QueryEntitiesRequest {
         table: TABLE.into(),
         index: name.into(),
+        filter: filter.into(),
         page_size: 4,
         reverse,
         ..Default::default()
@@ -285,12 +328,14 @@ fn random_write(rng: &mut Rng, row: usize) -> Write {
         last: pick(rng, 3).map(|l| ["Ng", "Li", "Ng "][l].to_owned()),
         first: pick(rng, 2).map(|f| ["Al", "Bo"][f].to_owned()),
         score: pick(rng, 6).map(|s| s as i32 - 2),
+        tags: pick(rng, 4).map(|n| (0..n).map(|_| TAGS[rng.below(3)].to_owned()).collect()),
     };
-    match rng.below(6) {
+    match rng.below(7) {
         0 => Write::Insert(row, props),
         1 => Write::Replace(row, props),
         2 => Write::Merge(row, props),
         3 => Write::Delete(row),
+        4 => Write::AddTag(row, TAGS[rng.below(3)].to_owned()),
         _ => Write::PatchScore(row, pick(rng, 6).map(|s| s as i32 - 2)),
     }
 }
@@ -308,6 +353,9 @@ fn merge(current: &mut Props, with: &Props) {
     if with.score.is_some() {
         current.score = with.score;
     }
+    if with.tags.is_some() {
+        current.tags = with.tags.clone();
+    }
 }
 
 fn entity(partition: &str, row: &str, props: &Props) -> pb::Entity {
@@ -316,7 +364,26 @@ fn entity(partition: &str, row: &str, props: &Props) -> pb::Entity {
     };
     let mut properties = BTreeMap::new();
     if let Some(email) = &props.email {
-        properties.insert("Email".to_owned(), text(email));
+        let contact = pb::ObjectValue {
+            members: BTreeMap::from([("Email".to_owned(), text(email))]),
+        };
+        properties.insert(
+            "Contact".to_owned(),
+            pb::Value {
+                kind: Some(pb::value::Kind::ObjectValue(contact)),
+            },
+        );
+    }
+    if let Some(tags) = &props.tags {
+        let tags = pb::ArrayValue {
+            values: tags.iter().map(text).collect(),
+        };
+        properties.insert(
+            "Tags".to_owned(),
+            pb::Value {
+                kind: Some(pb::value::Kind::ArrayValue(tags)),
+            },
+        );
     }
     if let Some(last) = &props.last {
         properties.insert("Last".to_owned(), text(last));
@@ -345,8 +412,31 @@ fn props_of(entity: &pb::Entity) -> Props {
         Some(pb::value::Kind::StringValue(s)) => Some(s),
         _ => None,
     };
+    let kind = |name: &str| entity.properties.get(name).and_then(|v| v.kind.clone());
+    let email = match kind("Contact") {
+        Some(pb::value::Kind::ObjectValue(contact)) => match contact.members.get("Email") {
+            Some(pb::Value {
+                kind: Some(pb::value::Kind::StringValue(email)),
+            }) => Some(email.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let tags = match kind("Tags") {
+        Some(pb::value::Kind::ArrayValue(tags)) => Some(
+            tags.values
+                .into_iter()
+                .filter_map(|v| match v.kind {
+                    Some(pb::value::Kind::StringValue(tag)) => Some(tag),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
     Props {
-        email: text("Email"),
+        email,
+        tags,
         last: text("Last"),
         first: text("First"),
         score: match entity.properties.get("Score").and_then(|v| v.kind.clone()) {
@@ -356,17 +446,34 @@ fn props_of(entity: &pb::Entity) -> Props {
     }
 }
 
-fn score_patch(partition: &str, row: &str, score: Option<i32>) -> pb::PatchEntityRequest {
-    let step = match score {
-        Some(score) => pb::patch_step::Step::Set(pb::SetStep {
-            property: "Score".into(),
-            value: Some(pb::Value {
-                kind: Some(pb::value::Kind::Int32Value(score)),
+/// The patch (with upsert) of a `PatchScore` or `AddTag` write.
+fn patch_request(partition: &str, write: &Write) -> pb::PatchEntityRequest {
+    let (row, step) = match write {
+        Write::PatchScore(row, Some(score)) => (
+            row,
+            pb::patch_step::Step::Set(pb::SetStep {
+                property: "Score".into(),
+                value: Some(pb::Value {
+                    kind: Some(pb::value::Kind::Int32Value(*score)),
+                }),
             }),
-        }),
-        None => pb::patch_step::Step::Remove(pb::RemoveStep {
-            property: "Score".into(),
-        }),
+        ),
+        Write::AddTag(row, tag) => (
+            row,
+            pb::patch_step::Step::AddToSet(pb::SetStep {
+                property: "Tags".into(),
+                value: Some(pb::Value {
+                    kind: Some(pb::value::Kind::StringValue(tag.clone())),
+                }),
+            }),
+        ),
+        Write::PatchScore(row, None) => (
+            row,
+            pb::patch_step::Step::Remove(pb::RemoveStep {
+                property: "Score".into(),
+            }),
+        ),
+        other => unreachable!("{other:?} is no patch"),
     };
     pb::PatchEntityRequest {
         table: TABLE.into(),
@@ -419,8 +526,8 @@ async fn single(
             })
             .await
             .map(drop),
-        Write::PatchScore(row, score) => client
-            .patch_entity(score_patch(partition, row, *score))
+        Write::PatchScore(..) | Write::AddTag(..) => client
+            .patch_entity(patch_request(partition, write))
             .await
             .map(drop),
     }
@@ -444,8 +551,8 @@ fn transaction_op(partition: &str, write: &Write) -> pb::TransactionOperation {
             row_key: row.clone(),
             if_match: "*".into(),
         }),
-        Write::PatchScore(row, score) => {
-            let patch = score_patch(partition, row, *score);
+        Write::PatchScore(..) | Write::AddTag(..) => {
+            let patch = patch_request(partition, write);
             Operation::Patch(pb::PatchOperation {
                 row_key: patch.row_key,
                 operations: patch.operations,

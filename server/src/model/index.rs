@@ -7,6 +7,10 @@
 //! entry, which a store refuses. Each value is a type tag and an order-preserving encoding, so
 //! values order by EDM type first and, within a type, as Azure's filters compare them. An entity
 //! lacking an indexed property has no entry (indexes are sparse).
+//!
+//! An index orders by paths: a property (`City`), or a value inside a document property
+//! (`Address/City`). A path may expand one array with `*` (`Books/*`, `Addresses/*/City`): the
+//! index is then *multi-valued*, with one entry per distinct value the path reaches.
 
 use super::{quoted, Properties, ValidationError, ValueRef};
 
@@ -31,7 +35,8 @@ pub enum IndexScope {
 pub struct IndexDefinition {
     /// Its name: unique in its table, ignoring case.
     pub name: String,
-    /// The properties it orders by, in order.
+    /// The paths it orders by, in order: properties, or values inside documents (at most one
+    /// `*` step, expanding an array, in the whole index).
     pub properties: Vec<String>,
     /// What it orders.
     pub scope: IndexScope,
@@ -98,7 +103,17 @@ impl IndexDefinition {
             )));
         }
         for (at, property) in properties.iter().enumerate() {
-            super::entity::validate_property_name(property)?;
+            let mut steps = property.split('/');
+            super::entity::validate_property_name(steps.next().unwrap_or_default())?;
+            for step in steps.filter(|step| *step != "*") {
+                super::document::check_member_name(step).map_err(|_| {
+                    ValidationError::Argument(format!(
+                        "index {} has path {}, with an empty or invalid step",
+                        quoted(&name),
+                        quoted(property)
+                    ))
+                })?;
+            }
             if properties[..at].contains(property) {
                 return Err(ValidationError::Argument(format!(
                     "index {} names property {} twice",
@@ -106,6 +121,24 @@ impl IndexDefinition {
                     quoted(property)
                 )));
             }
+        }
+        let expanded = properties
+            .iter()
+            .flat_map(|path| path.split('/'))
+            .filter(|step| *step == "*")
+            .count();
+        if expanded > 1 {
+            return Err(ValidationError::Argument(format!(
+                "index {} expands {expanded} arrays; an index expands at most one ('*')",
+                quoted(&name)
+            )));
+        }
+        if unique && expanded == 1 {
+            return Err(ValidationError::Argument(format!(
+                "index {} is unique and multi-valued; a unique index takes one value per entity, \
+                 so it cannot expand an array ('*')",
+                quoted(&name)
+            )));
         }
         Ok(IndexDefinition {
             name,
@@ -115,29 +148,85 @@ impl IndexDefinition {
         })
     }
 
-    /// The entry of the entity with these keys and properties (`value` looks one up by name), or
-    /// `None` if it lacks an indexed property.
-    pub fn sort_key<'a>(
+    /// Whether a path expands an array (`*`): one entry per distinct value.
+    pub fn is_multi_valued(&self) -> bool {
+        self.properties
+            .iter()
+            .any(|path| path.split('/').any(|step| step == "*"))
+    }
+
+    /// The sort keys of the entries of the entity with these keys and properties (`value` looks
+    /// a property up by name), in order and distinct: none if a path reaches no value, several
+    /// for a multi-valued index.
+    pub fn sort_keys<'a>(
         &self,
         partition_key: &str,
         row_key: &str,
         value: impl Fn(&str) -> Option<ValueRef<'a>>,
-    ) -> Option<Vec<u8>> {
-        let mut key = Vec::with_capacity(64);
+    ) -> Vec<Vec<u8>> {
+        let mut keys = vec![Vec::with_capacity(64)];
         if self.scope == IndexScope::Partition {
-            put_escaped(&mut key, partition_key.as_bytes());
+            put_escaped(&mut keys[0], partition_key.as_bytes());
         }
-        for property in &self.properties {
-            put_value(&mut key, value(property)?);
+        for path in &self.properties {
+            let values = path_values(path, &value);
+            keys = match values.as_slice() {
+                [] => return Vec::new(),
+                [one] => {
+                    keys.iter_mut().for_each(|key| put_value(key, *one));
+                    keys
+                }
+                many => keys
+                    .iter()
+                    .flat_map(|key| {
+                        many.iter().map(move |value| {
+                            let mut key = key.clone();
+                            put_value(&mut key, *value);
+                            key
+                        })
+                    })
+                    .collect(),
+            };
         }
+        keys.sort_unstable();
+        keys.dedup();
         if !self.unique {
-            if self.scope == IndexScope::Table {
-                put_escaped(&mut key, partition_key.as_bytes());
+            for key in &mut keys {
+                if self.scope == IndexScope::Table {
+                    put_escaped(key, partition_key.as_bytes());
+                }
+                put_escaped(key, row_key.as_bytes());
             }
-            put_escaped(&mut key, row_key.as_bytes());
         }
-        Some(key)
+        keys
     }
+}
+
+/// The values `path` reaches from the entity's properties (`value` looks one up by name):
+/// members of objects by name, every element of an array at a `*`.
+fn path_values<'a>(path: &str, value: &impl Fn(&str) -> Option<ValueRef<'a>>) -> Vec<ValueRef<'a>> {
+    let mut steps = path.split('/');
+    let Some(first) = value(steps.next().unwrap_or_default()) else {
+        return Vec::new();
+    };
+    let mut values = vec![first];
+    for step in steps {
+        values = values
+            .into_iter()
+            .flat_map(|value| -> Box<dyn Iterator<Item = ValueRef<'a>>> {
+                match value {
+                    ValueRef::Document(array) if step == "*" && array.is_array() => {
+                        Box::new(array.elements())
+                    }
+                    ValueRef::Document(object) if step != "*" && !object.is_array() => {
+                        Box::new(object.member(step).into_iter())
+                    }
+                    _ => Box::new(std::iter::empty()),
+                }
+            })
+            .collect();
+    }
+    values
 }
 
 impl Index {
@@ -146,21 +235,25 @@ impl Index {
         !matches!(self.state, IndexState::Failed(_))
     }
 
-    /// The entry of an entity with these properties, if it has every indexed one.
-    pub fn entry(
+    /// The entries of an entity with these properties, in sort-key order (none if it lacks an
+    /// indexed value).
+    pub fn entries(
         &self,
         partition_key: &str,
         row_key: &str,
         properties: &Properties,
-    ) -> Option<IndexEntry> {
-        let sort_key = self.definition.sort_key(partition_key, row_key, |name| {
-            properties.get(name).map(|v| v.borrowed())
-        })?;
-        Some(IndexEntry {
-            index_id: self.id,
-            sort_key,
-            unique: self.definition.unique,
-        })
+    ) -> Vec<IndexEntry> {
+        self.definition
+            .sort_keys(partition_key, row_key, |name| {
+                properties.get(name).map(|v| v.borrowed())
+            })
+            .into_iter()
+            .map(|sort_key| IndexEntry {
+                index_id: self.id,
+                sort_key,
+                unique: self.definition.unique,
+            })
+            .collect()
     }
 }
 
@@ -390,8 +483,9 @@ mod tests {
                 ("Last".to_owned(), Value::String(last.into())),
                 ("First".to_owned(), Value::String(first.into())),
             ]);
-            d.sort_key(pk, "r", |n| props.get(n).map(Value::borrowed))
-                .unwrap()
+            let mut keys = d.sort_keys(pk, "r", |n| props.get(n).map(Value::borrowed));
+            assert_eq!(keys.len(), 1);
+            keys.remove(0)
         };
         let table = definition(IndexScope::Table, false);
         assert!(key(&table, "z", "Ab", "z") < key(&table, "a", "Abc", "a"));
@@ -402,8 +496,31 @@ mod tests {
         assert_eq!(key(&unique, "a", "X", "Y"), key(&unique, "b", "X", "Y"));
         let props = Properties::from([("Last".to_owned(), Value::String("X".into()))]);
         assert!(table
-            .sort_key("p", "r", |n| props.get(n).map(Value::borrowed))
-            .is_none());
+            .sort_keys("p", "r", |n| props.get(n).map(Value::borrowed))
+            .is_empty());
+    }
+
+    #[test]
+    fn multi_valued_definitions_expand_one_array_and_are_never_unique() {
+        let define = |properties: &[&str], unique| {
+            IndexDefinition::new(
+                "Ix".into(),
+                properties.iter().map(|p| p.to_string()).collect(),
+                IndexScope::Table,
+                unique,
+            )
+        };
+        assert!(define(&["Books/*"], false).unwrap().is_multi_valued());
+        assert!(!define(&["Address/City"], true).unwrap().is_multi_valued());
+        let unique = define(&["Books/*"], true).unwrap_err().to_string();
+        assert!(unique.contains("unique and multi-valued"), "{unique}");
+        let two = define(&["A/*", "B/*"], false).unwrap_err().to_string();
+        assert!(two.contains("expands 2 arrays"), "{two}");
+        assert!(
+            define(&["*/A"], false).is_err(),
+            "a path starts at a property"
+        );
+        assert!(define(&["A//B"], false).is_err());
     }
 
     #[test]

@@ -101,9 +101,12 @@ pub fn plan_commit(
     };
     for (index, (operation, current)) in operations.into_iter().zip(current).enumerate() {
         let row_key = operation.row_key().to_owned();
-        let entries_of = |entity: Option<&StoredEntity>| -> Vec<Option<IndexEntry>> {
+        let entries_of = |entity: Option<&StoredEntity>| -> Vec<Vec<IndexEntry>> {
             kept.iter()
-                .map(|kept| entity.and_then(|e| kept.entry(partition_key, &row_key, &e.properties)))
+                .map(|kept| match entity {
+                    Some(e) => kept.entries(partition_key, &row_key, &e.properties),
+                    None => Vec::new(),
+                })
                 .collect()
         };
         let before = entries_of(current.as_ref());
@@ -127,13 +130,15 @@ pub fn plan_commit(
             if old == new {
                 continue;
             }
-            plan.removed_entries.extend(old);
-            plan.added_entries.extend(new.map(|entry| AddedEntry {
-                entry,
-                operation: index,
-                row_key: row_key.clone(),
-                index_name: kept.definition.name.clone(),
-            }));
+            let (removed, added) = differences(old, new);
+            plan.removed_entries.extend(removed);
+            plan.added_entries
+                .extend(added.into_iter().map(|entry| AddedEntry {
+                    entry,
+                    operation: index,
+                    row_key: row_key.clone(),
+                    index_name: kept.definition.name.clone(),
+                }));
         }
         plan.results.push(result);
         plan.changes.push(PlannedChange {
@@ -145,6 +150,25 @@ pub fn plan_commit(
     match clash_within_commit(partition_key, &plan.added_entries) {
         Some(refusal) => Err(refusal),
         None => Ok(plan),
+    }
+}
+
+/// The entries of one index only in `old` (removed) and only in `new` (added), both in sort-key
+/// order: an entry an entity keeps is neither.
+fn differences(old: Vec<IndexEntry>, new: Vec<IndexEntry>) -> (Vec<IndexEntry>, Vec<IndexEntry>) {
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    let (mut old, mut new) = (old.into_iter().peekable(), new.into_iter().peekable());
+    loop {
+        match (old.peek(), new.peek()) {
+            (Some(a), Some(b)) if a.sort_key == b.sort_key => {
+                old.next();
+                new.next();
+            }
+            (Some(a), Some(b)) if a.sort_key < b.sort_key => removed.extend(old.next()),
+            (Some(_), Some(_)) | (None, Some(_)) => added.extend(new.next()),
+            (Some(_), None) => removed.extend(old.next()),
+            (None, None) => return (removed, added),
+        }
     }
 }
 
@@ -435,5 +459,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fresh.results[0].as_ref().unwrap().timestamp, Ticks(100));
+    }
+
+    #[test]
+    fn an_array_index_adds_and_removes_only_the_elements_that_change() {
+        let entry = |key: &str| IndexEntry {
+            index_id: 7,
+            sort_key: key.as_bytes().to_vec(),
+            unique: false,
+        };
+        let (removed, added) = differences(
+            vec![entry("b1"), entry("b2"), entry("b4")],
+            vec![entry("b2"), entry("b3"), entry("b4"), entry("b5")],
+        );
+        assert_eq!(removed, vec![entry("b1")]);
+        assert_eq!(added, vec![entry("b3"), entry("b5")]);
+        let (removed, added) = differences(vec![entry("a")], Vec::new());
+        assert_eq!((removed, added), (vec![entry("a")], Vec::new()));
     }
 }

@@ -6,51 +6,83 @@
 //! of its literal's EDM type only (indexes order by type first): an entity whose indexed property
 //! has another type is outside the range, even where the filter alone would compare it. The
 //! filter is still evaluated on every entity read: the plan only decides what is read.
+//!
+//! A path term is a comparison on that path (`Address/City eq 'Seattle'`); inside an `any` over an
+//! array, a comparison on the element (`Books/any(b: b eq 'b1')`) is a term on the index path
+//! `Books/*`. A multi-valued index holds an entity once per distinct value of its `*` path, so a
+//! query through it must fix that path (and every path before it) with `eq`: then each entity is
+//! read once. Any other query through it is refused.
 
-use super::filter::{CompareOp, Expr, Property};
+use super::filter::{CompareOp, Expr, Property, Quantifier};
 use crate::model::{
-    put_escaped, put_value, successor_of_prefix, type_tag, IndexDefinition, IndexRange, IndexScope,
-    Value,
+    put_escaped, put_value, quoted, successor_of_prefix, type_tag, IndexDefinition, IndexRange,
+    IndexScope, ValidationError, Value,
 };
 
+/// The index path a term on the PartitionKey is listed under (no custom property has the name).
+const PARTITION_KEY: &str = "PartitionKey";
+
 /// The sort keys of `index` that hold every entity `filter` can match, within `partition_key`
-/// when the request gives one.
+/// when the request gives one; refused for a multi-valued index whose `*` path the filter does
+/// not fix.
 pub fn index_range(
     index: &IndexDefinition,
     filter: Option<&Expr>,
     partition_key: Option<&str>,
-) -> IndexRange {
+) -> Result<IndexRange, ValidationError> {
     let mut terms = Vec::new();
     if let Some(filter) = filter {
-        conjuncts(filter, &mut terms);
+        conjuncts(filter, None, &mut terms);
     }
+    let pinned = |path: &str| {
+        terms
+            .iter()
+            .find(|(p, op, _)| p == path && *op == CompareOp::Eq)
+            .map(|(_, _, value)| *value)
+    };
+    let unpinned = || {
+        ValidationError::Argument(format!(
+            "index {} is multi-valued: a query through it must fix {} with 'eq' (for example \
+             Books/any(b: b eq 'b1')), and PartitionKey too for a PARTITION index",
+            quoted(&index.name),
+            index
+                .properties
+                .iter()
+                .take_while(|path| !path.contains('*'))
+                .chain(index.properties.iter().find(|path| path.contains('*')))
+                .map(|path| quoted(path).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
     let mut prefix = Vec::new();
     if index.scope == IndexScope::Partition {
-        let equal_partition = terms.iter().find_map(|term| match term {
-            (Property::PartitionKey, CompareOp::Eq, Value::String(pk)) => Some(pk.as_str()),
+        let equal_partition = match pinned(PARTITION_KEY) {
+            Some(Value::String(pk)) => Some(pk.as_str()),
             _ => None,
-        });
+        };
         match partition_key.or(equal_partition) {
             Some(pk) => put_escaped(&mut prefix, pk.as_bytes()),
-            None => return IndexRange::all(),
+            None if index.is_multi_valued() => return Err(unpinned()),
+            None => return Ok(IndexRange::all()),
         }
     }
-    for property in &index.properties {
-        let is_this = |p: &Property| matches!(p, Property::Custom(name) if name == property);
-        let equal = terms
-            .iter()
-            .find(|(p, op, _)| is_this(p) && *op == CompareOp::Eq);
-        if let Some((_, _, value)) = equal {
+    let expanded_at = index.properties.iter().position(|path| path.contains('*'));
+    for (at, path) in index.properties.iter().enumerate() {
+        if let Some(value) = pinned(path) {
             put_value(&mut prefix, value.borrowed());
             continue;
         }
+        if expanded_at.is_some_and(|expanded| expanded >= at) {
+            return Err(unpinned());
+        }
         let mut range = IndexRange::prefixed(&prefix);
-        for (_, op, value) in terms.iter().filter(|(p, _, _)| is_this(p)) {
+        for (_, op, value) in terms.iter().filter(|(p, _, _)| p == path) {
             range = range.intersect(&bound(&prefix, *op, value));
         }
-        return range;
+        return Ok(range);
     }
-    IndexRange::prefixed(&prefix)
+    Ok(IndexRange::prefixed(&prefix))
 }
 
 /// The sort keys after `prefix` whose next value `op` `value` holds for (of `value`'s type).
@@ -81,19 +113,51 @@ fn bound(prefix: &[u8], op: CompareOp, value: &Value) -> IndexRange {
     }
 }
 
-/// The comparisons `expr`'s top-level `and` joins.
-fn conjuncts<'e>(expr: &'e Expr, out: &mut Vec<(Property, CompareOp, &'e Value)>) {
+/// The comparisons `expr`'s top-level `and` joins, each with the index path it is on; inside an
+/// `any`, the comparisons its body's top-level `and` joins, on `element` (`Books/*`).
+fn conjuncts<'e>(
+    expr: &'e Expr,
+    element: Option<&str>,
+    out: &mut Vec<(String, CompareOp, &'e Value)>,
+) {
     match expr {
         Expr::And(a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
+            conjuncts(a, element, out);
+            conjuncts(b, element, out);
         }
         Expr::Compare {
             property,
             op,
             literal,
-        } => out.push((property.clone(), *op, literal)),
+        } => out.extend(index_path(property, element).map(|path| (path, *op, literal))),
+        Expr::Lambda {
+            quantifier: Quantifier::Any,
+            collection,
+            body: Some(body),
+        } if element.is_none() => {
+            if let Some(collection) = index_path(collection, None) {
+                conjuncts(body, Some(&format!("{collection}/*")), out);
+            }
+        }
         Expr::Or(..) | Expr::Not(..) | Expr::Constant(_) | Expr::Lambda { .. } => {}
+    }
+}
+
+/// The index path a comparison's property is (`element` is an enclosing `any`'s array, as
+/// `Books/*`), if an index can order by it.
+fn index_path(property: &Property, element: Option<&str>) -> Option<String> {
+    match property {
+        Property::PartitionKey => Some(PARTITION_KEY.to_owned()),
+        Property::Custom(name) => Some(name.clone()),
+        Property::Path(name, steps) => Some(format!("{name}/{}", steps.join("/"))),
+        Property::Variable { up: 0, path } => {
+            let element = element?;
+            Some(match path.is_empty() {
+                true => element.to_owned(),
+                false => format!("{element}/{}", path.join("/")),
+            })
+        }
+        Property::Variable { .. } | Property::RowKey | Property::Timestamp => None,
     }
 }
 
@@ -117,13 +181,13 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.to_string(), v.clone()))
             .collect();
-        index
-            .sort_key(pk, "r", |n| properties.get(n).map(Value::borrowed))
-            .unwrap()
+        let mut keys = index.sort_keys(pk, "r", |n| properties.get(n).map(Value::borrowed));
+        assert_eq!(keys.len(), 1);
+        keys.remove(0)
     }
 
     fn range(index: &IndexDefinition, filter: &str) -> IndexRange {
-        index_range(index, Some(&Expr::parse(filter).unwrap()), None)
+        index_range(index, Some(&Expr::parse(filter).unwrap()), None).unwrap()
     }
 
     #[test]
@@ -175,8 +239,80 @@ mod tests {
         assert!(!r.contains(&key("b", 2024)));
         let dated = sort_key(&index, "a", &[("When", Value::DateTime(Ticks(2024)))]);
         assert!(!r.contains(&dated), "another type is out of the range");
-        let field = index_range(&index, None, Some("b"));
+        let field = index_range(&index, None, Some("b")).unwrap();
         assert!(field.contains(&key("b", 5)) && !field.contains(&key("a", 5)));
         assert_eq!(range(&index, "When ge 2024L"), IndexRange::all());
+    }
+
+    fn document(json_like: &[(&str, Value)]) -> Value {
+        let members = json_like.iter().map(|(n, v)| (n.to_string(), v.clone()));
+        Value::Document(crate::model::Document::object(members).unwrap())
+    }
+
+    fn array(values: Vec<Value>) -> Value {
+        Value::Document(crate::model::Document::array(values).unwrap())
+    }
+
+    #[test]
+    fn paths_and_array_elements_plan_like_properties() {
+        let books = definition(IndexScope::Table, &["Books/*"]);
+        assert!(books.is_multi_valued());
+        let entity = Properties::from([(
+            "Books".to_owned(),
+            array(vec![
+                Value::String("b2".into()),
+                Value::String("b1".into()),
+                Value::String("b2".into()),
+            ]),
+        )]);
+        let keys = books.sort_keys("p", "r", |n| entity.get(n).map(Value::borrowed));
+        assert_eq!(keys.len(), 2, "one entry per distinct element");
+        let b1 = range(&books, "Books/any(b: b eq 'b1')");
+        assert!(b1.contains(&keys[0]) && !b1.contains(&keys[1]));
+        for unpinned in [
+            "Books/any(b: b ge 'b1')",
+            "Books/all(b: b eq 'b1')",
+            "X eq 1",
+        ] {
+            let refused = index_range(&books, Some(&Expr::parse(unpinned).unwrap()), None);
+            assert!(refused.is_err(), "{unpinned}");
+        }
+        assert!(index_range(&books, None, None).is_err());
+
+        let cities = definition(IndexScope::Table, &["Addresses/*/City", "Since"]);
+        let person = Properties::from([
+            (
+                "Addresses".to_owned(),
+                array(vec![
+                    document(&[("City", Value::String("Seattle".into()))]),
+                    document(&[("Zip", Value::String("1".into()))]),
+                ]),
+            ),
+            ("Since".to_owned(), Value::Int32(2020)),
+        ]);
+        let keys = cities.sort_keys("p", "r", |n| person.get(n).map(Value::borrowed));
+        assert_eq!(keys.len(), 1, "an element without the member has no entry");
+        let seattle = range(
+            &cities,
+            "Addresses/any(a: a/City eq 'Seattle') and Since gt 2019",
+        );
+        assert!(seattle.contains(&keys[0]));
+        let later = range(
+            &cities,
+            "Addresses/any(a: a/City eq 'Seattle') and Since gt 2020",
+        );
+        assert!(!later.contains(&keys[0]));
+
+        let city = definition(IndexScope::Table, &["Address/City"]);
+        let at = |name: &str| {
+            let p = Properties::from([(
+                "Address".to_owned(),
+                document(&[("City", Value::String(name.into()))]),
+            )]);
+            let mut keys = city.sort_keys("p", "r", |n| p.get(n).map(Value::borrowed));
+            keys.remove(0)
+        };
+        let after_m = range(&city, "Address/City gt 'M'");
+        assert!(after_m.contains(&at("Seattle")) && !after_m.contains(&at("Berlin")));
     }
 }

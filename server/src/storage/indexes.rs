@@ -199,21 +199,23 @@ fn utf8(bytes: &[u8]) -> Result<String, StorageError> {
         .map_err(|_| StorageError::Corrupt("index catalog text is not UTF-8".into()))
 }
 
-/// The sort key of `entity`'s entry in `index`, read in place; `None` if it lacks a property.
-pub fn entity_sort_key(
+/// The sort keys of `entity`'s entries in `index`, read in place, in order (none if it lacks an
+/// indexed value; several for a multi-valued index).
+pub fn entity_sort_keys(
     index: &Index,
     entity: &EntityView<'_>,
-) -> Result<Option<Vec<u8>>, StorageError> {
+) -> Result<Vec<Vec<u8>>, StorageError> {
     let mut values = Vec::with_capacity(index.definition.properties.len());
-    for property in &index.definition.properties {
+    for path in &index.definition.properties {
+        let property = path.split('/').next().unwrap_or_default();
         match entity.property(property)? {
-            Some(value) => values.push((property.as_str(), value)),
-            None => return Ok(None),
+            Some(value) => values.push((property, value)),
+            None => return Ok(Vec::new()),
         }
     }
     Ok(index
         .definition
-        .sort_key(entity.partition_key, entity.row_key, |name| {
+        .sort_keys(entity.partition_key, entity.row_key, |name| {
             values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
         }))
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 pub use codec::{EntityView, StoredProperties};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
-pub use indexes::{build_in_background, entity_sort_key, BuildStep, IndexCatalog, IndexRefusal};
+pub use indexes::{build_in_background, entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal};
 pub use postgres_store::{
     PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
 };

@@ -15,7 +15,7 @@ use crate::model::{
     KeyPosition,
 };
 use crate::storage::{
-    entity_sort_key, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
+    entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
     StorageError, Visitor,
 };
 
@@ -357,7 +357,7 @@ fn entries_of_run(
             break;
         }
         let entity = EntityView::parse(partition_key, row_key, row.get(1))?;
-        if let Some(sort_key) = entity_sort_key(index, &entity)? {
+        for sort_key in entity_sort_keys(index, &entity)? {
             entries.push(AddedEntry {
                 entry: IndexEntry {
                     index_id: index.id,

@@ -21,7 +21,7 @@ use crate::model::{
     KeyPosition, KeyRange,
 };
 use crate::storage::{
-    entity_sort_key, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
+    entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -200,7 +200,9 @@ impl SledTable {
         };
         let (partition_key, row_key) = key::split(holder)?;
         let entity = EntityView::parse(partition_key, row_key, &value)?;
-        Ok(entity_sort_key(index, &entity)?.as_deref() == Some(sort_key))
+        Ok(entity_sort_keys(index, &entity)?
+            .iter()
+            .any(|key| key == sort_key))
     }
 
     /// Writes one entity's row and its entries without an undo record: new entries first, the
@@ -361,7 +363,7 @@ impl Indexed for SledTable {
                 break;
             }
             let entity = EntityView::parse(pk, rk, &value)?;
-            if let Some(sort_key) = entity_sort_key(index, &entity)? {
+            for sort_key in entity_sort_keys(index, &entity)? {
                 entries.push((sort_key, entity_key.to_vec()));
             }
         }
@@ -441,7 +443,10 @@ impl Indexed for SledTable {
                 continue;
             };
             let entity = EntityView::parse(partition_key, row_key, &value)?;
-            if entity_sort_key(index, &entity)?.as_deref() != Some(sort_key) {
+            if !entity_sort_keys(index, &entity)?
+                .iter()
+                .any(|key| key == sort_key)
+            {
                 continue;
             }
             if visitor(&entity)? == Visit::Stop {
