@@ -665,3 +665,62 @@ async fn path_and_array_indexes_answer_lookups_and_follow_patches() {
     assert_eq!(authors_of("b1").await, ["a3"]);
     assert_eq!(authors_of("b2").await, ["a1", "a2"]);
 }
+
+#[tokio::test]
+async fn select_of_paths_returns_only_those_parts_over_grpc_and_rest() {
+    let (server, rest) = common::rest::server(|_| {}).await;
+    let table = server.sdk().await.table(T);
+    table.create().await.unwrap();
+    table.insert(("people", "ada"), &ada()).await.unwrap();
+    let select = [
+        "Name",
+        "Addresses/City",
+        "Contact/email",
+        "Holdings/Missing",
+    ];
+    let found = table
+        .query::<Properties>()
+        .select(select)
+        .all()
+        .await
+        .unwrap();
+    let shown = &found[0].value;
+    let names: Vec<&String> = shown.0.keys().collect();
+    assert_eq!(
+        names,
+        ["Addresses", "Contact", "Name"],
+        "Holdings: no path reached a value"
+    );
+    let cities = Value::Array(
+        ["Seattle", "London"]
+            .map(|city| Value::Object([("City".to_owned(), Value::from(city))].into()))
+            .to_vec(),
+    );
+    assert_eq!(shown.get("Addresses"), Some(&cities));
+    assert_eq!(
+        shown.get("Contact"),
+        Some(&Value::Object(
+            [("email".to_owned(), Value::from("ada@example.com"))].into()
+        ))
+    );
+    let mut raw = server.client().await;
+    let mut request = get_request(T, "people", "ada");
+    request.select = select.map(str::to_owned).to_vec();
+    let point = raw.get_entity(request).await.unwrap().into_inner();
+    let names: Vec<&String> = point.properties.keys().collect();
+    assert_eq!(
+        names,
+        ["Addresses", "Contact", "Name"],
+        "a point read selects the same"
+    );
+
+    let mut socket = tokio::net::TcpStream::connect(rest).await.unwrap();
+    let path = format!("/devstoreaccount1/{T}()?$select=Name,Addresses/City");
+    let (status, answer) = common::rest::exchange(&mut socket, "GET", &path, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(r#""Addresses":"[{\"City\":\"Seattle\"},{\"City\":\"London\"}]""#),
+        "{answer}"
+    );
+    assert!(!answer.contains("Holdings"), "{answer}");
+}

@@ -83,9 +83,9 @@ fn write_entity(
 ) -> Result<(), StorageError> {
     put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
     put_text(ENTITY_ROW_KEY, entity.row_key, out);
-    for property in entity.properties() {
-        let (name, value) = property?;
-        put_entry(ENTITY_PROPERTIES, name, value, out);
+    for property in entity.shown_properties() {
+        let (name, shown) = property?;
+        put_entry(ENTITY_PROPERTIES, name, shown.value(), out);
     }
     put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
     put_timestamp(entity.timestamp, out);
@@ -367,5 +367,28 @@ mod tests {
         let expected = super::super::convert::entity_to_pb(entity.clone().project(&select));
         assert_eq!(encoded_then_decoded(&entity, &select), expected);
         assert_eq!(expected.properties.len(), 1);
+        // Paths into a document: only those parts, through the array's objects.
+        let paths = [
+            "doc/list/s".to_owned(),
+            "doc/list/n".to_owned(),
+            "doc/none".to_owned(),
+        ];
+        let expected = super::super::convert::entity_to_pb(entity.clone().project(&paths));
+        assert_eq!(encoded_then_decoded(&entity, &paths), expected);
+        let Some(pb::value::Kind::ObjectValue(doc)) = &expected.properties["doc"].kind else {
+            panic!("{expected:?}");
+        };
+        let Some(pb::value::Kind::ArrayValue(list)) = &doc.members["list"].kind else {
+            panic!("{doc:?}");
+        };
+        assert_eq!(
+            list.values.len(),
+            1,
+            "only the object element has the paths"
+        );
+        let Some(pb::value::Kind::ObjectValue(first)) = &list.values[0].kind else {
+            panic!("{list:?}");
+        };
+        assert_eq!(first.members.keys().collect::<Vec<_>>(), ["n", "s"]);
     }
 }

@@ -114,12 +114,12 @@ pub(crate) fn validate_property_name(name: &str) -> Result<(), ValidationError> 
 }
 
 /// A property name a query may select: a system property's, or a valid custom property's (which
-/// the entities need not have, as in Azure).
+/// the entities need not have, as in Azure), or a path into a document property (`Address/City`).
 pub fn validate_selected_name(name: &str) -> Result<(), ValidationError> {
     if RESERVED_PROPERTY_NAMES.contains(&name) {
         return Ok(());
     }
-    validate_property_name(name)
+    super::Path::parse(name).map(drop)
 }
 
 /// An entity as stored: its custom properties and the server-set timestamp its ETag derives from.
@@ -139,11 +139,22 @@ impl StoredEntity {
         super::ETag::for_timestamp(self.timestamp)
     }
 
-    /// Keeps only the named properties (all of them when `select` is empty).
+    /// Keeps only the selected properties and paths (all of them when `select` is empty).
     pub fn project(mut self, select: &[String]) -> StoredEntity {
-        if !select.is_empty() {
-            self.properties.retain(|name, _| select.contains(name));
+        if select.is_empty() {
+            return self;
         }
+        let properties = std::mem::take(&mut self.properties);
+        self.properties = properties
+            .into_iter()
+            .filter_map(|(name, value)| match super::selected(select, &name) {
+                super::Selected::Nothing => None,
+                super::Selected::Whole => Some((name, value)),
+                super::Selected::Paths(paths) => {
+                    super::prune(value.borrowed(), &paths).map(|value| (name, value))
+                }
+            })
+            .collect();
         self
     }
 }

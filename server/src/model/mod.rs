@@ -39,7 +39,7 @@ pub use index::{
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
-pub use paths::Path;
+pub use paths::{prune, selected, selects, Path, Selected};
 pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};

@@ -3,7 +3,7 @@
 
 use super::document::{check_member_name, Document};
 use super::entity::validate_property_name;
-use super::{quoted, DocumentRef, ValidationError, Value};
+use super::{quoted, DocumentRef, ValidationError, Value, ValueRef};
 
 /// A checked path: a property name, then member names or (inside arrays) element indexes,
 /// separated by `/`.
@@ -143,4 +143,89 @@ fn owned_entries(document: DocumentRef<'_>) -> impl Iterator<Item = (&str, Value
     document
         .entries(true)
         .map(|(name, value)| (name, value.to_value()))
+}
+
+/// What a `select` shows of one property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selected<'s> {
+    /// Nothing: the selection names neither it nor a path into it.
+    Nothing,
+    /// All of it (named itself, or no selection at all).
+    Whole,
+    /// Only the values at these paths below it (each a list of member names).
+    Paths(Vec<Vec<&'s str>>),
+}
+
+/// Whether `select` (all when empty) shows any of the property named by the bytes `name`.
+pub fn selects(select: &[String], name: &[u8]) -> bool {
+    select.is_empty()
+        || select.iter().any(|entry| {
+            let entry = entry.as_bytes();
+            entry == name
+                || (entry.len() > name.len()
+                    && entry.starts_with(name)
+                    && entry[name.len()] == b'/')
+        })
+}
+
+/// What `select` (all when empty) shows of the property `name`.
+pub fn selected<'s>(select: &'s [String], name: &str) -> Selected<'s> {
+    if select.is_empty() {
+        return Selected::Whole;
+    }
+    let mut paths = Vec::new();
+    for entry in select {
+        if entry == name {
+            return Selected::Whole;
+        }
+        if let Some(rest) = entry
+            .strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            paths.push(rest.split('/').collect());
+        }
+    }
+    match paths.is_empty() {
+        true => Selected::Nothing,
+        false => Selected::Paths(paths),
+    }
+}
+
+/// The parts of `value` at `paths` (member names; through an array, in each element the paths
+/// reach a value in), or `None` when no path reaches a value.
+pub fn prune(value: ValueRef<'_>, paths: &[Vec<&str>]) -> Option<Value> {
+    if paths.iter().any(|path| path.is_empty()) {
+        return Some(value.to_value());
+    }
+    let ValueRef::Document(document) = value else {
+        return None;
+    };
+    if document.is_array() {
+        let elements: Vec<Value> = document
+            .elements()
+            .filter_map(|element| prune(element, paths))
+            .collect();
+        if elements.is_empty() {
+            return None;
+        }
+        return Document::array(elements).ok().map(Value::Document);
+    }
+    let members: Vec<(String, Value)> = document
+        .members()
+        .filter_map(|(name, member)| {
+            let below: Vec<Vec<&str>> = paths
+                .iter()
+                .filter(|path| path[0] == name)
+                .map(|path| path[1..].to_vec())
+                .collect();
+            if below.is_empty() {
+                return None;
+            }
+            prune(member, &below).map(|value| (name.to_owned(), value))
+        })
+        .collect();
+    if members.is_empty() {
+        return None;
+    }
+    Document::object(members).ok().map(Value::Document)
 }

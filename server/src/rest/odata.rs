@@ -17,7 +17,7 @@ use crate::model::{
     quoted, DocumentRef, ETag, EntityKey, NewEntity, Properties, StoredEntity, Ticks,
     ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
-use crate::storage::{EntityView, StorageError};
+use crate::storage::{EntityView, Shown, StorageError};
 
 /// How much metadata a response carries (`Accept: application/json;odata=...`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +314,7 @@ impl<'a> EntityJson<'a> {
         entity: &EntityView<'_>,
     ) -> Result<(), StorageError> {
         let keys = (entity.partition_key, entity.row_key, entity.timestamp);
-        self.write(out, keys, entity.properties())
+        self.write(out, keys, entity.shown_properties())
     }
 
     /// The JSON object of an entity as a write stored it.
@@ -327,7 +327,7 @@ impl<'a> EntityJson<'a> {
         let properties = entity
             .properties
             .iter()
-            .map(|(name, value)| Ok((name.as_str(), value.borrowed())));
+            .map(|(name, value)| Ok((name.as_str(), Shown::Stored(value.borrowed()))));
         let mut out = String::new();
         self.write(&mut out, keys, properties)
             .expect("owned properties read without fault");
@@ -339,7 +339,7 @@ impl<'a> EntityJson<'a> {
         &self,
         out: &mut String,
         (partition_key, row_key, timestamp): (&str, &str, Ticks),
-        properties: impl Iterator<Item = Result<(&'v str, ValueRef<'v>), StorageError>>,
+        properties: impl Iterator<Item = Result<(&'v str, Shown<'v>), StorageError>>,
     ) -> Result<(), StorageError> {
         let mut object = JsonObject::open(out);
         if let Some(context) = &self.context {
@@ -369,7 +369,8 @@ impl<'a> EntityJson<'a> {
         object.key("Timestamp", "");
         write_value(object.out, ValueRef::DateTime(timestamp));
         for property in properties {
-            let (name, value) = property?;
+            let (name, shown) = property?;
+            let value = shown.value();
             let annotation = edm_type(value);
             let annotate = match self.metadata {
                 Metadata::None => false,

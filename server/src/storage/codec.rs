@@ -8,7 +8,10 @@
 
 use super::StorageError;
 use crate::model::encoding::{decode_value, encode_owned, skip_value, utf8, Reader};
-use crate::model::{EntityKey, Operation, Properties, StoredEntity, Ticks, Value, ValueRef};
+use crate::model::{
+    prune, selected, selects, EntityKey, Operation, Properties, Selected, StoredEntity, Ticks,
+    Value, ValueRef,
+};
 
 const FORMAT_V1: u8 = 1;
 const FORMAT_V2: u8 = 2;
@@ -112,9 +115,10 @@ impl<'a> EntityView<'a> {
         EntityView { select, ..self }
     }
 
-    /// The named property, if the entity has it (and shows it), found without decoding the others.
+    /// The named property, if the entity has it (and shows some of it), found without decoding
+    /// the others; as stored, even if the selection shows only paths into it.
     pub fn property(&self, name: &str) -> Result<Option<ValueRef<'a>>, StorageError> {
-        if !self.select.is_empty() && !self.select.iter().any(|s| s == name) {
+        if !selects(self.select, name.as_bytes()) {
             return Ok(None);
         }
         let mut properties = self.properties();
@@ -122,12 +126,52 @@ impl<'a> EntityView<'a> {
         properties.find(name)
     }
 
-    /// The shown properties, in stored (name) order.
+    /// The shown properties as the selection shows them, in stored (name) order: a property
+    /// selected by paths into it (`Address/City`) holds only those parts.
+    pub fn shown_properties(
+        &self,
+    ) -> impl Iterator<Item = Result<(&'a str, Shown<'a>), StorageError>> {
+        let select = self.select;
+        self.properties().filter_map(move |property| {
+            let (name, value) = match property {
+                Ok(property) => property,
+                Err(error) => return Some(Err(error)),
+            };
+            match selected(select, name) {
+                Selected::Whole => Some(Ok((name, Shown::Stored(value)))),
+                Selected::Paths(paths) => {
+                    prune(value, &paths).map(|v| Ok((name, Shown::Pruned(v))))
+                }
+                Selected::Nothing => None,
+            }
+        })
+    }
+
+    /// The shown properties, in stored (name) order, each whole.
     pub fn properties(&self) -> StoredProperties<'a> {
         let keep = (!self.select.is_empty()).then_some(self.select);
         StoredProperties::read(self.value, keep)
             .expect("the header was checked by parse")
             .1
+    }
+}
+
+/// A property's value as a selection shows it: as stored, or only the parts at the selected paths.
+#[derive(Debug, Clone)]
+pub enum Shown<'a> {
+    /// As stored, read in place.
+    Stored(ValueRef<'a>),
+    /// The selected parts of a document.
+    Pruned(Value),
+}
+
+impl Shown<'_> {
+    /// The value shown.
+    pub fn value(&self) -> ValueRef<'_> {
+        match self {
+            Shown::Stored(value) => *value,
+            Shown::Pruned(value) => value.borrowed(),
+        }
     }
 }
 
@@ -183,9 +227,7 @@ impl<'a> StoredProperties<'a> {
             self.remaining -= 1;
             let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
             let name = self.reader.slice(name_len)?;
-            let wanted = self
-                .keep
-                .is_none_or(|keep| keep.iter().any(|k| k.as_bytes() == name));
+            let wanted = self.keep.is_none_or(|keep| selects(keep, name));
             if wanted {
                 return Ok(Some((utf8(name)?, decode_value(&mut self.reader)?)));
             }

@@ -30,7 +30,7 @@ mod sled_store;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-pub use codec::{EntityView, StoredProperties};
+pub use codec::{EntityView, Shown, StoredProperties};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
 pub use indexes::{build_in_background, entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal};
