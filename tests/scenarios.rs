@@ -1,12 +1,14 @@
-//! The HR and expenses scenarios of the SDK against the real server.
+//! The HR, expenses, people and books scenarios of the SDK against the real server.
 
 mod common;
 
 use common::TestServer;
+use trestle_client::scenarios::books::{self, Library};
 use trestle_client::scenarios::expenses::{ExpenseItem, Expenses, Status, MAX_ITEMS};
 use trestle_client::scenarios::hr::{
     Contractor, Department, DepartmentCache, Hr, NewEmployee, Person, TransferStep,
 };
+use trestle_client::scenarios::people::{self, ContactDetail, People};
 use trestle_client::ErrorKind;
 
 fn new_employee(id: &str, last: &str) -> NewEmployee {
@@ -501,4 +503,50 @@ async fn an_expense_holds_at_most_99_items() {
     );
     expenses.delete("dave", &id).await.unwrap();
     assert!(expenses.get("dave", &id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn the_people_scenario_finds_people_by_city_through_embedded_addresses() {
+    let server = TestServer::start().await;
+    let people = People::new(server.sdk().await.table("People"));
+    let report = people::tour(&people).await.unwrap();
+    assert_eq!(report.len(), 4, "{report:#?}");
+    assert!(report[1].contains(r#"["Ada", "Alan"]"#), "{report:#?}");
+    assert!(
+        report[2].contains(r#"["Ada", "Alan", "Grace"]"#),
+        "{report:#?}"
+    );
+    let grace = people.get("grace").await.unwrap().value;
+    assert_eq!(grace.addresses[0].city, "Seattle");
+    assert!(matches!(
+        &grace.contact_details[..],
+        [
+            ContactDetail::Phone {
+                extension: None,
+                ..
+            },
+            ContactDetail::Email { .. }
+        ]
+    ));
+}
+
+#[tokio::test]
+async fn the_books_scenario_links_authors_and_books_both_ways() {
+    let server = TestServer::start().await;
+    let library = Library::new(server.sdk().await.table("Library"));
+    let report = books::tour(&library).await.unwrap();
+    assert_eq!(report.len(), 4, "{report:#?}");
+    assert!(
+        report[1].contains(r#"["Notes", "Compilers"]"#),
+        "{report:#?}"
+    );
+    assert!(report[2].contains(r#"["Ada", "Grace"]"#), "{report:#?}");
+    // The refused book wrote nothing: no book, and no author credited with it.
+    let grace = library.author("a2").await.unwrap().value;
+    assert_eq!(
+        (grace.books, grace.count_of_books),
+        (vec!["b2".to_owned()], 1)
+    );
+    assert!(library.books_of("a9").await.unwrap().is_empty());
+    assert!(library.authors_of("b4").await.unwrap().is_empty());
 }

@@ -333,7 +333,7 @@ async fn the_blog_scenario_runs_end_to_end() {
     let report = blog::tour(&Blog::new(client.table("Blog"))).await.unwrap();
     assert_eq!(report.len(), 5, "{report:#?}");
     assert!(
-        report[1].contains("counts 20 comments and holds 20"),
+        report[1].contains("counts 20 comments, holds 20 and embeds the 3 most recent"),
         "{report:#?}"
     );
     assert!(report[2].contains("Poetical science"), "{report:#?}");

@@ -8,10 +8,21 @@
 //!   filter, and a post deleted with its comments atomically.
 //! - [`expenses`]: an expense and its items in one partition with compound row keys, prefix scans
 //!   and log-tail (newest-first) keys; what the Azure post could not make atomic is atomic here.
+//!
+//! From the Cosmos DB modelling guide, with documents:
+//! - [`people`]: people embedding addresses and differently shaped contact details; who lives in
+//!   a city is a lookup in a multi-valued index; an address changed in place by its path.
+//! - [`books`]: authors and books linked by arrays of ids on both sides, books embedding author
+//!   summaries, authors keeping `CountOfBooks`; both directions are index lookups, and publishing
+//!   is one transaction across partitions.
+//! - [`blog`] also embeds each post's 3 most recent comments, appended in the comment's own
+//!   transaction.
 
 pub mod blog;
+pub mod books;
 pub mod expenses;
 pub mod hr;
+pub mod people;
 
 /// For the examples: the table `<prefix><process id>` on the server at `TRESTLE_ENDPOINT`
 /// (default [`crate::DEFAULT_ENDPOINT`]), and a line saying so.
@@ -28,4 +39,17 @@ pub async fn example_table(prefix: &str) -> crate::Result<(crate::TableClient, S
 /// or an expense is a hot row when many writers change it at once.
 fn scenario_retry() -> crate::ConflictRetry {
     crate::ConflictRetry::default().with_max_attempts(200)
+}
+
+/// `Ok` when `found` is `expected`; otherwise a scenario's wrong answer, saying `what`.
+fn expect(found: &[String], expected: &[&str], what: &str) -> crate::Result<()> {
+    if found != expected {
+        return Err(wrong(format!("{what}: {found:?}, expected {expected:?}")));
+    }
+    Ok(())
+}
+
+/// A scenario's wrong answer (an inexact count, a missing entity): `Internal`.
+fn wrong(message: String) -> crate::Error {
+    crate::Error::new(crate::ErrorKind::Internal, message)
 }
