@@ -123,6 +123,19 @@ async fn grpcurl_session() {
         "{out}"
     );
 
+    // A document, written and found by a path, as the README's tour does; JSON shows it nested.
+    let document = r#"{"table": "Demo", "entity": {"partitionKey": "dept-1", "rowKey": "emp-3",
+        "properties": {"Address": {"objectValue": {"members": {"City": {"stringValue": "Seattle"},
+        "Lines": {"arrayValue": {"values": [{"stringValue": "1 Pike St"}, {"nullValue": "NULL_VALUE"}]}}}}}}}}"#;
+    let (ok, out) = run(&["-d", document, "trestle.v1.TableService/InsertEntity"]);
+    assert!(ok && out.contains(r#""objectValue""#), "{out}");
+    let by_path = r#"{"table": "Demo", "filter": "Address/City eq 'Seattle'"}"#;
+    let (ok, out) = run(&["-d", by_path, "trestle.v1.TableService/QueryEntities"]);
+    assert!(
+        ok && out.contains("emp-3") && !out.contains("emp-1") && out.contains("nullValue"),
+        "{out}"
+    );
+
     let transaction = r#"{"table": "Demo", "partitionKey": "dept-1", "operations": [
         {"insert": {"entity": {"partitionKey": "dept-1", "rowKey": "emp-2",
                                "properties": {"Name": {"stringValue": "Grace"}}}}},

@@ -14,6 +14,7 @@
 #![allow(clippy::print_stdout)]
 
 mod across;
+mod documents;
 mod echo;
 mod engine_only;
 mod indexed;
@@ -64,6 +65,9 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_lookup",
     "index_range",
     "indexed_insert",
+    "path_filter_scan",
+    "array_index_lookup",
+    "append_keep_last",
     "rest_point_read",
     "rest_insert",
     "rest_batch_100",
@@ -565,6 +569,19 @@ async fn run_workloads(
         );
     }
 
+    if selected
+        .iter()
+        .any(|w| matches!(*w, "path_filter_scan" | "array_index_lookup"))
+    {
+        let took = documents::load(client, plan).await;
+        eprintln!(
+            "loaded {} entities with documents and a multi-valued index in {:.1} s ({:.0} entities/s)",
+            plan.entities(),
+            took.as_secs_f64(),
+            plan.entities() as f64 / took.as_secs_f64()
+        );
+    }
+
     let mut rows = Vec::new();
     for &workload in selected {
         announce(&named(workload), plan);
@@ -685,6 +702,57 @@ async fn run_workloads(
                     &named(compared_with),
                     m,
                     entity_rate,
+                    server_sample,
+                    ceilings,
+                    &what,
+                ));
+                continue;
+            }
+            "path_filter_scan" => {
+                let (m, flat) = documents::path_filter_scan(client, plan).await;
+                let server = before.zip(sample());
+                let mut row = row_of(&named(workload), m.clone(), server, ceilings.stream, true);
+                row.ratio_to_echo = ceilings.stream.map(|c| m.extra_per_s() / c);
+                row.note = format!(
+                    "D/V eq 7: {:.0} entities examined/s, {:.0} returned/s; V eq 7 over the same \
+                     entities: {:.0} examined/s ({:.0}%)",
+                    m.extra_per_s(),
+                    m.entities_per_s(),
+                    flat.extra_per_s(),
+                    100.0 * m.extra_per_s() / flat.extra_per_s()
+                );
+                rows.push(row);
+                continue;
+            }
+            "array_index_lookup" => {
+                let m = documents::array_index_lookup(client, plan).await;
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named("index_lookup"),
+                    m,
+                    false,
+                    server_sample,
+                    ceilings,
+                    "D/Tags/any(t: t eq '...') through a multi-valued TABLE index",
+                ));
+                continue;
+            }
+            "append_keep_last" => {
+                let (m, kept) = documents::append_keep_last(client, plan).await;
+                let server_sample = before.zip(sample());
+                let what = format!(
+                    "PatchEntity append keeping the last 3, counted in the same patch; the count \
+                     {} the acknowledged appends",
+                    if kept { "equals" } else { "DIFFERS FROM" }
+                );
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named("hot_counter"),
+                    m,
+                    false,
                     server_sample,
                     ceilings,
                     &what,

@@ -414,10 +414,10 @@ pub(crate) async fn scan_stream(client: &Client, plan: &Plan) -> Measurement {
     .await
 }
 
-/// Follows a filtered query to its end: `entities` = returned, `extra` = examined.
-async fn filtered_pass(client: &mut Client, filter: &str) -> OpResult {
+/// Follows a filtered query of `table` to its end: `entities` = returned, `extra` = examined.
+pub(crate) async fn filtered_pass(client: &mut Client, table: &str, filter: &str) -> OpResult {
     let mut request = pb::QueryEntitiesRequest {
-        table: MAIN_TABLE.into(),
+        table: table.into(),
         filter: filter.into(),
         ..Default::default()
     };
@@ -442,7 +442,7 @@ pub(crate) async fn filter_scan(client: &Client, plan: &Plan) -> Measurement {
     let client = client.clone();
     drive(2, plan.warmup, plan.duration, move |_, _| {
         let mut client = client.clone();
-        async move { filtered_pass(&mut client, "V eq 7").await }
+        async move { filtered_pass(&mut client, MAIN_TABLE, "V eq 7").await }
     })
     .await
 }
@@ -457,7 +457,7 @@ pub(crate) async fn partition_range_scan(client: &Client, plan: &Plan) -> Measur
     );
     drive(2, plan.warmup, plan.duration, move |_, _| {
         let (mut client, filter) = (client.clone(), filter.clone());
-        async move { filtered_pass(&mut client, &filter).await }
+        async move { filtered_pass(&mut client, MAIN_TABLE, &filter).await }
     })
     .await
 }

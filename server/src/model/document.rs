@@ -3,7 +3,8 @@
 //! ([`super::encoding`]), which the stores hold as is and reads walk in place.
 
 use super::encoding::{
-    decode_unchecked, encode_owned, utf8, Corrupt, Reader, TAG_ARRAY, TAG_OBJECT,
+    decode_unchecked, encode_owned, is_document_tag, skip_value, utf8, Corrupt, Reader, TAG_ARRAY,
+    TAG_OBJECT,
 };
 use super::{utf16_bytes, Ticks, ValidationError, Value, ValueRef, MAX_VALUE_BYTES};
 
@@ -386,17 +387,15 @@ fn check_node(reader: &mut Reader<'_>, depth: usize) -> Result<Shape, Corrupt> {
             }
             previous = Some(name);
         }
-        let mut probe = body.clone();
-        match decode_unchecked(&mut probe)? {
-            ValueRef::Document(_) => {
-                let inner = check_node(&mut body, depth + 1)?;
-                shape.depth = shape.depth.max(inner.depth);
-                shape.values += inner.values;
-            }
-            _ => {
-                body = probe;
-                shape.values += 1;
-            }
+        // A leaf's bytes are skipped, not decoded: its text is checked as UTF-8 when it is read
+        // (a walk stops at text that is not), so only the structure needs checking here.
+        if is_document_tag(body.peek()?) {
+            let inner = check_node(&mut body, depth + 1)?;
+            shape.depth = shape.depth.max(inner.depth);
+            shape.values += inner.values;
+        } else {
+            skip_value(&mut body)?;
+            shape.values += 1;
         }
     }
     if !body.is_empty() {

@@ -27,6 +27,11 @@ pub(crate) const TAG_OBJECT: u8 = 11;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Corrupt(pub String);
 
+/// Whether a value starting with `tag` is a document.
+pub(crate) fn is_document_tag(tag: u8) -> bool {
+    tag == TAG_ARRAY || tag == TAG_OBJECT
+}
+
 /// Appends `value`'s encoding.
 pub(crate) fn encode_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
     match value {
@@ -61,18 +66,19 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
 
 /// Reads one value, checking a document's whole structure (so that walking it later cannot fail).
 pub(crate) fn decode_value<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'a>, Corrupt> {
-    let tag = reader.peek()?;
-    Ok(match tag {
-        TAG_ARRAY | TAG_OBJECT => ValueRef::Document(DocumentRef::check(document_bytes(reader)?)?),
-        _ => decode_unchecked(reader)?,
-    })
+    if is_document_tag(reader.peek()?) {
+        return Ok(ValueRef::Document(DocumentRef::check(document_bytes(
+            reader,
+        )?)?));
+    }
+    decode_unchecked(reader)
 }
 
 /// Reads one value whose bytes were checked before (inside a checked document): a nested
 /// document is taken as it is.
 pub(crate) fn decode_unchecked<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'a>, Corrupt> {
     let tag = reader.peek()?;
-    if tag == TAG_ARRAY || tag == TAG_OBJECT {
+    if is_document_tag(tag) {
         return Ok(ValueRef::Document(DocumentRef::trusted(document_bytes(
             reader,
         )?)));
@@ -101,7 +107,7 @@ pub(crate) fn decode_unchecked<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'
 /// Skips one value without decoding it.
 pub(crate) fn skip_value(reader: &mut Reader<'_>) -> Result<(), Corrupt> {
     let tag = reader.peek()?;
-    if tag == TAG_ARRAY || tag == TAG_OBJECT {
+    if is_document_tag(tag) {
         return document_bytes(reader).map(drop);
     }
     reader.slice(1)?;
@@ -171,7 +177,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next byte, left unread.
-    fn peek(&self) -> Result<u8, Corrupt> {
+    pub(crate) fn peek(&self) -> Result<u8, Corrupt> {
         self.bytes
             .first()
             .copied()
