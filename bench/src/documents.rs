@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use trestle_proto::pb;
 
-use crate::measure::{drive, Measurement, OpResult, Rng};
+use crate::indexed::lookups;
+use crate::measure::{drive, Measurement, OpResult};
 use crate::workloads::{
     filtered_pass, load_with, partition_key, row_key, small_entity, Client, Plan,
 };
@@ -97,30 +98,8 @@ pub(crate) async fn path_filter_scan(client: &Client, plan: &Plan) -> (Measureme
 
 /// Lookups of one entity by its tag through `ByTag`, 64 at once.
 pub(crate) async fn array_index_lookup(client: &Client, plan: &Plan) -> Measurement {
-    let (client, plan) = (client.clone(), plan.clone());
-    drive(64, plan.warmup, plan.duration, move |worker, seq| {
-        let mut client = client.clone();
-        let mut rng = Rng::new((worker as u64) << 32 | seq);
-        let (p, r) = (
-            rng.below(plan.partitions),
-            rng.below(plan.rows_per_partition),
-        );
-        let request = pb::QueryEntitiesRequest {
-            table: DOC_TABLE.into(),
-            index: "ByTag".into(),
-            filter: format!("D/Tags/any(t: t eq '{}')", tag(p, r)),
-            page_size: 1,
-            ..Default::default()
-        };
-        async move {
-            let page = client
-                .query_entities(request)
-                .await
-                .expect("lookup")
-                .into_inner();
-            assert_eq!(page.entities.len(), 1, "the lookup finds its entity");
-            OpResult::entities(1)
-        }
+    lookups(client, plan, DOC_TABLE, "ByTag", |p, r| {
+        format!("D/Tags/any(t: t eq '{}')", tag(p, r))
     })
     .await
 }

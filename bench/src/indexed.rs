@@ -71,6 +71,21 @@ pub(crate) async fn load(client: &Client, plan: &Plan) -> Duration {
 
 /// Point lookups by `Email eq '...'` through the unique `ByEmail` index.
 pub(crate) async fn index_lookup(client: &Client, plan: &Plan) -> Measurement {
+    lookups(client, plan, INDEX_TABLE, "ByEmail", |p, r| {
+        format!("Email eq '{}'", email(p, r))
+    })
+    .await
+}
+
+/// Lookups of one entity each, 64 at once: the entity `(p, r)` (at random) found through `index`
+/// of `table` by the filter `filter(p, r)`.
+pub(crate) async fn lookups(
+    client: &Client,
+    plan: &Plan,
+    table: &'static str,
+    index: &'static str,
+    filter: fn(u64, u64) -> String,
+) -> Measurement {
     let (client, plan) = (client.clone(), plan.clone());
     drive(64, plan.warmup, plan.duration, move |worker, seq| {
         let mut client = client.clone();
@@ -80,9 +95,9 @@ pub(crate) async fn index_lookup(client: &Client, plan: &Plan) -> Measurement {
             rng.below(plan.rows_per_partition),
         );
         let request = pb::QueryEntitiesRequest {
-            table: INDEX_TABLE.into(),
-            index: "ByEmail".into(),
-            filter: format!("Email eq '{}'", email(p, r)),
+            table: table.into(),
+            index: index.into(),
+            filter: filter(p, r),
             page_size: 1,
             ..Default::default()
         };
