@@ -42,6 +42,13 @@ impl ETag {
     }
 }
 
+/// An ETag kept as text (from a command line, a file): the server checks it when it is used.
+impl From<String> for ETag {
+    fn from(tag: String) -> ETag {
+        ETag(tag)
+    }
+}
+
 impl std::fmt::Display for ETag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

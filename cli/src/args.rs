@@ -1,0 +1,142 @@
+//! The command line: every command, its arguments and flags.
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// trestle: look at and change the data of a Trestle server.
+#[derive(Debug, Parser)]
+#[command(name = "trestle", version, about)]
+pub struct Cli {
+    /// The server's address.
+    #[arg(
+        long,
+        env = "TRESTLE_ENDPOINT",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub endpoint: String,
+    /// An account key or scoped token, sent with every request.
+    #[arg(long, env = "TRESTLE_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// A command.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Lists the tables (whose name starts with --prefix, ignoring case).
+    Tables {
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Creates a table.
+    Create { table: String },
+    /// Deletes a table and everything in it.
+    Drop { table: String },
+    /// Prints one entity.
+    Get {
+        table: String,
+        partition_key: String,
+        row_key: String,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+    },
+    /// Inserts or replaces an entity: properties as `Name=Ada` (a String) or `Age:int32=42`
+    /// (types string, int32, int64, double, bool, datetime, guid, binary in base64, json for a
+    /// document or any JSON value).
+    Put(Write),
+    /// Merges properties into an entity, inserting it if missing.
+    Merge(Write),
+    /// Deletes an entity.
+    Delete {
+        table: String,
+        partition_key: String,
+        row_key: String,
+        /// Only this version (an ETag); any version without it.
+        #[arg(long)]
+        if_match: Option<String>,
+    },
+    /// Prints the entities a query finds.
+    Query {
+        #[command(flatten)]
+        query: QueryArgs,
+        /// Only these properties (comma-separated; paths into documents allowed).
+        #[arg(long, value_delimiter = ',')]
+        select: Vec<String>,
+        /// Newest first: in reverse key order.
+        #[arg(long)]
+        reverse: bool,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Counts the entities a query finds.
+    Count {
+        #[command(flatten)]
+        query: QueryArgs,
+    },
+    /// Writes a table's entities (those --filter matches) as JSON lines that keep every type.
+    Export {
+        table: String,
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Reads JSON lines (as `export` writes them) into a table: transactions of up to 100 of one
+    /// partition, 8 partitions at once. Run again after an interruption: `--mode upsert` rewrites
+    /// what is there, `--mode insert` skips entities that exist.
+    Import {
+        table: String,
+        #[arg(long, value_enum, default_value_t = ImportMode::Insert)]
+        mode: ImportMode,
+    },
+    /// Prints a shell's completion script (`trestle completions bash > /etc/bash_completion.d/trestle`).
+    Completions { shell: clap_complete::Shell },
+}
+
+/// An entity to write and its properties.
+#[derive(Debug, clap::Args)]
+pub struct Write {
+    pub table: String,
+    pub partition_key: String,
+    pub row_key: String,
+    /// `Name=value` or `Name:type=value`.
+    pub properties: Vec<String>,
+}
+
+/// Which entities a query reads.
+#[derive(Debug, clap::Args)]
+pub struct QueryArgs {
+    pub table: String,
+    /// One partition.
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// RowKeys starting with this (with --partition).
+    #[arg(long, requires = "partition")]
+    pub prefix: Option<String>,
+    /// An Azure `$filter`, e.g. "Age ge 30 and Address/City eq 'Seattle'".
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+/// How entities are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns, for reading.
+    Table,
+    /// One JSON object a line, every type kept (as `export` writes).
+    Json,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+/// How `import` treats an entity that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportMode {
+    /// Keep it, and skip the one imported.
+    Insert,
+    /// Replace it.
+    Upsert,
+}

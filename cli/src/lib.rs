@@ -1,0 +1,158 @@
+//! `trestle`, the command line of Trestle, built on its SDK: tables, entities with typed
+//! properties, queries printed as a table, JSON lines or CSV, counts, and a table's export to and
+//! import from JSON lines that keep every type. [`run`] does what one command line asks, writing
+//! to the given output, so that the tests drive it against a real server without a process.
+
+mod args;
+mod output;
+mod transfer;
+mod values;
+
+use std::io::{BufRead, Write};
+
+use clap::CommandFactory;
+use futures_util::TryStreamExt;
+use trestle_client::{Client, IfMatch, Properties, Query, UpsertMode};
+
+pub use args::{Cli, Command, Format, ImportMode};
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line or an input line is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// The server refused or could not be reached.
+    #[error("{}{}", .0.message(), .0.reason().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Server(#[from] trestle_client::Error),
+    /// Writing the output failed.
+    #[error("output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The command line `args` (the program's name first), or what is wrong with it.
+pub fn parse<I, T>(args: I) -> Result<Cli, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser;
+    Cli::try_parse_from(args).map_err(|error| CliError::Usage(error.to_string()))
+}
+
+/// Runs `cli`, reading `input` (for `import`) and writing its answer to `out`; progress of long
+/// work goes to standard error when it is a terminal.
+pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(shell, &mut Cli::command(), "trestle", out);
+        return Ok(());
+    }
+    let mut builder = Client::builder().endpoint(cli.endpoint);
+    if let Some(token) = cli.token {
+        builder = builder.token(token);
+    }
+    let client = builder.connect().await?;
+    match cli.command {
+        Command::Tables { prefix } => {
+            for name in client.list_tables(&prefix).await? {
+                writeln!(out, "{name}")?;
+            }
+        }
+        Command::Create { table } => client.table(table).create().await?,
+        Command::Drop { table } => client.table(table).delete_table().await?,
+        Command::Get {
+            table,
+            partition_key,
+            row_key,
+            format,
+        } => {
+            let entity = client
+                .table(table)
+                .get::<Properties>((partition_key, row_key))
+                .await?;
+            output::print(format, &[entity], out)?;
+        }
+        Command::Put(write) => {
+            writeln!(out, "{}", put(&client, write, UpsertMode::Replace).await?)?
+        }
+        Command::Merge(write) => {
+            writeln!(out, "{}", put(&client, write, UpsertMode::Merge).await?)?
+        }
+        Command::Delete {
+            table,
+            partition_key,
+            row_key,
+            if_match,
+        } => {
+            let if_match = match if_match {
+                Some(etag) => IfMatch::Tag(etag.into()),
+                None => IfMatch::Any,
+            };
+            client
+                .table(table)
+                .delete((partition_key, row_key), if_match)
+                .await?;
+        }
+        Command::Query {
+            query,
+            select,
+            reverse,
+            limit,
+            format,
+        } => {
+            let mut found = query_of(&client, &query).select(select);
+            if reverse {
+                found = found.reverse();
+            }
+            let mut stream = found.stream();
+            let mut entities = Vec::new();
+            while limit.is_none_or(|limit| entities.len() < limit) {
+                match stream.try_next().await? {
+                    Some(entity) => entities.push(entity),
+                    None => break,
+                }
+            }
+            output::print(format, &entities, out)?;
+        }
+        Command::Count { query } => writeln!(out, "{}", query_of(&client, &query).count().await?)?,
+        Command::Export { table, filter } => {
+            transfer::export(&client.table(table), filter, out).await?;
+        }
+        Command::Import { table, mode } => {
+            let report = transfer::import(&client.table(table), mode, input).await?;
+            writeln!(out, "{report}")?;
+        }
+        // Answered above, before connecting.
+        Command::Completions { .. } => {}
+    }
+    Ok(())
+}
+
+/// Upserts the entity `write` describes; its new ETag.
+async fn put(client: &Client, write: args::Write, mode: UpsertMode) -> Result<String, CliError> {
+    let mut properties = Properties::new();
+    for text in &write.properties {
+        let (name, value) = values::parse_property(text)?;
+        properties.set(name, value);
+    }
+    let etag = client
+        .table(write.table)
+        .upsert((write.partition_key, write.row_key), &properties, mode)
+        .await?;
+    Ok(etag.as_str().to_owned())
+}
+
+/// The query `args` describes, of every property.
+fn query_of(client: &Client, args: &args::QueryArgs) -> Query<Properties> {
+    let mut query = client.table(args.table.clone()).entities();
+    if let Some(partition) = &args.partition {
+        query = query.partition(partition.clone());
+    }
+    if let Some(prefix) = &args.prefix {
+        query = query.row_key_prefix(prefix.clone());
+    }
+    if let Some(filter) = &args.filter {
+        query = query.filter(trestle_client::Filter::raw(filter.clone()));
+    }
+    query
+}
