@@ -242,3 +242,54 @@ async fn a_table_exports_to_json_lines_and_imports_into_another_exactly_and_agai
     let filtered = ok(&server, &["export", "Source", "--filter", "N ge 248L"]).await;
     assert_eq!(filtered.lines().count(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_entities_round_trip_through_export_and_import() {
+    let server = TestServer::start().await;
+    ok(&server, &["create", "Big"]).await;
+    // 100,000 entities in 50 partitions, with every scalar type and a document.
+    let mut lines = String::new();
+    for n in 0..100_000u32 {
+        let line = serde_json::json!({
+            "PartitionKey": format!("p{:02}", n % 50),
+            "RowKey": format!("r{n:06}"),
+            "Properties": {
+                "N": {"Int32": n},
+                "Big": {"Int64": (u64::from(n) << 33).to_string()},
+                "Ratio": {"Double": f64::from(n) / 7.0},
+                "Even": {"Boolean": n % 2 == 0},
+                "When": {"DateTime": "2026-11-25T12:00:00.1234567Z"},
+                "Name": {"String": format!("entity {n}")},
+                "Doc": {"Object": {"Tags": {"Array": [{"String": "a"}, {"Null": null}]}}},
+            },
+        });
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    let report = trestle(&server, &["import", "Big"], &lines).await.unwrap();
+    assert_eq!(report, "imported 100000 entities, skipped 0 that existed\n");
+    let exported = ok(&server, &["export", "Big"]).await;
+    // Into a table that does not exist yet: import creates it.
+    let report = trestle(&server, &["import", "BigCopy"], &exported)
+        .await
+        .unwrap();
+    assert_eq!(report, "imported 100000 entities, skipped 0 that existed\n");
+    let copied = ok(&server, &["export", "BigCopy"]).await;
+    let properties = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line).unwrap();
+                serde_json::json!([value["PartitionKey"], value["RowKey"], value["Properties"]])
+            })
+            .collect()
+    };
+    let (original, copy) = (properties(&exported), properties(&copied));
+    assert_eq!(original.len(), 100_000);
+    assert!(
+        original == copy,
+        "every entity of the copy equals the original's"
+    );
+    let mut given = properties(&lines);
+    given.sort_by(|a, b| (a[0].as_str(), a[1].as_str()).cmp(&(b[0].as_str(), b[1].as_str())));
+    assert!(given == original, "what was imported is what was given");
+}

@@ -84,9 +84,9 @@ pub enum Command {
         #[arg(long)]
         filter: Option<String>,
     },
-    /// Reads JSON lines (as `export` writes them) into a table: transactions of up to 100 of one
-    /// partition, 8 partitions at once. Run again after an interruption: `--mode upsert` rewrites
-    /// what is there, `--mode insert` skips entities that exist.
+    /// Reads JSON lines (as `export` writes them, in any order) into a table, created if missing:
+    /// transactions of up to 100 entities of one partition, 8 at once. Run again after an
+    /// interruption: `--mode upsert` rewrites what is there, `--mode insert` skips what exists.
     Import {
         table: String,
         #[arg(long, value_enum, default_value_t = ImportMode::Insert)]

@@ -1,6 +1,7 @@
 //! A table's entities out to JSON lines, and JSON lines into a table: transactions of up to 100
 //! entities of one partition, several partitions at once, re-runnable after an interruption.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
 use futures_util::TryStreamExt;
@@ -16,6 +17,8 @@ use crate::CliError;
 
 /// Transactions `import` keeps in flight at once (each of one partition).
 const CONCURRENT_BATCHES: usize = 8;
+/// Entities `import` holds waiting for their partition's batch to fill, at most.
+const BUFFERED: usize = 10_000;
 
 /// A spinner on standard error counting `what`, drawn only on a terminal.
 fn progress(what: &'static str) -> ProgressBar {
@@ -65,18 +68,21 @@ impl std::fmt::Display for ImportReport {
     }
 }
 
-/// Reads JSON lines from `input` into `table`: consecutive entities of one partition go in one
-/// transaction of up to 100. With [`ImportMode::Insert`], a batch refused because an entity exists
-/// is written one entity at a time, skipping those that exist, so a second run after an
-/// interruption finishes the work.
+/// Reads JSON lines from `input` into `table` (created if missing): entities of one partition
+/// are gathered into transactions of up to 100 (at most [`BUFFERED`] entities waiting in all, so
+/// that input in any order keeps memory bounded). With [`ImportMode::Insert`], a batch refused
+/// because an entity exists is written one entity at a time, skipping those that exist, so a
+/// second run after an interruption finishes the work.
 pub(crate) async fn import(
     table: &TableClient,
     mode: ImportMode,
     input: &mut dyn BufRead,
 ) -> Result<ImportReport, CliError> {
+    table.create_if_not_exists().await?;
     let mut report = ImportReport::default();
     let mut running: JoinSet<Result<ImportReport, CliError>> = JoinSet::new();
-    let mut batch: Vec<(EntityKey, Properties)> = Vec::new();
+    let mut pending: BTreeMap<String, Vec<(EntityKey, Properties)>> = BTreeMap::new();
+    let mut buffered = 0;
     let bar = progress("entities imported");
     for (at, line) in input.lines().enumerate() {
         let line = line?;
@@ -85,18 +91,29 @@ pub(crate) async fn import(
         }
         let (key, properties) = parse_entity_line(&line)
             .map_err(|why| CliError::Usage(format!("line {}: {why}", at + 1)))?;
-        let other_partition = batch
-            .first()
-            .is_some_and(|(first, _)| first.partition_key != key.partition_key);
-        if other_partition || batch.len() == MAX_OPERATIONS {
+        let batch = pending.entry(key.partition_key.clone()).or_default();
+        batch.push((key, properties));
+        buffered += 1;
+        let full: Vec<Vec<(EntityKey, Properties)>> = if batch.len() == MAX_OPERATIONS {
+            vec![std::mem::take(batch)]
+        } else if buffered >= BUFFERED {
+            std::mem::take(&mut pending).into_values().collect()
+        } else {
+            continue;
+        };
+        pending.retain(|_, batch| !batch.is_empty());
+        for batch in full {
+            buffered -= batch.len();
             if running.len() == CONCURRENT_BATCHES {
                 add(&mut report, running.join_next().await, &bar)?;
             }
-            running.spawn(write_batch(table.clone(), mode, std::mem::take(&mut batch)));
+            running.spawn(write_batch(table.clone(), mode, batch));
         }
-        batch.push((key, properties));
     }
-    if !batch.is_empty() {
+    for batch in pending.into_values() {
+        if running.len() == CONCURRENT_BATCHES {
+            add(&mut report, running.join_next().await, &bar)?;
+        }
         running.spawn(write_batch(table.clone(), mode, batch));
     }
     while let Some(done) = running.join_next().await {
