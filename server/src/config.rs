@@ -242,6 +242,10 @@ pub struct ServeArgs {
     /// on this address; off unless given. Open mode needs a loopback address here too.
     #[arg(long, env = "TRESTLE_REST_LISTEN")]
     pub rest_listen: Option<SocketAddr>,
+    /// Also serve Prometheus metrics as text at `http://<addr>/metrics`; off unless given. The
+    /// endpoint has no authentication: serve it on a loopback or private address.
+    #[arg(long, env = "TRESTLE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,

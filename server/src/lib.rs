@@ -31,6 +31,7 @@ mod settings;
 mod shutdown;
 mod startup;
 pub mod storage;
+pub mod telemetry;
 pub mod transaction;
 
 use std::future::Future;

@@ -138,6 +138,12 @@ async fn run(args: ServeArgs) -> ExitCode {
         tracing::error!(%error, "not serving");
         return ExitCode::FAILURE;
     }
+    if let Some(metrics_addr) = args.metrics_listen {
+        if let Err(error) = trestle_server::telemetry::serve(metrics_addr) {
+            tracing::error!(addr = %metrics_addr, %error, "cannot serve metrics");
+            return ExitCode::FAILURE;
+        }
+    }
     let mut rest = None;
     if let Some(rest_addr) = args.rest_listen {
         if let Err(error) = trestle_server::check_exposure(rest_addr, &config) {

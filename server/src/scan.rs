@@ -264,6 +264,7 @@ impl Scan {
                 .visit(ranges, self.spec.reverse, &mut visitor)?
                 .map(ResumeAt::Key),
         };
+        crate::telemetry::scanned(examined, matches);
         if timed_out {
             return Err(TableError::DeadlineExceeded);
         }

@@ -17,6 +17,7 @@ use tonic::{Code, Status};
 use super::status;
 use crate::connections::{ConnectionInfo, OpenCall};
 use crate::error::ErrorCode;
+use crate::telemetry;
 
 /// The layer that wraps every service of the server in [`Edge`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,10 +52,23 @@ where
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         let call = ConnectionInfo::of(request.extensions()).map(|info| info.state.begin_call());
-        let streams = answers_with_a_stream(request.uri().path());
+        let path = request.uri().path();
+        let streams = answers_with_a_stream(path);
+        let operation = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let started = std::time::Instant::now();
+        telemetry::begun("grpc");
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = map_refusal(response.await?);
+            // A refusal comes as a head alone, with its status; an answer's status follows its
+            // body (`OK` unless a stream fails later).
+            let code = response
+                .headers()
+                .get("grpc-status")
+                .and_then(|code| code.to_str().ok())
+                .and_then(|code| code.parse::<i32>().ok())
+                .map_or(Code::Ok, Code::from);
+            telemetry::answered("grpc", operation, format!("{code:?}"), started.elapsed());
             // A unary answer's body is whole once its head is: its call ends here. A stream's
             // call lasts as long as its body.
             Ok(response.map(|body| match call {

@@ -16,6 +16,7 @@ pub const OPERATION_INDEX_KEY: &str = "operationIndex";
 
 /// Converts an error into the status sent to the client.
 pub(crate) fn to_status(error: &TableError) -> Status {
+    crate::telemetry::refused(error.code());
     status(
         error.code(),
         error.client_message(),
@@ -26,6 +27,7 @@ pub(crate) fn to_status(error: &TableError) -> Status {
 /// Converts a refused credential into the status sent to the client; `operation` is the failing
 /// operation of a transaction.
 pub(crate) fn auth_status(error: &AuthError, operation: Option<usize>) -> Status {
+    crate::telemetry::refused(error.code());
     status(error.code(), error.to_string(), operation)
 }
 

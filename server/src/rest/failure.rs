@@ -58,12 +58,14 @@ impl Failure {
 /// executor logged the failure already.
 impl From<TableError> for Failure {
     fn from(error: TableError) -> Failure {
+        crate::telemetry::refused(error.code());
         Failure::of(error.code(), error.client_message())
     }
 }
 
 impl From<AuthError> for Failure {
     fn from(error: AuthError) -> Failure {
+        crate::telemetry::refused(error.code());
         Failure::of(error.code(), error.to_string())
     }
 }

@@ -91,6 +91,9 @@ async fn handle(
     body: Body,
 ) -> Response {
     let _open = peer.begin_request();
+    let started = std::time::Instant::now();
+    let operation = operation_name(&method, uri.path());
+    crate::telemetry::begun("rest");
     let mut request = Request {
         peer: peer.address.ip(),
         method,
@@ -126,7 +129,24 @@ async fn handle(
     if let (Some(origin), false) = (request.header("origin"), request.method == Method::OPTIONS) {
         cors::allow(&api, origin, request.method.as_str(), &mut response).await;
     }
+    let code = response.status().as_u16().to_string();
+    crate::telemetry::answered("rest", operation, code, started.elapsed());
     response
+}
+
+/// What a request asks, as the metrics name it: its method and the kind of resource it names
+/// (`GET Entity`, `POST Batch`); `Unknown` for a path that names none.
+fn operation_name(method: &Method, path: &str) -> String {
+    let resource = match paths::parse(path) {
+        Some((_, paths::Resource::Service)) => "Service",
+        Some((_, paths::Resource::Tables)) => "Tables",
+        Some((_, paths::Resource::Batch)) => "Batch",
+        Some((_, paths::Resource::Table(_))) => "Table",
+        Some((_, paths::Resource::Entities(_))) => "Entities",
+        Some((_, paths::Resource::Entity { .. })) => "Entity",
+        None => "Unknown",
+    };
+    format!("{method} {resource}")
 }
 
 /// Serves one request: authenticated from its line and headers, admitted, and only then its
