@@ -3,6 +3,7 @@
 //! recorder (then served as text at `/metrics`); docs/operations.md lists them with alerts.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
@@ -28,21 +29,44 @@ const BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// Whether a recorder is installed: until then nothing is recorded, so that a server without
+/// `--metrics-listen` builds no label (no allocation on the request path).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
 /// Installs the Prometheus recorder and serves `/metrics` on `addr` (on the current runtime).
 pub fn serve(addr: SocketAddr) -> Result<(), BuildError> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(Matcher::Full(LATENCY.to_owned()), BUCKETS)?
-        .install()
+        .install()?;
+    ENABLED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether metrics are kept: callers skip naming a request's operation otherwise.
+pub(crate) fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
 }
 
 /// A request of `protocol` begins.
 pub(crate) fn begun(protocol: &'static str) {
-    metrics::gauge!(IN_FLIGHT, "protocol" => protocol).increment(1.0);
+    if enabled() {
+        metrics::gauge!(IN_FLIGHT, "protocol" => protocol).increment(1.0);
+    }
 }
 
-/// A request of `protocol` that [`begun`] was answered with `code` after `elapsed`.
-pub(crate) fn answered(protocol: &'static str, operation: String, code: String, elapsed: Duration) {
+/// A request of `protocol` that [`begun`] was answered with `code` after `elapsed`; `operation`
+/// and `code` are only built when [`enabled`].
+pub(crate) fn answered(
+    protocol: &'static str,
+    operation: impl FnOnce() -> String,
+    code: impl FnOnce() -> String,
+    elapsed: Duration,
+) {
+    if !enabled() {
+        return;
+    }
+    let (operation, code) = (operation(), code());
     metrics::gauge!(IN_FLIGHT, "protocol" => protocol).decrement(1.0);
     metrics::histogram!(LATENCY, "protocol" => protocol, "operation" => operation.clone())
         .record(elapsed.as_secs_f64());
@@ -52,11 +76,17 @@ pub(crate) fn answered(protocol: &'static str, operation: String, code: String, 
 
 /// A request was refused with Azure's `code`.
 pub(crate) fn refused(code: ErrorCode) {
+    if !enabled() {
+        return;
+    }
     metrics::counter!(REFUSALS, "reason" => code.as_str()).increment(1);
 }
 
 /// A chunk of a query examined `examined` entities and returned `returned`.
 pub(crate) fn scanned(examined: usize, returned: usize) {
+    if !enabled() {
+        return;
+    }
     metrics::counter!(EXAMINED).increment(examined as u64);
     metrics::counter!(RETURNED).increment(returned as u64);
 }

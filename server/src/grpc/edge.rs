@@ -54,7 +54,9 @@ where
         let call = ConnectionInfo::of(request.extensions()).map(|info| info.state.begin_call());
         let path = request.uri().path();
         let streams = answers_with_a_stream(path);
-        let operation = path.rsplit('/').next().unwrap_or_default().to_owned();
+        // Named only when metrics are kept: no allocation on the request path otherwise.
+        let operation =
+            telemetry::enabled().then(|| path.rsplit('/').next().unwrap_or_default().to_owned());
         let started = std::time::Instant::now();
         telemetry::begun("grpc");
         let response = self.inner.call(request);
@@ -62,13 +64,17 @@ where
             let response = map_refusal(response.await?);
             // A refusal comes as a head alone, with its status; an answer's status follows its
             // body (`OK` unless a stream fails later).
-            let code = response
-                .headers()
-                .get("grpc-status")
-                .and_then(|code| code.to_str().ok())
-                .and_then(|code| code.parse::<i32>().ok())
-                .map_or(Code::Ok, Code::from);
-            telemetry::answered("grpc", operation, format!("{code:?}"), started.elapsed());
+            let code = || {
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|code| code.to_str().ok())
+                    .and_then(|code| code.parse::<i32>().ok())
+                    .map_or(Code::Ok, Code::from);
+                format!("{code:?}")
+            };
+            let operation = || operation.unwrap_or_default();
+            telemetry::answered("grpc", operation, code, started.elapsed());
             // A unary answer's body is whole once its head is: its call ends here. A stream's
             // call lasts as long as its body.
             Ok(response.map(|body| match call {

@@ -92,7 +92,8 @@ async fn handle(
 ) -> Response {
     let _open = peer.begin_request();
     let started = std::time::Instant::now();
-    let operation = operation_name(&method, uri.path());
+    // Named only when metrics are kept: no path parsed twice otherwise.
+    let operation = crate::telemetry::enabled().then(|| operation_name(&method, uri.path()));
     crate::telemetry::begun("rest");
     let mut request = Request {
         peer: peer.address.ip(),
@@ -129,7 +130,8 @@ async fn handle(
     if let (Some(origin), false) = (request.header("origin"), request.method == Method::OPTIONS) {
         cors::allow(&api, origin, request.method.as_str(), &mut response).await;
     }
-    let code = response.status().as_u16().to_string();
+    let code = || response.status().as_u16().to_string();
+    let operation = || operation.unwrap_or_default();
     crate::telemetry::answered("rest", operation, code, started.elapsed());
     response
 }
