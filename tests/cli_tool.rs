@@ -1,12 +1,14 @@
 //! `trestle`, the command line, against the real server (both stores): each command as a user
 //! types it, its output in every format, typed properties kept exactly, and a table exported to
-//! JSON lines and imported into another, twice (the second run skips or rewrites). The binary's
-//! own argument handling: cli/tests/binary.rs.
+//! JSON lines and imported into another, twice (the second run skips or rewrites), and copied
+//! from an Azure Table endpoint (another Trestle's REST endpoint, and Azurite, started from
+//! `tests/azure-sdk`'s packages). The binary's own argument handling: cli/tests/binary.rs.
 
 mod common;
 
 use common::TestServer;
 use trestle_cli::{parse, run, CliError};
+use trestle_client::{EntityKey, Properties, Value};
 
 /// Runs `trestle <args>` against `server` with `input` on standard input: what it printed.
 async fn trestle(server: &TestServer, args: &[&str], input: &str) -> Result<String, CliError> {
@@ -292,4 +294,290 @@ async fn a_hundred_thousand_entities_round_trip_through_export_and_import() {
     let mut given = properties(&lines);
     given.sort_by(|a, b| (a[0].as_str(), a[1].as_str()).cmp(&(b[0].as_str(), b[1].as_str())));
     assert!(given == original, "what was imported is what was given");
+}
+
+/// The development account's key, which Azurite and an open Trestle check signatures with.
+const DEV_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// A connection string to the table endpoint `rest` (`host:port`) of the development account,
+/// signed with `key`.
+fn connection_string(rest: &str, key: &str) -> String {
+    format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={key};\
+         TableEndpoint=http://{rest}/devstoreaccount1;"
+    )
+}
+
+/// Every entity of `table`, keys and properties, in key order.
+async fn contents(server: &TestServer, table: &str) -> Vec<(EntityKey, Properties)> {
+    let entities = server.sdk().await.table(table).entities().all().await;
+    entities
+        .unwrap()
+        .into_iter()
+        .map(|entity| (entity.key, entity.value))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_reads_another_trestles_rest_endpoint_page_by_page_with_every_type() {
+    let (server, rest) = common::rest::server(|_| {}).await;
+    let from = connection_string(&rest.to_string(), DEV_KEY);
+    let source = server.sdk().await.table("Source");
+    source.create().await.unwrap();
+    // 2,300 entities in 3 partitions: three pages of Azure's 1,000 at most.
+    let guid = "00112233-4455-6677-8899-aabbccddeeff".parse().unwrap();
+    for start in (0..2_300).step_by(100) {
+        let partition = format!("p{}", start / 100 % 3);
+        let mut tx = source.transaction(partition);
+        for n in start..start + 100 {
+            let mut properties = Properties::new();
+            properties.set("Name", Value::String(format!("entity {n}")));
+            properties.set("Count", Value::Int32(n));
+            properties.set("Big", Value::Int64((i64::from(n) << 40) + 1));
+            properties.set("Ratio", Value::Double(f64::from(n) / 8.0));
+            properties.set("Whole", Value::Double(2.0));
+            properties.set("Even", Value::Bool(n % 2 == 0));
+            properties.set(
+                "When",
+                Value::DateTime("2026-11-25T12:00:00.1234567Z".parse().unwrap()),
+            );
+            properties.set("Id", Value::Guid(guid));
+            properties.set("Raw", Value::Binary(vec![(n % 256) as u8, 0, 255]));
+            tx.insert(format!("r{n:05}"), &properties).unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+
+    let args = [
+        "copy",
+        "--from",
+        &from,
+        "--table",
+        "Source",
+        "--to-table",
+        "Copied",
+    ];
+    assert_eq!(
+        ok(&server, &args).await,
+        "copied 2300 entities, skipped 0 that existed\n"
+    );
+    let original = contents(&server, "Source").await;
+    assert_eq!(original.len(), 2_300);
+    assert!(
+        contents(&server, "Copied").await == original,
+        "every entity of the copy equals the original's, every type kept"
+    );
+    // Run again (as after an interruption): what is there is skipped, or rewritten.
+    assert_eq!(
+        ok(&server, &args).await,
+        "copied 0 entities, skipped 2300 that existed\n"
+    );
+    let mut upsert = args.to_vec();
+    upsert.extend(["--mode", "upsert"]);
+    assert_eq!(
+        ok(&server, &upsert).await,
+        "copied 2300 entities, skipped 0 that existed\n"
+    );
+    // A filter, and the source's name kept without --to-table (here: into another server).
+    let other = TestServer::start().await;
+    let line = [
+        "trestle",
+        "--endpoint",
+        &other.endpoint(),
+        "copy",
+        "--from",
+        &from,
+        "--table",
+        "Source",
+        "--filter",
+        "PartitionKey eq 'p1' and Count lt 150",
+    ];
+    let mut out = Vec::new();
+    run(parse(line).unwrap(), &mut "".as_bytes(), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(out, b"copied 50 entities, skipped 0 that existed\n");
+    let wanted: Vec<_> = original
+        .iter()
+        .filter(|(key, properties)| {
+            key.partition_key == "p1" && matches!(properties.0["Count"], Value::Int32(n) if n < 150)
+        })
+        .cloned()
+        .collect();
+    assert!(
+        contents(&other, "Source").await == wanted,
+        "the filter's 50"
+    );
+
+    let missing = ["copy", "--from", &from, "--table", "Nowhere"];
+    let error = trestle(&server, &missing, "")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("404") && error.contains("TableNotFound"),
+        "{error}"
+    );
+}
+
+/// Azurite's table service, started from `tests/azure-sdk`'s packages on a free loopback port,
+/// stopped when dropped.
+struct Azurite {
+    process: std::process::Child,
+    addr: String,
+}
+
+impl Azurite {
+    /// Starts Azurite, or `None` (with the reason printed) where its package is not installed
+    /// and the run does not require it.
+    fn start() -> Option<Azurite> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/azure-sdk");
+        let program = dir.join("node_modules/.bin/azurite-table");
+        if !program.exists() {
+            let required = std::env::var("TRESTLE_REQUIRE_AZURE_SDKS").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "Azurite is not installed: npm ci in tests/azure-sdk"
+            );
+            eprintln!("skipped: Azurite is not installed (npm ci in tests/azure-sdk)");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut process = std::process::Command::new(program)
+            .args(["--tableHost", "127.0.0.1", "--tablePort", &port.to_string()])
+            .args(["--inMemoryPersistence", "--silent"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start Azurite");
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(process.stdout.take().unwrap()));
+        let started = lines.any(|line| line.is_ok_and(|l| l.contains("successfully started")));
+        assert!(started, "Azurite did not start");
+        Some(Azurite {
+            process,
+            addr: format!("127.0.0.1:{port}"),
+        })
+    }
+
+    /// Fills `table` with `count` entities of every type through the JavaScript SDK.
+    fn seed(&self, table: &str, count: usize) {
+        let output = std::process::Command::new("node")
+            .args(["js_tables.mjs", "seed"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/azure-sdk"))
+            .env(
+                "TRESTLE_REST_ENDPOINT",
+                format!("http://{}/devstoreaccount1", self.addr),
+            )
+            .env("TRESTLE_SEED_TABLE", table)
+            .env("TRESTLE_SEED_COUNT", count.to_string())
+            .output()
+            .expect("run node");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// Entity `n` as `js_tables.mjs seed` writes it.
+fn seeded(n: usize) -> (EntityKey, Properties) {
+    let mut properties = Properties::new();
+    properties.set("Name", Value::String(format!("entity {n}")));
+    properties.set("Count", Value::Int32(n as i32));
+    properties.set("Big", Value::Int64(9_007_199_254_740_993 + n as i64));
+    properties.set("Ratio", Value::Double(n as f64 + 0.25));
+    properties.set("Whole", Value::Double(2.0));
+    properties.set(
+        "When",
+        Value::DateTime("2024-02-29T12:30:45.1234567Z".parse().unwrap()),
+    );
+    properties.set(
+        "Id",
+        Value::Guid("00112233-4455-6677-8899-aabbccddeeff".parse().unwrap()),
+    );
+    properties.set("Raw", Value::Binary(vec![(n % 256) as u8, 1, 255]));
+    properties.set("Even", Value::Bool(n % 2 == 0));
+    (
+        EntityKey::new(format!("p{}", n % 7), format!("r{n:06}")),
+        properties,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_moves_a_table_out_of_azurite_with_every_type_kept() {
+    let Some(azurite) = Azurite::start() else {
+        return;
+    };
+    azurite.seed("Seeded", 1_500);
+    let server = TestServer::start().await;
+    let from = connection_string(&azurite.addr, DEV_KEY);
+    let args = [
+        "copy",
+        "--from",
+        &from,
+        "--table",
+        "Seeded",
+        "--to-table",
+        "FromAzure",
+    ];
+    assert_eq!(
+        ok(&server, &args).await,
+        "copied 1500 entities, skipped 0 that existed\n"
+    );
+    let mut expected: Vec<_> = (0..1_500).map(seeded).collect();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    let copied = contents(&server, "FromAzure").await;
+    assert_eq!(copied.len(), expected.len());
+    for (got, want) in copied.iter().zip(&expected) {
+        assert_eq!(got, want);
+    }
+
+    // Refusals name the source's answer; nothing is written.
+    let wrong_key = connection_string(&azurite.addr, "AAAA");
+    let refused = [
+        "copy",
+        "--from",
+        &wrong_key,
+        "--table",
+        "Seeded",
+        "--to-table",
+        "Refused",
+    ];
+    let error = trestle(&server, &refused, "")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("403"), "{error}");
+    let missing = [
+        "copy",
+        "--from",
+        &from,
+        "--table",
+        "Nowhere",
+        "--to-table",
+        "Refused",
+    ];
+    let error = trestle(&server, &missing, "")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("404"), "{error}");
+    let tables = server.sdk().await.list_tables("").await.unwrap();
+    assert!(!tables.contains(&"Refused".to_owned()), "{tables:?}");
+    drop(azurite);
+    let gone = trestle(&server, &args, "").await.unwrap_err().to_string();
+    assert!(gone.starts_with("the source: "), "{gone}");
 }

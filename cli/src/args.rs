@@ -92,6 +92,27 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ImportMode::Insert)]
         mode: ImportMode,
     },
+    /// Copies a table of an Azure Table endpoint (Azure, Azurite or another Trestle's REST
+    /// endpoint) into a table here, created if missing, page by page with every type kept. Each
+    /// entity's Timestamp and ETag are this server's. Run again after an interruption: `--mode
+    /// insert` skips what was copied, `--mode upsert` rewrites it.
+    Copy {
+        /// The source's Azure Storage connection string (`AccountName=..;AccountKey=..;
+        /// TableEndpoint=..`, a `SharedAccessSignature`, or `UseDevelopmentStorage=true`).
+        #[arg(long, env = "AZURE_STORAGE_CONNECTION_STRING", hide_env_values = true)]
+        from: String,
+        /// The source table.
+        #[arg(long)]
+        table: String,
+        /// The table written here (the source's name without it).
+        #[arg(long)]
+        to_table: Option<String>,
+        /// Only the source's entities this Azure `$filter` matches.
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long, value_enum, default_value_t = ImportMode::Insert)]
+        mode: ImportMode,
+    },
     /// Prints a shell's completion script (`trestle completions bash > /etc/bash_completion.d/trestle`).
     Completions { shell: clap_complete::Shell },
 }
@@ -132,7 +153,7 @@ pub enum Format {
     Csv,
 }
 
-/// How `import` treats an entity that exists.
+/// How `import` and `copy` treat an entity that exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImportMode {
     /// Keep it, and skip the one imported.

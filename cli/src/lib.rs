@@ -1,9 +1,11 @@
 //! `trestle`, the command line of Trestle, built on its SDK: tables, entities with typed
-//! properties, queries printed as a table, JSON lines or CSV, counts, and a table's export to and
-//! import from JSON lines that keep every type. [`run`] does what one command line asks, writing
+//! properties, queries printed as a table, JSON lines or CSV, counts, a table's export to and
+//! import from JSON lines that keep every type, and a copy of a table from an Azure Table
+//! endpoint. [`run`] does what one command line asks, writing
 //! to the given output, so that the tests drive it against a real server without a process.
 
 mod args;
+mod azure;
 mod output;
 mod transfer;
 mod values;
@@ -25,6 +27,9 @@ pub enum CliError {
     /// The server refused or could not be reached.
     #[error("{}{}", .0.message(), .0.reason().map(|r| format!(" ({r})")).unwrap_or_default())]
     Server(#[from] trestle_client::Error),
+    /// The source of a copy refused, could not be reached or answered what is not a table.
+    #[error("the source: {0}")]
+    Source(String),
     /// Writing the output failed.
     #[error("output: {0}")]
     Io(#[from] std::io::Error),
@@ -120,6 +125,18 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
         }
         Command::Import { table, mode } => {
             let report = transfer::import(&client.table(table), mode, input).await?;
+            writeln!(out, "{report}")?;
+        }
+        Command::Copy {
+            from,
+            table,
+            to_table,
+            filter,
+            mode,
+        } => {
+            let azure = azure::AzureTables::from_connection_string(&from)?;
+            let into = client.table(to_table.unwrap_or_else(|| table.clone()));
+            let report = transfer::copy(&azure, &table, filter, &into, mode).await?;
             writeln!(out, "{report}")?;
         }
         // Answered above, before connecting.

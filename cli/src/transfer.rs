@@ -1,5 +1,6 @@
-//! A table's entities out to JSON lines, and JSON lines into a table: transactions of up to 100
-//! entities of one partition, several partitions at once, re-runnable after an interruption.
+//! A table's entities out to JSON lines, and JSON lines or an Azure table into a table:
+//! transactions of up to 100 entities of one partition, several partitions at once, re-runnable
+//! after an interruption.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -12,6 +13,7 @@ use trestle_client::{
 };
 
 use crate::args::ImportMode;
+use crate::azure::AzureTables;
 use crate::values::{entity_line, parse_entity_line};
 use crate::CliError;
 
@@ -20,10 +22,10 @@ const CONCURRENT_BATCHES: usize = 8;
 /// Entities `import` holds waiting for their partition's batch to fill, at most.
 const BUFFERED: usize = 10_000;
 
-/// A spinner on standard error counting `what`, drawn only on a terminal.
-fn progress(what: &'static str) -> ProgressBar {
+/// A spinner on standard error counting entities `verb` ("exported"), drawn only on a terminal.
+fn progress(verb: &'static str) -> ProgressBar {
     let bar = ProgressBar::new_spinner();
-    let style = format!("{{spinner}} {{pos}} {what} ({{per_sec}})");
+    let style = format!("{{spinner}} {{pos}} entities {verb} ({{per_sec}})");
     if let Ok(style) = ProgressStyle::with_template(&style) {
         bar.set_style(style);
     }
@@ -42,7 +44,7 @@ pub(crate) async fn export(
         query = query.filter(Filter::raw(filter));
     }
     let mut entities = query.stream();
-    let bar = progress("entities exported");
+    let bar = progress("exported");
     while let Some(entity) = entities.try_next().await? {
         writeln!(out, "{}", entity_line(&entity))?;
         bar.inc(1);
@@ -51,9 +53,11 @@ pub(crate) async fn export(
     Ok(())
 }
 
-/// What an import did.
+/// What an import or a copy did.
 #[derive(Debug, Default)]
 pub(crate) struct ImportReport {
+    /// "imported" or "copied".
+    verb: &'static str,
     written: u64,
     skipped: u64,
 }
@@ -62,28 +66,19 @@ impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "imported {} entities, skipped {} that existed",
-            self.written, self.skipped
+            "{} {} entities, skipped {} that existed",
+            self.verb, self.written, self.skipped
         )
     }
 }
 
-/// Reads JSON lines from `input` into `table` (created if missing): entities of one partition
-/// are gathered into transactions of up to 100 (at most [`BUFFERED`] entities waiting in all, so
-/// that input in any order keeps memory bounded). With [`ImportMode::Insert`], a batch refused
-/// because an entity exists is written one entity at a time, skipping those that exist, so a
-/// second run after an interruption finishes the work.
+/// Reads JSON lines from `input` into `table` (created if missing), through a [`Loader`].
 pub(crate) async fn import(
     table: &TableClient,
     mode: ImportMode,
     input: &mut dyn BufRead,
 ) -> Result<ImportReport, CliError> {
-    table.create_if_not_exists().await?;
-    let mut report = ImportReport::default();
-    let mut running: JoinSet<Result<ImportReport, CliError>> = JoinSet::new();
-    let mut pending: BTreeMap<String, Vec<(EntityKey, Properties)>> = BTreeMap::new();
-    let mut buffered = 0;
-    let bar = progress("entities imported");
+    let mut loader = Loader::start(table, mode, "imported").await?;
     for (at, line) in input.lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -91,36 +86,113 @@ pub(crate) async fn import(
         }
         let (key, properties) = parse_entity_line(&line)
             .map_err(|why| CliError::Usage(format!("line {}: {why}", at + 1)))?;
-        let batch = pending.entry(key.partition_key.clone()).or_default();
+        loader.push(key, properties).await?;
+    }
+    loader.finish().await
+}
+
+/// Copies the entities of the Azure table `source` (those `filter` matches) into `table`
+/// (created if missing), page by page, through a [`Loader`].
+pub(crate) async fn copy(
+    azure: &AzureTables,
+    source: &str,
+    filter: Option<String>,
+    table: &TableClient,
+    mode: ImportMode,
+) -> Result<ImportReport, CliError> {
+    let mut pages = azure.entities(source, filter);
+    // The first page before the table here is created: a source that refuses leaves nothing.
+    let mut page = pages.next().await?;
+    let mut loader = Loader::start(table, mode, "copied").await?;
+    while let Some(entities) = page {
+        for (key, properties) in entities {
+            loader.push(key, properties).await?;
+        }
+        page = pages.next().await?;
+    }
+    loader.finish().await
+}
+
+/// Writes entities given in any order into a table: entities of one partition are gathered
+/// into transactions of up to 100 (at most [`BUFFERED`] entities waiting in all, so that memory
+/// stays bounded), [`CONCURRENT_BATCHES`] at once. With [`ImportMode::Insert`], a batch refused
+/// because an entity exists is written one entity at a time, skipping those that exist, so a
+/// second run after an interruption finishes the work.
+struct Loader {
+    table: TableClient,
+    mode: ImportMode,
+    report: ImportReport,
+    running: JoinSet<Result<ImportReport, CliError>>,
+    pending: BTreeMap<String, Vec<(EntityKey, Properties)>>,
+    buffered: usize,
+    bar: ProgressBar,
+}
+
+impl Loader {
+    /// A loader into `table`, created if missing, reporting entities as `verb` ("imported").
+    async fn start(
+        table: &TableClient,
+        mode: ImportMode,
+        verb: &'static str,
+    ) -> Result<Loader, CliError> {
+        table.create_if_not_exists().await?;
+        Ok(Loader {
+            table: table.clone(),
+            mode,
+            report: ImportReport {
+                verb,
+                ..ImportReport::default()
+            },
+            running: JoinSet::new(),
+            pending: BTreeMap::new(),
+            buffered: 0,
+            bar: progress(verb),
+        })
+    }
+
+    /// Adds an entity, sending its partition's batch once full (or every batch once
+    /// [`BUFFERED`] entities wait).
+    async fn push(&mut self, key: EntityKey, properties: Properties) -> Result<(), CliError> {
+        let batch = self.pending.entry(key.partition_key.clone()).or_default();
         batch.push((key, properties));
-        buffered += 1;
+        self.buffered += 1;
         let full: Vec<Vec<(EntityKey, Properties)>> = if batch.len() == MAX_OPERATIONS {
             vec![std::mem::take(batch)]
-        } else if buffered >= BUFFERED {
-            std::mem::take(&mut pending).into_values().collect()
+        } else if self.buffered >= BUFFERED {
+            std::mem::take(&mut self.pending).into_values().collect()
         } else {
-            continue;
+            return Ok(());
         };
-        pending.retain(|_, batch| !batch.is_empty());
+        self.pending.retain(|_, batch| !batch.is_empty());
         for batch in full {
-            buffered -= batch.len();
-            if running.len() == CONCURRENT_BATCHES {
-                add(&mut report, running.join_next().await, &bar)?;
-            }
-            running.spawn(write_batch(table.clone(), mode, batch));
+            self.buffered -= batch.len();
+            self.send(batch).await?;
         }
+        Ok(())
     }
-    for batch in pending.into_values() {
-        if running.len() == CONCURRENT_BATCHES {
-            add(&mut report, running.join_next().await, &bar)?;
+
+    /// Starts writing `batch`, once fewer than [`CONCURRENT_BATCHES`] are running.
+    async fn send(&mut self, batch: Vec<(EntityKey, Properties)>) -> Result<(), CliError> {
+        if self.running.len() == CONCURRENT_BATCHES {
+            let done = self.running.join_next().await;
+            add(&mut self.report, done, &self.bar)?;
         }
-        running.spawn(write_batch(table.clone(), mode, batch));
+        self.running
+            .spawn(write_batch(self.table.clone(), self.mode, batch));
+        Ok(())
     }
-    while let Some(done) = running.join_next().await {
-        add(&mut report, Some(done), &bar)?;
+
+    /// Writes what waits and what runs; what was done.
+    async fn finish(mut self) -> Result<ImportReport, CliError> {
+        for batch in std::mem::take(&mut self.pending).into_values() {
+            self.send(batch).await?;
+        }
+        while let Some(done) = self.running.join_next().await {
+            add(&mut self.report, Some(done), &self.bar)?;
+        }
+        self.bar.finish_and_clear();
+        Ok(self.report)
     }
-    bar.finish_and_clear();
-    Ok(report)
 }
 
 fn add(
@@ -162,7 +234,7 @@ async fn write_batch(
     match tx.commit().await {
         Ok(_) => Ok(ImportReport {
             written: batch.len() as u64,
-            skipped: 0,
+            ..ImportReport::default()
         }),
         Err(error) if mode == ImportMode::Insert && exists(&error) => {
             let mut report = ImportReport::default();

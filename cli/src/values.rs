@@ -92,13 +92,20 @@ pub(crate) fn from_typed(json: &Json) -> Result<Value, String> {
     let Some((kind, inner)) = json.as_object().and_then(|o| o.iter().next()) else {
         return Err(format!("{json} is not {{\"<type>\": value}}"));
     };
+    leaf(kind, inner)
+}
+
+/// A value of the type named `kind` (`Int64`, `Object`, ...) from its JSON form: Int64 as a
+/// decimal string, a Double as a number or `"NaN"`, `"Infinity"`, `"-Infinity"`, Binary in
+/// base64, members and elements of documents typed in turn.
+pub(crate) fn leaf(kind: &str, inner: &Json) -> Result<Value, String> {
     let text = || {
         inner
             .as_str()
             .ok_or_else(|| format!("{kind} {inner} is not text"))
     };
     let bad = |e: &dyn std::fmt::Display| format!("{kind} {inner}: {e}");
-    Ok(match kind.as_str() {
+    Ok(match kind {
         "String" => Value::String(text()?.to_owned()),
         "Int32" => Value::Int32(
             inner

@@ -29,6 +29,7 @@ fn help_names_every_command() {
         "count",
         "export",
         "import",
+        "copy",
         "completions",
     ] {
         assert!(text.contains(command), "{command} in {text}");

@@ -231,6 +231,45 @@ async function documents() {
   }
 }
 
+// Fills TRESTLE_SEED_TABLE with TRESTLE_SEED_COUNT entities of every type in 7 partitions, in
+// transactions (tests/cli_tool.rs copies them into Trestle and compares each with its own
+// reckoning of entity i).
+async function seed() {
+  const count = Number(process.env.TRESTLE_SEED_COUNT);
+  const table = TableClient.fromConnectionString(connection, process.env.TRESTLE_SEED_TABLE, options);
+  await table.createTable();
+  const partitions = new Map();
+  for (let i = 0; i < count; i++) {
+    const partitionKey = `p${i % 7}`;
+    const entity = {
+      partitionKey,
+      rowKey: `r${String(i).padStart(6, "0")}`,
+      Name: `entity ${i}`,
+      Count: i,
+      Big: { value: String(9007199254740993n + BigInt(i)), type: "Int64" },
+      Ratio: i + 0.25,
+      Whole: { value: "2", type: "Double" },
+      When: { value: "2024-02-29T12:30:45.1234567Z", type: "DateTime" },
+      Id: { value: "00112233-4455-6677-8899-aabbccddeeff", type: "Guid" },
+      Raw: new Uint8Array([i % 256, 1, 255]),
+      Even: i % 2 === 0,
+    };
+    if (!partitions.has(partitionKey)) partitions.set(partitionKey, []);
+    partitions.get(partitionKey).push(["create", entity]);
+  }
+  for (const actions of partitions.values()) {
+    for (let at = 0; at < actions.length; at += 100) {
+      await table.submitTransaction(actions.slice(at, at + 100));
+    }
+  }
+}
+
+if (process.argv[2] === "seed") {
+  await seed();
+  console.log("js sdk, seed: ok");
+  process.exit(0);
+}
+
 if (process.argv[2] === "documents") {
   await documents();
   console.log("js sdk, documents: ok");
