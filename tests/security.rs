@@ -688,3 +688,36 @@ async fn indexes_are_managed_with_c_on_unbounded_keys_read_with_r_and_stay_in_sc
         "AuthorizationPermissionMismatch",
     );
 }
+
+#[tokio::test]
+async fn a_backup_streams_for_the_account_key_only_and_only_from_the_embedded_store() {
+    let secured = Secured::start().await;
+    let mut scoped = secured.unbounded("raudlc", None).await;
+    let refused = scoped.backup(pb::BackupRequest {}).await;
+    assert_error(
+        refused,
+        Code::PermissionDenied,
+        "AuthorizationResourceTypeMismatch",
+    );
+    let mut admin = secured.admin().await;
+    let answer = admin.backup(pb::BackupRequest {}).await;
+    if common::postgres::conformance_database_in_use() {
+        // The PostgreSQL store is backed up with the database's own tools.
+        assert_error(answer, Code::Unimplemented, "NotImplemented");
+        return;
+    }
+    let mut chunks = answer.unwrap().into_inner();
+    let header = chunks.message().await.unwrap().unwrap().header.unwrap();
+    let tables: Vec<&str> = header.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tables, [TABLE]);
+    let mut rows = 0;
+    loop {
+        let chunk = chunks.message().await.unwrap().unwrap();
+        rows += chunk.rows.len();
+        if chunk.complete {
+            break;
+        }
+    }
+    assert_eq!(rows, 12);
+    assert!(chunks.message().await.unwrap().is_none());
+}

@@ -115,6 +115,10 @@ struct Args {
     /// loaded the same way, and print each beside Trestle's row of the same run.
     #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
     azurite: Option<String>,
+    /// Also run point_read on a server that keeps Prometheus metrics (`--metrics-listen`) and
+    /// print its rate beside point_read's: what keeping metrics costs.
+    #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
+    metrics_cost: bool,
     /// Internal: serve only the echo baseline and print its address. The benchmark runs its
     /// baseline in a process of its own this way, as the server it is compared with runs.
     #[arg(long, hide = true)]
@@ -151,6 +155,11 @@ impl ServerProcess {
     /// Starts a `trestle-server` (next to this binary) on a fresh temporary data directory, or
     /// over the PostgreSQL database at `store`.
     fn start(store: Option<&str>) -> ServerProcess {
+        ServerProcess::start_with(store, &[])
+    }
+
+    /// [`ServerProcess::start`] with `extra` flags.
+    fn start_with(store: Option<&str>, extra: &[&str]) -> ServerProcess {
         let exe = std::env::current_exe()
             .expect("current exe")
             .with_file_name("trestle-server");
@@ -173,6 +182,7 @@ impl ServerProcess {
         if let Some(url) = store {
             command.args(["--store", url]);
         }
+        command.args(extra);
         ServerProcess::spawn(command, Some(data_dir))
     }
 
@@ -403,6 +413,7 @@ async fn main() {
             client,
             server,
             store: store.as_deref(),
+            metrics: false,
         };
         // The echo baseline once, with the first store.
         let selected: Vec<&str> = selected
@@ -422,6 +433,9 @@ async fn main() {
             .await,
         );
     }
+    if args.metrics_cost {
+        rows.push(metrics_cost(&plan, &echo_process, &echo, &mut ceilings, &rows).await);
+    }
     if let Some(addr) = &args.azurite {
         let azurite = azurite_rows(&rest::Endpoint::azurite(addr), &selected, &plan, &rows).await;
         rows.extend(azurite);
@@ -432,6 +446,42 @@ async fn main() {
         rows.extend(ceilings);
     }
     print_rows(&rows, args.json);
+}
+
+/// point_read on a server keeping Prometheus metrics, its rate noted as a share of point_read's
+/// row in `rows` (if run).
+async fn metrics_cost(
+    plan: &Plan,
+    echo_process: &ServerProcess,
+    echo: &EchoClient<tonic::transport::Channel>,
+    ceilings: &mut Ceilings,
+    rows: &[Row],
+) -> Row {
+    let server = ServerProcess::start_with(None, &["--metrics-listen", "127.0.0.1:0"]);
+    let client: Client = Client::connect(format!("http://{}", server.addr))
+        .await
+        .expect("connect to trestle");
+    let target = Target {
+        client,
+        server: Some(server),
+        store: None,
+        metrics: true,
+    };
+    let mut measured = run_workloads(&target, &["point_read"], plan, echo_process, echo, ceilings)
+        .await
+        .pop()
+        .expect("a point_read row");
+    let without = rows
+        .iter()
+        .find(|row| row.workload == "point_read")
+        .and_then(|row| row.ops_per_s);
+    if let (Some(with), Some(without)) = (measured.ops_per_s, without) {
+        measured.note = format!(
+            "{:.1}% of point_read without metrics",
+            100.0 * with / without
+        );
+    }
+    measured
 }
 
 /// The selected `rest_*` workloads run against Azurite at `azurite`, each row noting how many
@@ -496,6 +546,8 @@ struct Target<'a> {
     client: Client,
     server: Option<ServerProcess>,
     store: Option<&'a str>,
+    /// The server keeps Prometheus metrics.
+    metrics: bool,
 }
 
 /// The echo baseline's figures, once measured.
@@ -506,7 +558,7 @@ struct Ceilings {
 }
 
 /// Loads what the selected workloads need and runs each on `target`; rows of a PostgreSQL store
-/// are named `<workload> [postgres]`.
+/// are named `<workload> [postgres]`, of a server keeping metrics `<workload> [metrics]`.
 async fn run_workloads(
     target: &Target<'_>,
     selected: &[&str],
@@ -518,9 +570,10 @@ async fn run_workloads(
     let client = &target.client;
     let server = &target.server;
     let sample = || server.as_ref().and_then(ServerProcess::sample);
-    let named = |workload: &str| match target.store {
-        Some(_) => format!("{workload} [postgres]"),
-        None => workload.to_owned(),
+    let named = |workload: &str| match (target.store, target.metrics) {
+        (Some(_), _) => format!("{workload} [postgres]"),
+        (None, true) => format!("{workload} [metrics]"),
+        (None, false) => workload.to_owned(),
     };
     let needs_main = selected.iter().any(|w| {
         matches!(

@@ -133,13 +133,20 @@ impl Access {
 
     /// Changing the service's settings (its CORS rules): an account key (or open mode) only.
     pub fn manage_service(&self) -> Result<(), AuthError> {
+        self.account_key_only("changes the service's settings")
+    }
+
+    /// Taking a backup (every entity of every table): an account key (or open mode) only.
+    pub fn back_up(&self) -> Result<(), AuthError> {
+        self.account_key_only("takes a backup")
+    }
+
+    fn account_key_only(&self, what: &str) -> Result<(), AuthError> {
         match self {
             Access::Full => Ok(()),
-            Access::Scoped(_) => Err(AuthError::ResourceMismatch(
-                "only the account key changes the service's settings, not a token or a shared \
-                 access signature"
-                    .into(),
-            )),
+            Access::Scoped(_) => Err(AuthError::ResourceMismatch(format!(
+                "only the account key {what}, not a token or a shared access signature"
+            ))),
         }
     }
 

@@ -203,6 +203,36 @@ pub enum Command {
         #[arg(long, default_value = "http://127.0.0.1:10002")]
         endpoint: String,
     },
+    /// Back up a running server (embedded store) into a new directory: every table, then every
+    /// entity as it was at one instant, while the server goes on serving.
+    Backup {
+        /// The server.
+        #[arg(
+            long,
+            env = "TRESTLE_ENDPOINT",
+            default_value = "http://127.0.0.1:50051"
+        )]
+        endpoint: String,
+        /// An account key of the server (not needed in open mode).
+        #[arg(long, env = "TRESTLE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// The CA certificate (PEM) that signed an `https` endpoint's certificate.
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// The directory to write: new, or empty.
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Build a new data directory from a backup, after checking every file against its
+    /// manifest; then serve it with `--data-dir`.
+    Restore {
+        /// The backup's directory.
+        #[arg(long)]
+        from: PathBuf,
+        /// The data directory to build: new, or empty.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
 }
 
 /// `trestle-server token`.

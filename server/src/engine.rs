@@ -12,7 +12,8 @@ use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
     self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, IndexRefusal,
-    RejectReason, Rejection, StorageError, Store, StoreConfig, Table, Ticket,
+    RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreConfig, StoredRow, Table,
+    Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -549,6 +550,36 @@ impl Engine {
     /// Registers the listener called with each new durable ticket.
     pub fn on_durable(&self, listener: DurableListener) {
         self.store.on_durable(listener);
+    }
+
+    /// Gives every table, then each one's entities as they were at one instant, to `sink`,
+    /// while reads and writes go on (a backup); `NotImplemented` on a store that cannot.
+    pub fn snapshot(&self, sink: &mut SnapshotSink<'_>) -> Result<(), TableError> {
+        if self.store.snapshot(sink)? {
+            Ok(())
+        } else {
+            Err(TableError::NotSupported(
+                "this store keeps no snapshots: back the PostgreSQL store up with the database's \
+                 own tools (docs/operations.md)",
+            ))
+        }
+    }
+
+    /// Writes `rows` of a backup into table `name` as they are (their Timestamps and ETags
+    /// kept), each record checked first: a restore. The table holds none of them yet.
+    pub fn load(&self, name: &str, rows: &[StoredRow]) -> Result<(), TableError> {
+        let table = self.table(name)?;
+        for row in rows {
+            EntityView::parse(&row.key.partition_key, &row.key.row_key, &row.record)?;
+        }
+        if self.store.load(table.name(), rows)? {
+            Ok(())
+        } else {
+            Err(TableError::NotSupported(
+                "this store does not load backups: restore the PostgreSQL store with the \
+                 database's own tools (docs/operations.md)",
+            ))
+        }
     }
 
     /// Flushes everything to disk (for shutdown).

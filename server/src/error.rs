@@ -130,6 +130,9 @@ pub enum TableError {
     /// The request's deadline passed; the work stopped.
     #[error("the request's deadline passed before it finished")]
     DeadlineExceeded,
+    /// The store cannot do this (why, and what to do instead).
+    #[error("{0}")]
+    NotSupported(&'static str),
     /// A storage fault (never shown to clients, except a full disk).
     #[error("storage fault: {0}")]
     Storage(#[from] StorageError),
@@ -166,6 +169,7 @@ impl TableError {
             TableError::RequestTooLarge { .. } => ErrorCode::RequestBodyTooLarge,
             TableError::Operation { source, .. } => source.code(),
             TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,
+            TableError::NotSupported(_) => ErrorCode::NotImplemented,
             TableError::Storage(fault) if fault.is_disk_full() => ErrorCode::InsufficientStorage,
             TableError::Storage(fault) if fault.is_unavailable() => ErrorCode::ServiceUnavailable,
             TableError::Storage(_) => ErrorCode::InternalError,

@@ -15,6 +15,7 @@
 
 pub mod across;
 pub mod auth;
+pub mod backup;
 pub mod bulk_delete;
 pub mod config;
 mod connections;

@@ -1,6 +1,7 @@
-//! The server's metrics, named in one place: what both protocols and the query layer record
-//! through the `metrics` facade. Nothing is kept unless `--metrics-listen` installs the Prometheus
-//! recorder (then served as text at `/metrics`); docs/operations.md lists them with alerts.
+//! The server's metrics, named in one place: what both protocols, the query layer and the stores
+//! record through the `metrics` facade. Nothing is kept unless `--metrics-listen` installs the
+//! Prometheus recorder (then served as text at `/metrics`); docs/operations.md lists them with
+//! alerts. It names nothing of the crate, so that every layer may record (it sits at the bottom).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
-use crate::error::ErrorCode;
+use trestle_proto::ErrorCode;
 
 /// Requests answered: labels `protocol` (`grpc`, `rest`), `operation`, `code` (the gRPC code's
 /// name, or the HTTP status).
@@ -22,6 +23,23 @@ const REFUSALS: &str = "trestle_refusals_total";
 /// Entities queries examined, and of those, returned.
 const EXAMINED: &str = "trestle_entities_examined_total";
 const RETURNED: &str = "trestle_entities_returned_total";
+
+/// Writes one flush of the embedded store made durable (its group commit), and the flush's
+/// seconds.
+const GROUP_WRITES: &str = "trestle_commit_group_writes";
+const FLUSH_LATENCY: &str = "trestle_flush_duration_seconds";
+/// Background jobs finished: label `work` (`index_build`, `table_reclaim`, `purge_batch`).
+const BACKGROUND: &str = "trestle_background_jobs_total";
+/// Server streams open (`ScanEntities`, `Backup`).
+const OPEN_STREAMS: &str = "trestle_open_streams";
+/// The PostgreSQL store's connections lent to a call now, and calls that waited for one.
+const STORE_CONNECTIONS_BUSY: &str = "trestle_store_connections_busy";
+const STORE_CONNECTION_WAITS: &str = "trestle_store_connection_waits_total";
+
+/// Group sizes: 1 to 4,096 writes.
+const GROUP_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+];
 
 /// Latency buckets, in seconds: 100 µs to 10 s.
 const BUCKETS: &[f64] = &[
@@ -38,6 +56,8 @@ pub fn serve(addr: SocketAddr) -> Result<(), BuildError> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(Matcher::Full(LATENCY.to_owned()), BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(FLUSH_LATENCY.to_owned()), BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(GROUP_WRITES.to_owned()), GROUP_BUCKETS)?
         .install()?;
     ENABLED.store(true, Ordering::Relaxed);
     Ok(())
@@ -89,4 +109,59 @@ pub(crate) fn scanned(examined: usize, returned: usize) {
     }
     metrics::counter!(EXAMINED).increment(examined as u64);
     metrics::counter!(RETURNED).increment(returned as u64);
+}
+
+/// A flush of the embedded store made `writes` writes durable in `elapsed`.
+pub(crate) fn flushed(writes: u64, elapsed: Duration) {
+    if !enabled() {
+        return;
+    }
+    metrics::histogram!(GROUP_WRITES).record(writes as f64);
+    metrics::histogram!(FLUSH_LATENCY).record(elapsed.as_secs_f64());
+}
+
+/// A background job of kind `work` finished (`index_build`, `table_reclaim`, `purge_batch`).
+pub(crate) fn background_done(work: &'static str) {
+    if enabled() {
+        metrics::counter!(BACKGROUND, "work" => work).increment(1);
+    }
+}
+
+/// Counts an open server stream while it lives.
+#[derive(Debug)]
+pub(crate) struct OpenStream(());
+
+impl OpenStream {
+    pub(crate) fn opened() -> OpenStream {
+        if enabled() {
+            metrics::gauge!(OPEN_STREAMS).increment(1.0);
+        }
+        OpenStream(())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        if enabled() {
+            metrics::gauge!(OPEN_STREAMS).decrement(1.0);
+        }
+    }
+}
+
+/// The PostgreSQL store lent a connection (`waited`: after waiting for one to be returned).
+pub(crate) fn connection_lent(waited: bool) {
+    if !enabled() {
+        return;
+    }
+    metrics::gauge!(STORE_CONNECTIONS_BUSY).increment(1.0);
+    if waited {
+        metrics::counter!(STORE_CONNECTION_WAITS).increment(1);
+    }
+}
+
+/// The PostgreSQL store got a connection back.
+pub(crate) fn connection_returned() {
+    if enabled() {
+        metrics::gauge!(STORE_CONNECTIONS_BUSY).decrement(1.0);
+    }
 }

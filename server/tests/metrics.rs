@@ -130,5 +130,106 @@ async fn counters_move_by_the_traffic_sent_over_both_protocols() {
         2.0
     );
     assert_eq!(sample(&scraped, "trestle_requests_in_flight", &[grpc]), 0.0);
+    // Every acknowledged insert was made durable by some flush (group commit).
+    let grouped = sample(&scraped, "trestle_commit_group_writes_sum", &[]);
+    let flushes = sample(&scraped, "trestle_commit_group_writes_count", &[]);
+    assert!(
+        grouped >= 5.0 && flushes >= 1.0 && flushes <= grouped,
+        "{scraped}"
+    );
+    let flush_seconds = sample(&scraped, "trestle_flush_duration_seconds_count", &[]);
+    assert_eq!(flush_seconds, flushes);
+
+    background_work_and_open_streams(&mut client, &metrics).await;
     server.terminate();
+}
+
+/// `/metrics` scraped from `addr` now.
+async fn scrape(addr: &str) -> String {
+    http(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
+}
+
+/// Scrapes until the sample of `name` with `labels` is `value` (background work ends when it
+/// ends), for at most 20 s.
+async fn until(addr: &str, name: &str, labels: &[&str], value: f64) {
+    for _ in 0..200 {
+        if sample(&scrape(addr).await, name, labels) == value {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{name}{labels:?} never became {value}");
+}
+
+async fn background_work_and_open_streams(client: &mut support::Client, metrics: &str) {
+    let builds = [r#"work="index_build""#];
+    assert_eq!(
+        sample(
+            &scrape(metrics).await,
+            "trestle_background_jobs_total",
+            &builds
+        ),
+        0.0
+    );
+    client
+        .create_index(pb::CreateIndexRequest {
+            table: "Metered".into(),
+            index: Some(pb::IndexDefinition {
+                name: "ByN".into(),
+                properties: vec!["N".into()],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    until(metrics, "trestle_background_jobs_total", &builds, 1.0).await;
+
+    // A stream counts while it is open: 3,000 entities are more than one batch.
+    let mut tx = Vec::new();
+    for n in 0..3_000 {
+        let padded = entity(
+            "big",
+            &format!("r{n:05}"),
+            &[("N", n), ("Pad", n * 1_000_003)],
+        );
+        tx.push(pb::InsertEntityRequest {
+            table: "Metered".into(),
+            entity: Some(padded),
+            ..Default::default()
+        });
+    }
+    for request in tx {
+        client.insert_entity(request).await.unwrap();
+    }
+    let mut scan = client
+        .scan_entities(pb::QueryEntitiesRequest {
+            table: "Metered".into(),
+            partition_key: Some("big".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(scan.message().await.unwrap().is_some());
+    until(metrics, "trestle_open_streams", &[], 1.0).await;
+    drop(scan);
+    until(metrics, "trestle_open_streams", &[], 0.0).await;
+
+    client
+        .delete_table(pb::DeleteTableRequest {
+            table: "Metered".into(),
+        })
+        .await
+        .unwrap();
+    until(
+        metrics,
+        "trestle_background_jobs_total",
+        &[r#"work="table_reclaim""#],
+        1.0,
+    )
+    .await;
 }

@@ -7,13 +7,11 @@
 /// (started on first use, stopped by a watchdog when the process ends); `None` (sled) otherwise.
 /// The same tests, the same assertions, either store.
 pub fn conformance_database() -> Option<String> {
+    if !conformance_database_in_use() {
+        return None;
+    }
     static CLUSTER: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
     static DATABASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match std::env::var("TRESTLE_TEST_STORE").as_deref() {
-        Err(_) | Ok("" | "sled") => return None,
-        Ok("postgres") => {}
-        Ok(other) => panic!("TRESTLE_TEST_STORE={other:?}: the stores are sled and postgres"),
-    }
     let cluster = CLUSTER.get_or_init(|| {
         let cluster = Postgres::start_with(&["-c", "max_connections=400"])
             .expect("TRESTLE_TEST_STORE=postgres needs PostgreSQL's programs on PATH");
@@ -22,6 +20,16 @@ pub fn conformance_database() -> Option<String> {
     });
     let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some(cluster.database(&format!("conformance_{n}")))
+}
+
+/// Whether the end-to-end tests keep their servers' stores in PostgreSQL
+/// (`TRESTLE_TEST_STORE=postgres`) rather than sled.
+pub fn conformance_database_in_use() -> bool {
+    match std::env::var("TRESTLE_TEST_STORE").as_deref() {
+        Err(_) | Ok("" | "sled") => false,
+        Ok("postgres") => true,
+        Ok(other) => panic!("TRESTLE_TEST_STORE={other:?}: the stores are sled and postgres"),
+    }
 }
 
 /// A throwaway PostgreSQL cluster in a temporary directory, on a free loopback port, stopped

@@ -256,7 +256,6 @@ fn patch_step(step: pb::PatchStep) -> Result<PatchStep, ValidationError> {
     Ok(step)
 }
 
-/// A stored entity on the wire, its names and values moved rather than copied.
 /// An index definition from the wire, checked.
 pub(crate) fn index_definition(
     definition: Option<pb::IndexDefinition>,
@@ -289,19 +288,23 @@ pub(crate) fn index_to_pb(index: Index) -> pb::Index {
         IndexState::Ready => (pb::IndexState::Ready, String::new()),
         IndexState::Failed(why) => (pb::IndexState::Failed, why),
     };
-    let definition = index.definition;
     pb::Index {
-        definition: Some(pb::IndexDefinition {
-            name: definition.name,
-            properties: definition.properties,
-            scope: match definition.scope {
-                IndexScope::Partition => pb::IndexScope::Partition,
-                IndexScope::Table => pb::IndexScope::Table,
-            } as i32,
-            unique: definition.unique,
-        }),
+        definition: Some(index_definition_to_pb(index.definition)),
         state: state as i32,
         failure,
+    }
+}
+
+/// An index definition, for the wire.
+pub(crate) fn index_definition_to_pb(definition: IndexDefinition) -> pb::IndexDefinition {
+    pb::IndexDefinition {
+        name: definition.name,
+        properties: definition.properties,
+        scope: match definition.scope {
+            IndexScope::Partition => pb::IndexScope::Partition,
+            IndexScope::Table => pb::IndexScope::Table,
+        } as i32,
+        unique: definition.unique,
     }
 }
 

@@ -2,6 +2,7 @@
 //! runs the engine through the executor (`grpc/executor.rs`), and converts the answer or the error.
 
 mod across;
+mod backup;
 mod convert;
 mod deadline;
 mod edge;
@@ -496,6 +497,7 @@ impl service::table_service_server::TableService for TableApi {
         let holds = Holds {
             _in_flight: admitted.permit,
             _slot: slot,
+            _open: crate::telemetry::OpenStream::opened(),
         };
         // A chunk that fails or panics ends the stream with its status, never as if the scan
         // were complete.
@@ -598,5 +600,17 @@ impl service::table_service_server::TableService for TableApi {
         request: Request<pb::GetEntitiesRequest>,
     ) -> Result<Response<reply::GetEntitiesReply>, Status> {
         self.read_many(request).await
+    }
+
+    type BackupStream = backup::BackupStream;
+
+    async fn backup(
+        &self,
+        request: Request<pb::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        let admitted = self.admit(&request)?;
+        admitted.access.back_up()?;
+        let chunks = backup::start(self.executor.clone(), admitted.permit).await?;
+        Ok(Response::new(chunks))
     }
 }

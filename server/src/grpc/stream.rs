@@ -174,6 +174,8 @@ pub(crate) struct Holds {
     pub(crate) _in_flight: OwnedSemaphorePermit,
     /// The scan's place under its connection's cap, if the connection is known.
     pub(crate) _slot: Option<ScanSlot>,
+    /// Counted among the open streams while it lives.
+    pub(crate) _open: crate::telemetry::OpenStream,
 }
 
 /// The reader's side: the response stream tonic sends from.

@@ -270,6 +270,7 @@ fn finish(table: &dyn Table, index_id: u64, state: IndexState) {
         match table.set_index_state(index_id, state.clone()) {
             Ok(()) => {
                 tracing::info!(table = %table.name(), index_id, ?state, "an index build ended");
+                crate::telemetry::background_done("index_build");
                 return;
             }
             Err(StorageError::IndexGone) => return,

@@ -105,6 +105,42 @@ pub struct TableKey {
 /// entity read in place.
 pub type FoundVisitor<'a> = dyn FnMut(usize, EntityView<'_>) -> Result<(), StorageError> + 'a;
 
+/// One table of a snapshot ([`Store::snapshot`]): its name and the definitions of its indexes
+/// (those not failed), which a restore declares anew.
+#[derive(Debug, Clone)]
+pub struct SnapshotTable {
+    /// The table's name as created.
+    pub name: TableName,
+    /// Its indexes' definitions, in declaration order.
+    pub indexes: Vec<IndexDefinition>,
+}
+
+/// What a snapshot gives, in order: the tables once, then their entity rows.
+#[derive(Debug)]
+pub enum SnapshotItem<'a> {
+    /// Every live table at the snapshot's instant.
+    Tables(&'a [SnapshotTable]),
+    /// An entity row of the `table`th table, as stored (`storage/codec.rs`'s record).
+    Row {
+        table: usize,
+        partition_key: &'a str,
+        row_key: &'a str,
+        record: &'a [u8],
+    },
+}
+
+/// Takes what a snapshot gives.
+pub type SnapshotSink<'a> = dyn FnMut(SnapshotItem<'_>) -> Result<(), StorageError> + 'a;
+
+/// An entity row as stored, for [`Store::load`].
+#[derive(Debug, Clone)]
+pub struct StoredRow {
+    /// The entity's keys.
+    pub key: EntityKey,
+    /// Its record (`storage/codec.rs`), Timestamp included.
+    pub record: Vec<u8>,
+}
+
 /// Why a table cannot be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateRefusal {
@@ -214,6 +250,21 @@ pub trait Store: Send + Sync + Debug {
 
     /// The store's own secret, the same at every open (and on every server sharing the store).
     fn secret(&self) -> &StoreSecret;
+
+    // Backups. The defaults suit a store backed up by its database's own tools.
+
+    /// Gives every live table and then each one's entity rows, as they were at one instant, to
+    /// `sink`, while reads and writes go on: `false` (nothing given) if the store cannot.
+    fn snapshot(&self, _sink: &mut SnapshotSink<'_>) -> Result<bool, StorageError> {
+        Ok(false)
+    }
+
+    /// Writes `rows` as they are (their Timestamps, and so their ETags, kept) into table `name`,
+    /// which holds none of them yet (a restore), and makes them durable: `false` (nothing
+    /// written) if the store cannot.
+    fn load(&self, _name: &TableName, _rows: &[StoredRow]) -> Result<bool, StorageError> {
+        Ok(false)
+    }
 
     /// Whether every call is local and short (no network, no waiting on other processes), so
     /// the engine may try point reads and commits on a runtime worker ([`Table::try_get`],

@@ -100,10 +100,12 @@ impl Pool {
         f: impl FnOnce(&mut Connection) -> Result<R, StorageError>,
     ) -> Result<R, StorageError> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waited = false;
         let slot = loop {
             match slots.pop() {
                 Some(slot) => break slot,
                 None => {
+                    waited = true;
                     slots = self
                         .returned
                         .wait(slots)
@@ -112,6 +114,7 @@ impl Pool {
             }
         };
         drop(slots);
+        crate::telemetry::connection_lent(waited);
         let mut connection = match slot.filter(|connection| !connection.client.is_closed()) {
             Some(connection) => connection,
             None => match Connection::open(&self.config, self.tls.as_ref()) {
@@ -150,6 +153,7 @@ impl Pool {
     }
 
     fn give_back(&self, slot: Option<Connection>) {
+        crate::telemetry::connection_returned();
         self.slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

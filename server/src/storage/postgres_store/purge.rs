@@ -63,7 +63,7 @@ fn run(pool: &Weak<Pool>, wake: &Wake) {
         let Some(pool) = pool.upgrade() else { return };
         loop {
             match purge_one_batch(&pool) {
-                Ok(true) => continue,
+                Ok(true) => crate::telemetry::background_done("purge_batch"),
                 Ok(false) => break,
                 Err(error) => {
                     tracing::warn!(%error, "purging a deleted table failed; trying again later");

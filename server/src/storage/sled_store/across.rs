@@ -154,6 +154,11 @@ impl SledStore {
                 changes,
             })
             .collect();
+        let writing = self.shared.snapshots.writing();
+        for group in &groups {
+            let keys = group.changes.iter().map(|change| change.key.as_slice());
+            writing.preserve(group.table_id, group.tree, keys)?;
+        }
         guards
             .partitions
             .iter()

@@ -83,7 +83,9 @@ impl Inner {
                 return;
             }
             let target = progress.written;
+            let group = target - progress.durable;
             drop(progress);
+            let started = std::time::Instant::now();
             if let Err(error) = self.db.flush() {
                 // Nothing is acknowledged until a flush succeeds; keep trying.
                 tracing::error!(%error, "flush failed; retrying");
@@ -91,6 +93,7 @@ impl Inner {
                 progress = self.progress();
                 continue;
             }
+            crate::telemetry::flushed(group, started.elapsed());
             progress = self.progress();
             progress.durable = target;
             self.flushed.notify_all();

@@ -12,6 +12,7 @@ mod key;
 mod locks;
 mod reclaim;
 mod secret;
+mod snapshot;
 mod space;
 mod table;
 mod undo;
@@ -29,7 +30,8 @@ pub use table::SledTable;
 
 use super::{
     codec, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
-    PartitionBatch, RejectReason, Rejection, StorageError, Store, Table, TableKey, Ticket,
+    PartitionBatch, RejectReason, Rejection, SnapshotSink, StorageError, Store, StoredRow, Table,
+    TableKey, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
 use crate::storage::StoreSecret;
@@ -75,6 +77,8 @@ struct Shared {
     space: space::SpaceReserve,
     undo: undo::UndoLog,
     claims: indexes::UniqueClaims,
+    /// The snapshot being read, if any, and the gate its commits pass.
+    snapshots: Arc<snapshot::Snapshots>,
     /// The database, for ids.
     db: sled::Db,
 }
@@ -114,6 +118,7 @@ impl SledStore {
             space: space::SpaceReserve::new(path, options.min_free_bytes),
             undo: undo::UndoLog::open(&db)?,
             claims: indexes::UniqueClaims::default(),
+            snapshots: Arc::default(),
             db: db.clone(),
         });
         let mut tables = HashMap::new();
@@ -149,7 +154,7 @@ impl SledStore {
         }
         let reclaimer = options
             .reclaim_deleted_tables
-            .then(|| Reclaimer::start(db.clone(), catalog.clone()));
+            .then(|| Reclaimer::start(db.clone(), catalog.clone(), shared.snapshots.clone()));
         if let Some(reclaimer) = &reclaimer {
             for record in deleting {
                 reclaimer.enqueue(record);
@@ -348,6 +353,23 @@ impl Store for SledStore {
 
     fn secret(&self) -> &StoreSecret {
         &self.secret
+    }
+
+    fn snapshot(&self, sink: &mut SnapshotSink<'_>) -> Result<bool, StorageError> {
+        self.read_snapshot(sink).map(|()| true)
+    }
+
+    fn load(&self, name: &TableName, rows: &[StoredRow]) -> Result<bool, StorageError> {
+        let table = self
+            .sled_table(name)
+            .ok_or_else(|| StorageError::Corrupt(format!("no table {name} to load rows into")))?;
+        self.shared.space.check()?;
+        for row in rows {
+            let stored_key = key::encode(&row.key.partition_key, &row.key.row_key);
+            table.tree.insert(stored_key, row.record.as_slice())?;
+        }
+        self.db.flush()?;
+        Ok(true)
     }
 
     fn calls_are_local(&self) -> bool {

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::catalog::TableRecord;
+use super::snapshot::Snapshots;
 use super::{SledTable, StorageError, Table, TABLE_TREE_PREFIX};
 
 /// The reclaimer thread's nice value: below requests, above nothing in particular.
@@ -42,7 +43,9 @@ enum Outcome {
 }
 
 impl Reclaimer {
-    pub(super) fn start(db: sled::Db, catalog: sled::Tree) -> Reclaimer {
+    /// Starts the thread; it reclaims a table only once the snapshot being read (in
+    /// `snapshots`), if any, is done with it.
+    pub(super) fn start(db: sled::Db, catalog: sled::Tree, snapshots: Arc<Snapshots>) -> Reclaimer {
         let (queue, pending) = mpsc::channel::<TableRecord>();
         let stopping = Arc::new(AtomicBool::new(false));
         let worker_stopping = stopping.clone();
@@ -51,6 +54,7 @@ impl Reclaimer {
             .spawn(move || {
                 lower_this_threads_priority();
                 for record in pending {
+                    snapshots.wait_until_read(record.id);
                     match reclaim(&db, &catalog, &record, &worker_stopping) {
                         Ok(Outcome::Reclaimed { .. }) => {}
                         Ok(Outcome::Stopped) => return,
@@ -110,6 +114,7 @@ fn reclaim(
     let _ = catalog.compare_and_swap(folded, Some(record.encode()), None::<Vec<u8>>)?;
     db.flush()?;
     tracing::info!(table = %record.name, rows, elapsed_ms = started.elapsed().as_millis() as u64, "reclaimed deleted table");
+    crate::telemetry::background_done("table_reclaim");
     Ok(Outcome::Reclaimed { rows })
 }
 
@@ -244,7 +249,7 @@ mod tests {
     fn the_reclaimer_runs_below_the_requests_priority() {
         let dir = tempfile::tempdir().unwrap();
         let (db, catalog, _) = deleted_table(dir.path(), 0);
-        let reclaimer = Reclaimer::start(db, catalog);
+        let reclaimer = Reclaimer::start(db, catalog, Arc::default());
         let nice_of_reclaimers = || -> Vec<i32> {
             let mut nice = Vec::new();
             for task in std::fs::read_dir("/proc/self/task").unwrap() {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use super::key;
 use super::locks::PartitionGuard;
+use super::snapshot::Writing;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
 use crate::model::{
@@ -163,6 +164,7 @@ impl SledTable {
     /// [`Table::commit`] under the partition's lock and the table's gate.
     fn insert_alone(
         &self,
+        writing: &Writing<'_>,
         partition_key: &str,
         insert: Operation,
         now: Ticks,
@@ -172,6 +174,7 @@ impl SledTable {
             unreachable!("an insert where no row is stores its entity");
         };
         let value = codec::encode(entity.timestamp, &entity.properties);
+        writing.preserve(self.id, &self.tree, [encoded_key.as_slice()])?;
         if self
             .tree
             .compare_and_swap(&encoded_key, None::<&[u8]>, Some(value))?
@@ -293,9 +296,10 @@ impl SledTable {
     ) -> Result<CommitOutcome, StorageError> {
         let now = Ticks::next_commit();
         let catalog = self.index_catalog();
+        let writing = self.shared.snapshots.writing();
         if let (false, [Operation::Insert(_)]) = (catalog.any_kept(), operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
-            return self.insert_alone(partition_key, insert, now);
+            return self.insert_alone(&writing, partition_key, insert, now);
         }
         let (plan, mut changes) = match self.plan_rows(partition_key, operations, now, &catalog)? {
             Ok(planned) => planned,
@@ -314,6 +318,8 @@ impl SledTable {
             Ok(entries) => entries,
             Err(rejection) => return Ok(Err(rejection)),
         };
+        let keys = changes.iter().map(|change| change.key.as_slice());
+        writing.preserve(self.id, &self.tree, keys)?;
         if let ([_], false) = (changes.as_slice(), entries.is_empty()) {
             let entity = changes.pop().expect("one row");
             self.apply_one_with_entries(entity, entries)?;
@@ -494,7 +500,7 @@ impl Table for SledTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
@@ -502,7 +508,9 @@ mod tests {
     use crate::storage::{read_entity, SledStore, Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
-    fn table_with_even_rows(dir: &std::path::Path) -> (SledStore, Arc<SledTable>) {
+    pub(in crate::storage::sled_store) fn table_with_even_rows(
+        dir: &std::path::Path,
+    ) -> (SledStore, Arc<SledTable>) {
         let store = SledStore::open(dir, StoreOptions::default()).unwrap();
         let name = TableName::parse("Rows").unwrap();
         store.create_table(&name, &[]).unwrap().unwrap();
@@ -516,13 +524,13 @@ mod tests {
     }
 
     /// Row `row` of partition `p` with `N` = `n`.
-    fn row(row: &str, n: i32) -> NewEntity {
+    pub(in crate::storage::sled_store) fn row(row: &str, n: i32) -> NewEntity {
         let key = EntityKey::new("p".into(), row.into()).unwrap();
         let properties = Properties::from([("N".to_owned(), Value::Int32(n))]);
         NewEntity::new(key, properties).unwrap()
     }
 
-    fn insert(row_key: &str, n: i32) -> Operation {
+    pub(in crate::storage::sled_store) fn insert(row_key: &str, n: i32) -> Operation {
         Operation::Insert(row(row_key, n))
     }
 

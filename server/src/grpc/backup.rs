@@ -1,0 +1,127 @@
+//! `Backup`: the engine's snapshot streamed to the caller, read on the blocking pool into chunks
+//! of about [`CHUNK_BYTES`] of rows, at most two chunks waiting for the reader. A reader that
+//! stops reading holds the snapshot (and so the before images of what commits change meanwhile)
+//! until it reads again or goes away; then the snapshot ends.
+
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::Status;
+
+use super::convert::index_definition_to_pb;
+use super::executor::Executor;
+use crate::storage::{SnapshotItem, StorageError, CURRENT_FORMAT};
+use trestle_proto::pb;
+
+/// Most bytes of records in one chunk (a chunk may pass it by one row).
+const CHUNK_BYTES: usize = 1024 * 1024;
+
+/// The chunks of a backup, then its end: `complete` on the last, or the status that ended it.
+pub(crate) type BackupStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
+
+/// Starts reading a snapshot for a caller let in with `permit`, held until the backup ends; a
+/// store that takes no snapshots is refused here, before the stream begins.
+pub(crate) async fn start(
+    executor: Executor,
+    permit: OwnedSemaphorePermit,
+) -> Result<BackupStream, Status> {
+    let (sender, receiver) = mpsc::channel(2);
+    tokio::spawn(async move {
+        let _holds = (permit, crate::telemetry::OpenStream::opened());
+        let mut chunks = Chunks {
+            sender: sender.clone(),
+            chunk: pb::BackupChunk::default(),
+            bytes: 0,
+        };
+        let read = executor
+            .blocking(move |engine| {
+                engine.snapshot(&mut |item| chunks.take(item))?;
+                chunks.chunk.complete = true;
+                chunks.send()?;
+                Ok(())
+            })
+            .await;
+        if let Err(status) = read {
+            let _ = sender.send(Err(status)).await;
+        }
+    });
+    let mut receiver = ReceiverStream::new(receiver);
+    match receiver.next().await {
+        Some(Ok(header)) => Ok(Box::pin(tokio_stream::once(Ok(header)).chain(receiver))),
+        Some(Err(status)) => Err(status),
+        None => Err(Status::internal("the backup ended before it began")),
+    }
+}
+
+/// The chunk being filled, and where full ones go.
+struct Chunks {
+    sender: mpsc::Sender<Result<pb::BackupChunk, Status>>,
+    chunk: pb::BackupChunk,
+    bytes: usize,
+}
+
+impl Chunks {
+    /// Adds what the snapshot gives: the header goes at once; a row of another table than the
+    /// chunk's, or past [`CHUNK_BYTES`], sends the chunk first.
+    fn take(&mut self, item: SnapshotItem<'_>) -> Result<(), StorageError> {
+        match item {
+            SnapshotItem::Tables(tables) => {
+                self.chunk.header = Some(pb::BackupHeader {
+                    record_format: CURRENT_FORMAT,
+                    instant: Some(SystemTime::now().into()),
+                    tables: tables
+                        .iter()
+                        .map(|table| pb::BackupTable {
+                            name: table.name.to_string(),
+                            indexes: table
+                                .indexes
+                                .iter()
+                                .cloned()
+                                .map(index_definition_to_pb)
+                                .collect(),
+                        })
+                        .collect(),
+                });
+                self.send()
+            }
+            SnapshotItem::Row {
+                table,
+                partition_key,
+                row_key,
+                record,
+            } => {
+                let table = u32::try_from(table).expect("fewer than 2^32 tables");
+                if self.chunk.table != table && !self.chunk.rows.is_empty() {
+                    self.send()?;
+                }
+                self.chunk.table = table;
+                self.bytes += partition_key.len() + row_key.len() + record.len();
+                self.chunk.rows.push(pb::BackupRow {
+                    partition_key: partition_key.to_owned(),
+                    row_key: row_key.to_owned(),
+                    record: record.to_vec(),
+                });
+                if self.bytes >= CHUNK_BYTES {
+                    self.send()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends the chunk, waiting while two wait for the reader; a reader gone ends the snapshot.
+    fn send(&mut self) -> Result<(), StorageError> {
+        let chunk = std::mem::take(&mut self.chunk);
+        self.bytes = 0;
+        self.sender.blocking_send(Ok(chunk)).map_err(|_| {
+            StorageError::Io(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the backup's reader went away",
+            ))
+        })
+    }
+}
