@@ -11,7 +11,7 @@ use ring::hmac;
 use serde_json::{Map, Value as Json};
 use trestle_client::{EntityKey, Properties, Value};
 
-use crate::values::leaf;
+use crate::values::{entity_key, leaf};
 use crate::CliError;
 
 /// The REST API version the requests speak (the one the current Azure SDKs send).
@@ -244,13 +244,7 @@ impl Pages<'_> {
 /// The keys and typed properties of an entity in Azure's JSON (its Timestamp and ETag, which
 /// the destination sets anew, are left out).
 fn entity_of(json: &Map<String, Json>) -> Result<(EntityKey, Properties), String> {
-    let key = |name: &str| {
-        json.get(name)
-            .and_then(Json::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| format!("an entity without a {name}"))
-    };
-    let key = EntityKey::new(key("PartitionKey")?, key("RowKey")?);
+    let key = entity_key(json).map_err(|why| format!("an entity with {why}"))?;
     let mut properties = Properties::new();
     for (name, value) in json {
         let system = matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp");

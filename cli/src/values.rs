@@ -161,16 +161,24 @@ pub(crate) fn entity_line(entity: &Entity<Properties>) -> String {
     .to_string()
 }
 
-/// The keys and properties of a JSON line (its Timestamp and ETag are ignored).
-pub(crate) fn parse_entity_line(line: &str) -> Result<(EntityKey, Properties), String> {
-    let json: Json = serde_json::from_str(line).map_err(|e| e.to_string())?;
+/// The keys of an entity in JSON: its `PartitionKey` and `RowKey` members.
+pub(crate) fn entity_key(json: &Map<String, Json>) -> Result<EntityKey, String> {
     let key = |name: &str| {
         json.get(name)
             .and_then(Json::as_str)
             .map(str::to_owned)
             .ok_or_else(|| format!("no {name}"))
     };
-    let key = EntityKey::new(key("PartitionKey")?, key("RowKey")?);
+    Ok(EntityKey::new(key("PartitionKey")?, key("RowKey")?))
+}
+
+/// The keys and properties of a JSON line (its Timestamp and ETag are ignored).
+pub(crate) fn parse_entity_line(line: &str) -> Result<(EntityKey, Properties), String> {
+    let json: Json = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let key = json
+        .as_object()
+        .ok_or_else(|| "not a JSON object".to_owned())
+        .and_then(entity_key)?;
     let mut properties = Properties::new();
     if let Some(members) = json.get("Properties").and_then(Json::as_object) {
         for (name, value) in members {

@@ -1,7 +1,10 @@
 //! Prometheus metrics: a server started with `--metrics-listen` (and the REST endpoint), known
 //! traffic over both protocols, then `/metrics` scraped: each counter moved by exactly what was
-//! sent. Without the flag nothing is served (tests/… never pass it).
+//! sent; then background work and streams, and over PostgreSQL the pool's use and the purge.
+//! Without the flag nothing is served (tests/… never pass it).
 
+#[path = "../../tests/common/postgres.rs"]
+mod postgres_cluster;
 mod support;
 
 use support::{entity, ServerProcess};
@@ -232,4 +235,74 @@ async fn background_work_and_open_streams(client: &mut support::Client, metrics:
         1.0,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgresql_stores_pool_and_purge_are_counted() {
+    let Some(cluster) = tokio::task::block_in_place(postgres_cluster::Postgres::start) else {
+        return;
+    };
+    let url = tokio::task::block_in_place(|| cluster.database("metered"));
+    let data_dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let server = ServerProcess::start_with(
+        data_dir.path(),
+        &[
+            "--store",
+            &url,
+            "--store-pool-size",
+            "1",
+            "--metrics-listen",
+            &metrics,
+        ],
+    );
+    let mut client = server.client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Pooled".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // 32 inserts at once over one connection: some wait for it.
+    let inserts = (0..32).map(|n| {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            let request = pb::InsertEntityRequest {
+                table: "Pooled".into(),
+                entity: Some(entity("p", &format!("r{n}"), &[("N", n)])),
+                ..Default::default()
+            };
+            client.insert_entity(request).await.unwrap();
+        })
+    });
+    for insert in inserts.collect::<Vec<_>>() {
+        insert.await.unwrap();
+    }
+    let scraped = scrape(&metrics).await;
+    assert!(
+        sample(&scraped, "trestle_store_connection_waits_total", &[]) >= 1.0,
+        "{scraped}"
+    );
+    until(&metrics, "trestle_store_connections_busy", &[], 0.0).await;
+    client
+        .delete_table(pb::DeleteTableRequest {
+            table: "Pooled".into(),
+        })
+        .await
+        .unwrap();
+    let purges = [r#"work="purge_batch""#];
+    for _ in 0..200 {
+        if sample(
+            &scrape(&metrics).await,
+            "trestle_background_jobs_total",
+            &purges,
+        ) >= 1.0
+        {
+            server.terminate();
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("no purge batch was counted");
 }
