@@ -119,7 +119,10 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             }
             output::print(format, &entities, out)?;
         }
-        Command::Count { query } => writeln!(out, "{}", query_of(&client, &query).count().await?)?,
+        Command::Count { query } => {
+            let count = transfer::while_counting(query_of(&client, &query).count()).await?;
+            writeln!(out, "{count}")?;
+        }
         Command::Export { table, filter } => {
             transfer::export(&client.table(table), filter, out).await?;
         }

@@ -32,6 +32,19 @@ fn progress(verb: &'static str) -> ProgressBar {
     bar
 }
 
+/// What `work` (a count) gives, with a ticking spinner and the time taken on standard error
+/// meanwhile, drawn only on a terminal: a count of a big table is one long call.
+pub(crate) async fn while_counting<T>(work: impl std::future::Future<Output = T>) -> T {
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} counting ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let outcome = work.await;
+    bar.finish_and_clear();
+    outcome
+}
+
 /// Writes every entity of `table` (that `filter` matches) to `out`, one JSON line each, in key
 /// order.
 pub(crate) async fn export(
