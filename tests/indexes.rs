@@ -38,6 +38,7 @@ async fn create_with(client: &mut RawClient, indexes: Vec<pb::IndexDefinition>) 
         .create_table(pb::CreateTableRequest {
             table: T.into(),
             indexes,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -478,6 +479,7 @@ async fn bad_definitions_and_queries_are_refused_with_their_reasons() {
             .create_table(pb::CreateTableRequest {
                 table: T.into(),
                 indexes: vec![definition.clone()],
+                ..Default::default()
             })
             .await;
         assert_eq!(
@@ -494,6 +496,7 @@ async fn bad_definitions_and_queries_are_refused_with_their_reasons() {
         .create_table(pb::CreateTableRequest {
             table: T.into(),
             indexes: twice,
+            ..Default::default()
         })
         .await;
     assert_error(refused, Code::AlreadyExists, "IndexAlreadyExists");
@@ -509,6 +512,7 @@ async fn bad_definitions_and_queries_are_refused_with_their_reasons() {
         .create_table(pb::CreateTableRequest {
             table: T.into(),
             indexes: nine.clone(),
+            ..Default::default()
         })
         .await;
     assert_error(refused, Code::ResourceExhausted, "TooManyIndexes");

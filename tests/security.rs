@@ -721,3 +721,55 @@ async fn a_backup_streams_for_the_account_key_only_and_only_from_the_embedded_st
     assert_eq!(rows, 12);
     assert!(chunks.message().await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_token_bounded_to_a_range_reads_only_that_ranges_changes() {
+    let secured = Secured::start().await;
+    let mut admin = secured.admin().await;
+    admin
+        .create_table(pb::CreateTableRequest {
+            table: "Feed".into(),
+            change_feed: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for pk in ["a", "b", "c", "d"] {
+        admin
+            .insert_entity(insert_request("Feed", entity(pk, "1", &[("N", int32(1))])))
+            .await
+            .unwrap();
+    }
+    let read = |follow| pb::ReadChangesRequest {
+        table: "Feed".into(),
+        follow,
+        ..Default::default()
+    };
+    let mut scoped = secured.scoped("r", Some("Feed")).await;
+    let mut stream = scoped.read_changes(read(false)).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        seen.extend(batch.changes.into_iter().map(|c| c.partition_key));
+        cursor = batch.cursor;
+    }
+    assert_eq!(seen, ["b", "c"], "partitions b to d (exclusive) only");
+    assert!(
+        !cursor.is_empty(),
+        "the cursor passes the records not shown"
+    );
+    let mut other_table = secured.scoped("r", Some(TABLE)).await;
+    let refused = other_table.read_changes(read(false)).await;
+    assert_error(
+        refused,
+        Code::PermissionDenied,
+        "AuthorizationResourceTypeMismatch",
+    );
+    let mut no_read = secured.unbounded("a", Some("Feed")).await;
+    let refused = no_read.read_changes(read(true)).await;
+    assert_error(
+        refused,
+        Code::PermissionDenied,
+        "AuthorizationPermissionMismatch",
+    );
+}

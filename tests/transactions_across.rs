@@ -355,6 +355,7 @@ async fn a_unique_value_moves_between_partitions_in_one_transaction() {
                 unique: true,
                 scope: pb::IndexScope::Table as i32,
             }],
+            ..Default::default()
         })
         .await
         .unwrap();

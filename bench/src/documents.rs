@@ -67,6 +67,7 @@ pub(crate) async fn load(client: &Client, plan: &Plan) -> Duration {
             scope: pb::IndexScope::Table as i32,
             unique: false,
         }],
+        ..Default::default()
     };
     load_with(
         client,

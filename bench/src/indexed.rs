@@ -51,6 +51,7 @@ pub(crate) async fn load(client: &Client, plan: &Plan) -> Duration {
     let create = pb::CreateTableRequest {
         table: INDEX_TABLE.into(),
         indexes: indexes(),
+        ..Default::default()
     };
     load_with(
         client,
@@ -153,6 +154,7 @@ pub(crate) async fn indexed_insert(client: &Client, plan: &Plan) -> Measurement 
     let create = pb::CreateTableRequest {
         table: INSERT_TABLE.into(),
         indexes: indexes(),
+        ..Default::default()
     };
     client.clone().create_table(create).await.expect("create");
     let client = client.clone();

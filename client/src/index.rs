@@ -149,6 +149,7 @@ impl TableClient {
         let request = pb::CreateTableRequest {
             table: self.name().to_owned(),
             indexes: indexes.into_iter().map(|i| i.to_wire()).collect(),
+            ..Default::default()
         };
         self.client
             .write(request, |mut c, r| async move { c.create_table(r).await })

@@ -76,6 +76,9 @@ struct Manifest {
 struct TableManifest {
     name: String,
     indexes: Vec<IndexManifest>,
+    /// The table keeps a change feed (its records are not in the backup).
+    #[serde(default)]
+    change_feed: bool,
     /// Below the backup directory.
     file: String,
     entities: u64,
@@ -186,6 +189,7 @@ async fn receive(
             manifest: TableManifest {
                 name: table.name,
                 indexes: table.indexes.into_iter().map(index_manifest).collect(),
+                change_feed: table.change_feed,
                 file,
                 entities: 0,
                 bytes: 0,
@@ -426,6 +430,9 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
     let mut entities = 0;
     for table in &manifest.tables {
         engine.create_table(&table.name)?;
+        if table.change_feed {
+            engine.set_change_feed(&table.name, true)?;
+        }
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         for row in open_rows(from.join(&table.file))? {
             let row = row?;

@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{
-    EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal, StoredEntity, TableName,
-    MAX_INDEXES_PER_TABLE,
+    quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal, StoredEntity,
+    TableName, ValidationError, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, IndexRefusal,
-    RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreConfig, StoredRow, Table,
-    Ticket,
+    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, FeedPosition,
+    IndexRefusal, RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreConfig,
+    StoredChange, StoredRow, Table, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -550,6 +550,36 @@ impl Engine {
     /// Registers the listener called with each new durable ticket.
     pub fn on_durable(&self, listener: DurableListener) {
         self.store.on_durable(listener);
+    }
+
+    /// Starts (`on`) or stops keeping table `name`'s change feed: every commit after this
+    /// returns writes a record of each entity it changes (or none).
+    pub fn set_change_feed(&self, name: &str, on: bool) -> Result<(), TableError> {
+        let table = self.table(name)?;
+        if table.set_change_feed(on)? {
+            Ok(())
+        } else {
+            Err(TableError::TableNotFound(table.name().to_string()))
+        }
+    }
+
+    /// Up to `limit` records of table `name`'s change feed after `after` (from the oldest kept
+    /// when `None`), in order; a table that keeps no feed is refused.
+    pub fn read_changes(
+        &self,
+        name: &str,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, TableError> {
+        let table = self.table(name)?;
+        if !table.indexes()?.change_feed {
+            return Err(TableError::Invalid(ValidationError::Argument(format!(
+                "table {} keeps no change feed: create it with change_feed, or turn the feed on \
+                 with SetChangeFeed",
+                quoted(table.name().as_str())
+            ))));
+        }
+        Ok(table.read_changes(after, limit)?)
     }
 
     /// Gives every table, then each one's entities as they were at one instant, to `sink`,

@@ -28,6 +28,8 @@ pub struct TableDescription {
     pub indexes: Vec<Index>,
     /// Its stored access policies.
     pub access_policies: Vec<AccessPolicy>,
+    /// Whether it keeps a change feed.
+    pub change_feed: bool,
 }
 
 fn corrupt(what: &str) -> TableError {
@@ -65,10 +67,12 @@ impl Engine {
     /// (what `GetTable` answers), from one lookup of the table.
     pub fn describe_table(&self, name: &str) -> Result<TableDescription, TableError> {
         let table = self.table(name)?;
+        let catalog = table.indexes()?;
         Ok(TableDescription {
             name: table.name().clone(),
-            indexes: table.indexes()?.indexes,
+            indexes: catalog.indexes,
             access_policies: self.policies_of(table.id())?,
+            change_feed: catalog.change_feed,
         })
     }
 

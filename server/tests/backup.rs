@@ -22,6 +22,7 @@ async fn create(client: &mut Client, table: &str, indexes: Vec<pb::IndexDefiniti
         .create_table(pb::CreateTableRequest {
             table: table.into(),
             indexes,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -99,7 +100,14 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
     let server = ServerProcess::start(&dir.path().join("data"));
     let mut client = server.client().await;
     create(&mut client, "Orders", vec![index("ByCode", "Code", true)]).await;
-    create(&mut client, "Lines", vec![]).await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Lines".into(),
+            change_feed: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let acks: Acknowledged = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..3)
@@ -184,6 +192,16 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
     for (key, entity) in &orders {
         assert_eq!(live[key].etag, entity.etag, "{key:?}");
     }
+
+    // The change feed is kept again (empty: records are not in a backup).
+    let lines_table = restored_client
+        .get_table(pb::GetTableRequest {
+            table: "Lines".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(lines_table.change_feed);
 
     // The declared index was built anew over the restored entities, and answers.
     let ((pk, rk), sample) = orders.iter().find(|((pk, _), _)| pk != "pairs").unwrap();

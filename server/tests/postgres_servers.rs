@@ -411,3 +411,62 @@ async fn postgres_crashing_makes_servers_unavailable_then_they_recover_with_ever
     }
     drop(cluster);
 }
+
+/// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
+async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
+    let request = pb::ReadChangesRequest {
+        table: table.into(),
+        cursor: cursor.into(),
+        follow: false,
+    };
+    let mut stream = client.read_changes(request).await.unwrap().into_inner();
+    let (mut rows, mut last) = (Vec::new(), cursor.to_owned());
+    while let Some(batch) = stream.message().await.unwrap() {
+        rows.extend(batch.changes.into_iter().map(|c| c.row_key));
+        last = batch.cursor;
+    }
+    (rows, last)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_feed_written_by_two_servers_resumes_on_either() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
+    a.create_table(pb::CreateTableRequest {
+        table: "Feed".into(),
+        change_feed: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Both servers write at once; each record appears once, whoever reads.
+    let write = |mut client: Client, server: usize| async move {
+        for n in 0..50 {
+            let row = format!("s{server}-{n:02}");
+            let request = pb::InsertEntityRequest {
+                table: "Feed".into(),
+                entity: Some(entity(&format!("p{}", n % 4), &row, &[("N", n)])),
+                ..Default::default()
+            };
+            client.insert_entity(request).await.unwrap();
+        }
+    };
+    let writers = [
+        tokio::spawn(write(a.clone(), 0)),
+        tokio::spawn(write(b.clone(), 1)),
+    ];
+    let (first, cursor) = feed_after(&mut a, "Feed", "").await;
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let (rest, _) = feed_after(&mut b, "Feed", &cursor).await;
+    let mut all: Vec<String> = first.into_iter().chain(rest).collect();
+    assert_eq!(all.len(), 100, "{all:?}");
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 100, "no record twice");
+    let (whole, _) = feed_after(&mut b, "Feed", "").await;
+    assert_eq!(whole.len(), 100);
+}

@@ -83,6 +83,7 @@ impl Model {
                 index(BY_SCORE, &["Score"], pb::IndexScope::Partition, false),
                 index(BY_TAG, &["Tags/*"], pb::IndexScope::Table, false),
             ],
+            ..Default::default()
         }
     }
 

@@ -83,6 +83,7 @@ impl Chunks {
                                 .cloned()
                                 .map(index_definition_to_pb)
                                 .collect(),
+                            change_feed: table.change_feed,
                         })
                         .collect(),
                 });

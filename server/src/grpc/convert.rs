@@ -281,6 +281,20 @@ pub(crate) fn index_definition(
     )
 }
 
+/// A table's description, for the wire.
+pub(crate) fn table_to_pb(described: crate::settings::TableDescription) -> pb::Table {
+    pb::Table {
+        name: described.name.to_string(),
+        indexes: described.indexes.into_iter().map(index_to_pb).collect(),
+        access_policies: described
+            .access_policies
+            .into_iter()
+            .map(policy_to_pb)
+            .collect(),
+        change_feed: described.change_feed,
+    }
+}
+
 /// An index and its state, for the wire.
 pub(crate) fn index_to_pb(index: Index) -> pb::Index {
     let (state, failure) = match index.state {

@@ -3,6 +3,7 @@
 
 mod across;
 mod backup;
+mod changes;
 mod convert;
 mod deadline;
 mod edge;
@@ -211,20 +212,19 @@ impl service::table_service_server::TableService for TableApi {
             .map(|definition| convert::index_definition(Some(definition)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
-        let table = request.table;
-        let (name, indexes) = self
+        let (table, change_feed) = (request.table, request.change_feed);
+        let described = self
             .executor
             .blocking(move |engine| {
                 engine.create_table_with_indexes(&table, definitions)?;
-                engine.get_table(&table)
+                if change_feed {
+                    engine.set_change_feed(&table, true)?;
+                }
+                engine.describe_table(&table)
             })
             .await?;
-        tracing::info!(table = %name, "created table");
-        Ok(Response::new(pb::Table {
-            name: name.to_string(),
-            indexes: indexes.into_iter().map(convert::index_to_pb).collect(),
-            access_policies: Vec::new(),
-        }))
+        tracing::info!(table = %described.name, "created table");
+        Ok(Response::new(convert::table_to_pb(described)))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
@@ -239,16 +239,49 @@ impl service::table_service_server::TableService for TableApi {
             .executor
             .blocking(move |engine| engine.describe_table(&table))
             .await?;
-        let policies = described.access_policies.into_iter();
-        Ok(Response::new(pb::Table {
-            name: described.name.to_string(),
-            indexes: described
-                .indexes
-                .into_iter()
-                .map(convert::index_to_pb)
-                .collect(),
-            access_policies: policies.map(convert::policy_to_pb).collect(),
-        }))
+        Ok(Response::new(convert::table_to_pb(described)))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn set_change_feed(
+        &self,
+        request: Request<pb::SetChangeFeedRequest>,
+    ) -> Result<Response<pb::SetChangeFeedResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let (table, enabled) = (request.table, request.enabled);
+        self.executor
+            .blocking(move |engine| engine.set_change_feed(&table, enabled))
+            .await?;
+        Ok(Response::new(pb::SetChangeFeedResponse {}))
+    }
+
+    type ReadChangesStream = changes::ChangeStream;
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn read_changes(
+        &self,
+        request: Request<pb::ReadChangesRequest>,
+    ) -> Result<Response<Self::ReadChangesStream>, Status> {
+        let admitted = self.admit(&request)?;
+        let slot = match ConnectionInfo::of(request.extensions()) {
+            Some(connection) => Some(
+                ScanSlot::claim(&connection.state.open_scans, self.streams.per_connection)
+                    .ok_or_else(|| status::connection_scans_busy(self.streams.per_connection))?,
+            ),
+            None => None,
+        };
+        let request = request.into_inner();
+        admitted.access.describe_table(&request.table)?;
+        let holds = Holds {
+            _in_flight: admitted.permit,
+            _slot: slot,
+            _open: crate::telemetry::OpenStream::opened(),
+        };
+        let reader = changes::Reader::new(request, admitted.access, holds)?;
+        let stream = reader.start(self.executor.clone()).await?;
+        Ok(Response::new(stream))
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]

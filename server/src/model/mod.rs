@@ -2,6 +2,7 @@
 //! validation rules. Pure data, no I/O.
 
 mod access_policy;
+mod change;
 mod cors;
 mod document;
 pub(crate) mod encoding;
@@ -23,6 +24,7 @@ pub use access_policy::{
     decode_policies, encode_policies, validate_policies, AccessPolicy, MAX_ACCESS_POLICIES,
     MAX_POLICY_ID_CHARS,
 };
+pub use change::ChangeKind;
 pub use cors::{CorsRule, ServiceProperties, MAX_CORS_RULES};
 pub use document::{
     Document, DocumentRef, Entries, MAX_DOCUMENT_DEPTH, MAX_DOCUMENT_VALUES, MAX_MEMBER_NAME_CHARS,

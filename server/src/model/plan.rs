@@ -5,7 +5,10 @@
 //! reading the rows, checking a unique entry against other partitions, writing the plan
 //! atomically, and their fast paths.
 
-use super::{Effect, EntityKey, Index, IndexEntry, Operation, Refusal, StoredEntity, Ticks};
+use super::{
+    ChangeKind, Effect, EntityKey, Index, IndexEntry, Operation, Refusal, StoredEntity, Ticks,
+    UpsertMode,
+};
 
 /// A commit, decided.
 #[derive(Debug, Default)]
@@ -40,6 +43,8 @@ pub struct PlannedChange {
     pub row_key: String,
     /// Written (`true`: the operation's result) or removed.
     pub writes: bool,
+    /// How, as a change feed says it.
+    pub kind: ChangeKind,
 }
 
 /// An index entry a commit adds, and the operation whose entity it names.
@@ -110,6 +115,7 @@ pub fn plan_commit(
                 .collect()
         };
         let before = entries_of(current.as_ref());
+        let kind = change_kind(&operation, current.is_some());
         let (result, writes) = match operation.resolve(current, now) {
             Err(refusal) => {
                 return Err(PlanRefusal {
@@ -145,11 +151,26 @@ pub fn plan_commit(
             operation: index,
             row_key,
             writes,
+            kind,
         });
     }
     match clash_within_commit(partition_key, &plan.added_entries) {
         Some(refusal) => Err(refusal),
         None => Ok(plan),
+    }
+}
+
+/// How `operation` changes its row, which `existed` or not (for the change it makes, if any).
+fn change_kind(operation: &Operation, existed: bool) -> ChangeKind {
+    match operation {
+        Operation::Delete { .. } => ChangeKind::Delete,
+        Operation::Insert(_) => ChangeKind::Insert,
+        _ if !existed => ChangeKind::Insert,
+        Operation::Update(..) | Operation::Upsert(_, UpsertMode::Replace) => ChangeKind::Replace,
+        Operation::Merge(..) | Operation::Upsert(_, UpsertMode::Merge) => ChangeKind::Merge,
+        Operation::Patch { .. } => ChangeKind::Patch,
+        // A check changes nothing; its kind is never used.
+        Operation::Check { .. } => ChangeKind::Replace,
     }
 }
 

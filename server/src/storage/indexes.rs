@@ -10,6 +10,8 @@ use crate::model::encoding::Reader;
 use crate::model::{Index, IndexDefinition, IndexScope, IndexState, KeyPosition};
 
 const CATALOG_V1: u8 = 1;
+/// The trailing byte of a catalog whose table keeps a change feed.
+const CHANGE_FEED_ON: u8 = 0xCF;
 
 /// A table's indexes, and those dropped whose entries are still being reclaimed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -18,6 +20,9 @@ pub struct IndexCatalog {
     pub indexes: Vec<Index>,
     /// Ids of dropped indexes whose entries are not all removed yet.
     pub dropped: Vec<u64>,
+    /// Whether each commit writes a change record of each entity it changes (`storage::changes`):
+    /// kept here, with the indexes, because every commit reads both.
+    pub change_feed: bool,
 }
 
 /// Why an index cannot be declared.
@@ -85,7 +90,8 @@ impl IndexCatalog {
 
     /// The record: `[version u8 = 1][index count u8]`, per index `[id u64 BE][scope u8][unique
     /// u8][state u8][failure: u16 LE length, UTF-8][name: u8 length][property count u8]`, per
-    /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`.
+    /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`, then
+    /// `[0xCF]` if the table keeps a change feed (older records end before it).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![CATALOG_V1, self.indexes.len() as u8];
         for index in &self.indexes {
@@ -121,6 +127,9 @@ impl IndexCatalog {
         out.extend_from_slice(&(self.dropped.len() as u32).to_le_bytes());
         for id in &self.dropped {
             out.extend_from_slice(&id.to_be_bytes());
+        }
+        if self.change_feed {
+            out.push(CHANGE_FEED_ON);
         }
         out
     }
@@ -174,6 +183,13 @@ impl IndexCatalog {
             catalog
                 .dropped
                 .push(u64::from_be_bytes(reader.take::<8>()?));
+        }
+        if !reader.is_empty() {
+            let [flag] = reader.take::<1>()?;
+            if flag != CHANGE_FEED_ON || !reader.is_empty() {
+                return Err(corrupt());
+            }
+            catalog.change_feed = true;
         }
         Ok(catalog)
     }

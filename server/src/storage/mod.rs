@@ -19,6 +19,7 @@
 //! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
 //! store's short calls are run inline on a runtime worker.
 
+mod changes;
 mod codec;
 mod config;
 mod error;
@@ -30,6 +31,7 @@ mod sled_store;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+pub use changes::{FeedPosition, StoredChange};
 pub use codec::{EntityView, Shown, StoredProperties};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
@@ -113,6 +115,8 @@ pub struct SnapshotTable {
     pub name: TableName,
     /// Its indexes' definitions, in declaration order.
     pub indexes: Vec<IndexDefinition>,
+    /// Whether it keeps a change feed (a restore turns it on; the records are not copied).
+    pub change_feed: bool,
 }
 
 /// What a snapshot gives, in order: the tables once, then their entity rows.
@@ -307,6 +311,10 @@ pub trait Indexed {
     /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;
 
+    /// Starts (or stops) writing a change record with every change of an entity: each commit
+    /// that reads the catalog after this returns does. `false` if the table is gone.
+    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError>;
+
     /// Visits the entities `index` holds in `range`, in the index's order (descending if
     /// `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at (to
     /// resume from, inclusive), or `None` when the range is exhausted. Only entities whose
@@ -379,6 +387,15 @@ pub trait Table: Indexed + Send + Sync + Debug {
         reverse: bool,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError>;
+
+    /// Up to `limit` records of the table's change feed after `after` (from its start when
+    /// `None`), in position order: only those of transactions that every earlier one has
+    /// finished before, and durable (so that a later read from the last one misses nothing).
+    fn read_changes(
+        &self,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, StorageError>;
 }
 
 /// An entity as the sled store keeps it, for tests of code that reads [`EntityView`]s.

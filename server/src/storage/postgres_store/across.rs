@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use postgres::types::ToSql;
 
+use super::changes;
 use super::pool::{retrying, Prepared};
 use super::sql::{from_hex, partition_lock, table_lock};
 use super::table::{end_transaction, PostgresTable};
@@ -143,6 +144,13 @@ fn commit_in(
         let (table, key) = (&part.table, &part.batch.partition_key);
         if let Err(rejection) = table.add_plan_entries(client, prepared, key, plan)? {
             return Ok(Err(at_position(&part.batch.positions, rejection)));
+        }
+    }
+    let mut record = 0;
+    for (part, plan) in parts.iter().zip(&plans) {
+        if catalogs[&part.table.id].change_feed {
+            let (id, key) = (part.table.id, &part.batch.partition_key);
+            record += changes::write_records(client, prepared, id, plan, key, record)?;
         }
     }
     let mut stored = vec![None; operations];

@@ -247,6 +247,16 @@ impl Indexed for PostgresTable {
         Ok(dropped == Some(true))
     }
 
+    /// Waits for the commits under way (the table's lock, exclusively), so that every commit
+    /// after it writes records.
+    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError> {
+        let changed = self.change_catalog(true, |catalog, _| {
+            catalog.change_feed = on;
+            Ok(())
+        })?;
+        Ok(changed.is_some())
+    }
+
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError> {
         let recorded =
             self.change_catalog(false, |catalog, _| Ok(catalog.set_state(index_id, state)))?;

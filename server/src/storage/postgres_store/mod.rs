@@ -13,6 +13,7 @@
 //! The SQL keeps to what PostgreSQL, YugabyteDB (YSQL) and Citus all run.
 
 mod across;
+mod changes;
 mod indexes;
 mod pool;
 mod purge;
@@ -38,7 +39,7 @@ pub use self::purge::PURGE_BATCH;
 /// one of an older version is upgraded (version 2 added the indexes: a column of
 /// `trestle_tables` and three relations, created by [`SCHEMA`] where missing), one of a newer is
 /// refused (an older server would write entities without their index entries).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema, created under an advisory lock: servers starting together over a new database
 /// would otherwise race in `CREATE ... IF NOT EXISTS`.
@@ -58,6 +59,9 @@ CREATE TABLE IF NOT EXISTS trestle_index_entries (
     PRIMARY KEY (index_id, sort_key));
 CREATE SEQUENCE IF NOT EXISTS trestle_index_ids;
 CREATE TABLE IF NOT EXISTS trestle_dropped_indexes (index_id bigint PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS trestle_changes (
+    table_id bigint NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    record int4 NOT NULL, change bytea NOT NULL, PRIMARY KEY (table_id, xid, record));
 COMMIT;
 ";
 

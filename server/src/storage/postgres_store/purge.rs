@@ -19,6 +19,8 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 const DELETED_TABLE: &str = "SELECT id FROM trestle_tables WHERE NOT live ORDER BY id LIMIT 1";
 const PURGE_ROWS: &str = "DELETE FROM trestle_entities WHERE (table_id, pk, rk) IN
     (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1 LIMIT $2)";
+const PURGE_CHANGES: &str = "DELETE FROM trestle_changes WHERE (table_id, xid, record) IN
+    (SELECT table_id, xid, record FROM trestle_changes WHERE table_id = $1 LIMIT $2)";
 const FORGET_TABLE: &str = "DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
 const DROPPED_INDEX: &str = "SELECT index_id FROM trestle_dropped_indexes LIMIT 1";
 const PURGE_ENTRIES: &str = "DELETE FROM trestle_index_entries WHERE (index_id, sort_key) IN
@@ -99,7 +101,11 @@ fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
         };
         let id: i64 = table.get(0);
         let purge_rows = prepared.get(client, PURGE_ROWS)?;
-        let purged = client.execute(&purge_rows, &[&id, &PURGE_BATCH])?;
+        let mut purged = client.execute(&purge_rows, &[&id, &PURGE_BATCH])?;
+        if purged == 0 {
+            let purge_changes = prepared.get(client, PURGE_CHANGES)?;
+            purged = client.execute(&purge_changes, &[&id, &PURGE_BATCH])?;
+        }
         if purged == 0 {
             let forget_table = prepared.get(client, FORGET_TABLE)?;
             client.execute(&forget_table, &[&id])?;

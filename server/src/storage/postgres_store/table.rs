@@ -9,6 +9,7 @@ use std::sync::Arc;
 use postgres::types::ToSql;
 use postgres::Transaction;
 
+use super::changes;
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
@@ -16,8 +17,8 @@ use crate::model::{
     StoredEntity, TableName, Ticks,
 };
 use crate::storage::{
-    codec, in_scan_order, CommitOutcome, Committed, EntityView, IndexCatalog, RejectReason,
-    Rejection, StorageError, Table, Visitor,
+    codec, in_scan_order, CommitOutcome, Committed, EntityView, FeedPosition, IndexCatalog,
+    RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
 };
 
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
@@ -75,6 +76,14 @@ pub struct PostgresTable {
 }
 
 impl Table for PostgresTable {
+    fn read_changes(
+        &self,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, StorageError> {
+        self.changes_after(after, limit)
+    }
+
     fn name(&self) -> &TableName {
         &self.name
     }
@@ -224,6 +233,9 @@ impl PostgresTable {
         self.remove_entries(tx, prepared, &plan)?;
         if let Err(rejection) = self.add_plan_entries(tx, prepared, partition_key, &plan)? {
             return Ok(Err(rejection));
+        }
+        if catalog.change_feed {
+            changes::write_records(tx, prepared, self.id, &plan, partition_key, 0)?;
         }
         Ok(Ok(Committed {
             stored: plan.results,

@@ -18,6 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use super::feed;
 use super::indexes::released_entries;
 use super::key;
 use super::locks::PartitionGuard;
@@ -144,6 +145,13 @@ impl SledStore {
         if let Err(rejection) = add_entry_rows(&parts, &mut planned)? {
             return Ok(Ok(Err(rejection)));
         }
+        let turn = planned
+            .iter()
+            .any(|part| part.catalog.change_feed)
+            .then(|| self.shared.feed.take());
+        if let Some(turn) = &turn {
+            add_record_rows(&parts, &mut planned, turn.transaction);
+        }
         let rows_by_table = rows_by_table(&parts, &mut planned);
         let groups: Vec<TreeRows<'_>> = tables
             .iter()
@@ -170,6 +178,9 @@ impl SledStore {
             &groups,
         )?;
         let ticket = self.shared.durability.record_write();
+        if let Some(turn) = turn {
+            turn.written(ticket);
+        }
         place_results(&parts, planned, &mut stored);
         Ok(Ok(Ok(Committed { stored, ticket })))
     }
@@ -344,6 +355,21 @@ fn add_entry_rows(
         }
     }
     Ok(Ok(()))
+}
+
+/// Adds to each part of a table with a change feed the rows of its change records, numbered in
+/// `transaction` in the order of the parts.
+fn add_record_rows(parts: &[Part], planned: &mut [PlannedPart], transaction: u64) {
+    let mut next = 0u32;
+    for (part, planned) in parts.iter().zip(planned.iter_mut()) {
+        if !planned.catalog.change_feed {
+            continue;
+        }
+        let partition_key = &part.batch.partition_key;
+        let records = feed::record_rows(&planned.plan, partition_key, transaction, next);
+        next += records.len() as u32;
+        planned.rows.extend(records);
+    }
 }
 
 /// Every part's rows, one list per distinct table (in the order of [`distinct_tables`]). An index

@@ -393,6 +393,20 @@ impl Indexed for SledTable {
         Ok(BuildStep::Next(next))
     }
 
+    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(_gate) = self.gate() else {
+            return Ok(false);
+        };
+        let mut catalog = (*self.index_catalog()).clone();
+        catalog.change_feed = on;
+        self.store_catalog(catalog)?;
+        Ok(true)
+    }
+
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError> {
         let _serial = self
             .index_catalog_writes

@@ -5,17 +5,51 @@
 //! and byte order equals (PartitionKey, RowKey) order with each part in UTF-8 byte order (which is
 //! Unicode code point order). A partition is the tight range `[pk ++ 0x00, pk ++ 0x01)`.
 //!
-//! A table's tree also holds its indexes, past every entity key (no UTF-8 byte is `0xFE` or
-//! `0xFF`): the index catalog under `0xFE`, and each index entry under `0xFF ++ index id (u64 BE)
-//! ++ sort key`, whose value is the entity's encoded key.
+//! A table's tree also holds its change records and indexes, past every entity key (no UTF-8 byte
+//! is `0xFD`, `0xFE` or `0xFF`): change records under `0xFD` ([`feed_record`]), the index catalog
+//! under `0xFE`, and each index entry under `0xFF ++ index id (u64 BE) ++ sort key`, whose value is
+//! the entity's encoded key.
 
 use std::ops::Bound;
 
 use super::StorageError;
 use crate::model::{KeyPosition, KeyRange, RowPosition};
+use crate::storage::FeedPosition;
 
 const SEPARATOR: u8 = 0x00;
 const PARTITION_END: u8 = 0x01;
+
+/// Where a table's change records start (`feed`): past every entity key (no UTF-8 byte is `0xFD`).
+const FEED: u8 = 0xFD;
+/// The first key past every entity key of a table's tree.
+pub(super) const ENTITIES_END: &[u8] = &[FEED];
+
+/// The key of the change record at `position`.
+pub(super) fn feed_record(position: FeedPosition) -> Vec<u8> {
+    let mut key = Vec::with_capacity(13);
+    key.push(FEED);
+    key.extend_from_slice(&position.transaction.to_be_bytes());
+    key.extend_from_slice(&position.record.to_be_bytes());
+    key
+}
+
+/// The keys of a table's change records.
+pub(super) fn feed_records() -> std::ops::Range<Vec<u8>> {
+    vec![FEED]..vec![FEED + 1]
+}
+
+/// The position a change record's key names.
+pub(super) fn feed_position(key: &[u8]) -> Result<FeedPosition, StorageError> {
+    match key {
+        [FEED, transaction @ .., r0, r1, r2, r3] if transaction.len() == 8 => Ok(FeedPosition {
+            transaction: u64::from_be_bytes(transaction.try_into().expect("8 bytes")),
+            record: u32::from_be_bytes([*r0, *r1, *r2, *r3]),
+        }),
+        _ => Err(StorageError::Corrupt(
+            "a change record's key is malformed".into(),
+        )),
+    }
+}
 
 /// The key of a table's index catalog (`storage::IndexCatalog`).
 pub(super) const INDEX_CATALOG: &[u8] = &[0xFE];
@@ -80,8 +114,8 @@ pub(crate) fn bounds(range: &KeyRange) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
         Bound::Unbounded => Bound::Unbounded,
     };
     let end = match &range.end {
-        // Entities end where the index catalog starts.
-        Bound::Unbounded => Bound::Excluded(INDEX_CATALOG.to_vec()),
+        // Entities end where the change records start.
+        Bound::Unbounded => Bound::Excluded(ENTITIES_END.to_vec()),
         bound => encode(bound),
     };
     (encode(&range.start), end)

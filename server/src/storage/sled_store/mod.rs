@@ -6,6 +6,7 @@
 mod across;
 mod catalog;
 mod durability;
+mod feed;
 mod format;
 mod indexes;
 mod key;
@@ -79,6 +80,8 @@ struct Shared {
     claims: indexes::UniqueClaims,
     /// The snapshot being read, if any, and the gate its commits pass.
     snapshots: Arc<snapshot::Snapshots>,
+    /// Numbers transactions for the change feeds, and says how far readers may read.
+    feed: feed::FeedClock,
     /// The database, for ids.
     db: sled::Db,
 }
@@ -119,6 +122,7 @@ impl SledStore {
             undo: undo::UndoLog::open(&db)?,
             claims: indexes::UniqueClaims::default(),
             snapshots: Arc::default(),
+            feed: feed::FeedClock::default(),
             db: db.clone(),
         });
         let mut tables = HashMap::new();
@@ -149,6 +153,8 @@ impl SledStore {
             );
         }
         drop_orphan_trees(&db, &tables, &deleting)?;
+        let next = feed::next_transaction(tables.values().map(|table| table.as_ref()))?;
+        shared.feed.start_at(next);
         for table in tables.values() {
             indexes::resume(table)?;
         }

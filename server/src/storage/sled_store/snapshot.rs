@@ -10,7 +10,8 @@
 //! before image instead of what it read, and marks the row read; rows removed since the instant
 //! come from their before images at the end of the table. So each row is given once, as it was at
 //! the instant, and a table deleted since waits for the reader to finish with it before it is
-//! reclaimed. Index entries are not part of a snapshot: a restore builds them anew.
+//! reclaimed. Index entries and change records are not part of a snapshot: a restore builds the
+//! indexes anew, and starts the feed empty.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
@@ -19,9 +20,6 @@ use super::key;
 use super::{SledStore, StorageError, Table};
 use crate::model::IndexState;
 use crate::storage::{SnapshotItem, SnapshotTable};
-
-/// The keys of a table's index catalog and entries start at this byte; entity keys below it.
-const FIRST_INDEX_BYTE: u8 = 0xFE;
 
 /// The snapshots being read (at most one at a time) and the gate that puts their instant between
 /// commits.
@@ -55,7 +53,7 @@ struct TableCapture {
 impl TableCapture {
     fn keeps(&self, key: &[u8]) -> bool {
         !self.finished
-            && key.first().is_none_or(|byte| *byte < FIRST_INDEX_BYTE)
+            && key < key::ENTITIES_END
             && self.read_up_to.as_deref().is_none_or(|read| key > read)
             && !self.before.contains_key(key)
     }
@@ -154,15 +152,18 @@ impl SledStore {
         let read = (|| {
             let described: Vec<SnapshotTable> = tables
                 .iter()
-                .map(|table| SnapshotTable {
-                    name: table.name().clone(),
-                    indexes: table
-                        .index_catalog()
-                        .indexes
-                        .iter()
-                        .filter(|index| !matches!(index.state, IndexState::Failed(_)))
-                        .map(|index| index.definition.clone())
-                        .collect(),
+                .map(|table| {
+                    let catalog = table.index_catalog();
+                    SnapshotTable {
+                        name: table.name().clone(),
+                        indexes: catalog
+                            .indexes
+                            .iter()
+                            .filter(|index| !matches!(index.state, IndexState::Failed(_)))
+                            .map(|index| index.definition.clone())
+                            .collect(),
+                        change_feed: catalog.change_feed,
+                    }
                 })
                 .collect();
             sink(SnapshotItem::Tables(&described))?;
@@ -201,7 +202,7 @@ fn read_table(
             record: bytes,
         })
     };
-    for item in tree.range(..[FIRST_INDEX_BYTE]) {
+    for item in tree.range(..key::ENTITIES_END) {
         let (stored_key, bytes) = item?;
         let row = {
             let mut tables = capture.tables();

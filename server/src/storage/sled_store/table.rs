@@ -4,6 +4,7 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use super::feed;
 use super::key;
 use super::locks::PartitionGuard;
 use super::snapshot::Writing;
@@ -13,7 +14,9 @@ use crate::model::{
     plan_commit, CommitPlan, Effect, EntityKey, Operation, Refusal, TableName, Ticks,
 };
 use crate::model::{KeyPosition, KeyRange};
-use crate::storage::{CommitOutcome, Committed, IndexCatalog, Visit, Visitor};
+use crate::storage::{
+    CommitOutcome, Committed, FeedPosition, IndexCatalog, StoredChange, Visit, Visitor,
+};
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
 #[derive(Debug)]
@@ -297,7 +300,8 @@ impl SledTable {
         let now = Ticks::next_commit();
         let catalog = self.index_catalog();
         let writing = self.shared.snapshots.writing();
-        if let (false, [Operation::Insert(_)]) = (catalog.any_kept(), operations.as_slice()) {
+        let alone = !catalog.any_kept() && !catalog.change_feed;
+        if let (true, [Operation::Insert(_)]) = (alone, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(&writing, partition_key, insert, now);
         }
@@ -320,6 +324,12 @@ impl SledTable {
         };
         let keys = changes.iter().map(|change| change.key.as_slice());
         writing.preserve(self.id, &self.tree, keys)?;
+        // The change records go with the rows, under the same undo record.
+        let turn = catalog.change_feed.then(|| self.shared.feed.take());
+        if let Some(turn) = &turn {
+            let records = feed::record_rows(&plan, partition_key, turn.transaction, 0);
+            changes.extend(records);
+        }
         if let ([_], false) = (changes.as_slice(), entries.is_empty()) {
             let entity = changes.pop().expect("one row");
             self.apply_one_with_entries(entity, entries)?;
@@ -327,9 +337,13 @@ impl SledTable {
             changes.extend(entries);
             self.apply(partition, partition_key, changes)?;
         }
+        let ticket = self.shared.durability.record_write();
+        if let Some(turn) = turn {
+            turn.written(ticket);
+        }
         Ok(Ok(Committed {
             stored: plan.results,
-            ticket: self.shared.durability.record_write(),
+            ticket,
         }))
     }
 
@@ -426,6 +440,15 @@ impl SledTable {
 }
 
 impl Table for SledTable {
+    fn read_changes(
+        &self,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, StorageError> {
+        let horizon = self.shared.feed.horizon(self.shared.durability.durable());
+        self.changes_below(after, horizon, limit)
+    }
+
     /// The table's name as created.
     fn name(&self) -> &TableName {
         &self.name

@@ -1,0 +1,185 @@
+//! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
+//! blocking pool; with `follow`, the feed is looked at again every [`FOLLOW_EVERY`] once the
+//! reader has caught up, until the reader goes away. A token bounded to a key range is shown only
+//! the records of its range. The stream holds the request's in-flight permit and a place among
+//! its connection's open scans while it lives.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::Status;
+use trestle_proto::access::Permissions;
+use trestle_proto::pb;
+
+use super::convert::entity_to_pb;
+use super::executor::Executor;
+use super::invalid;
+use super::stream::Holds;
+use crate::auth::Access;
+use crate::model::{ChangeKind, ValidationError};
+use crate::storage::{FeedPosition, StoredChange};
+
+/// Records one batch holds at most.
+const BATCH: usize = 500;
+/// How often a caught-up follower looks for new records.
+const FOLLOW_EVERY: Duration = Duration::from_millis(5);
+
+/// The batches of a feed, then its end (or the status that ended it).
+pub(crate) type ChangeStream =
+    Pin<Box<dyn Stream<Item = Result<pb::ReadChangesResponse, Status>> + Send>>;
+
+/// A reader of one table's feed, and where it is.
+pub(crate) struct Reader {
+    table: String,
+    after: Option<FeedPosition>,
+    follow: bool,
+    access: Access,
+    /// Held while the stream lives (the reader moves into its task).
+    _holds: Holds,
+}
+
+impl Reader {
+    /// The reader `request` asks for, by a caller with `access`, holding `holds`.
+    pub(crate) fn new(
+        request: pb::ReadChangesRequest,
+        access: Access,
+        holds: Holds,
+    ) -> Result<Reader, Status> {
+        let after = match request.cursor.as_str() {
+            "" => None,
+            cursor => Some(parse_cursor(cursor).map_err(invalid)?),
+        };
+        Ok(Reader {
+            table: request.table,
+            after,
+            follow: request.follow,
+            access,
+            _holds: holds,
+        })
+    }
+
+    /// Reads the first batch (so that a table without a feed is refused before the stream
+    /// begins), then streams on a task of its own.
+    pub(crate) async fn start(mut self, executor: Executor) -> Result<ChangeStream, Status> {
+        let first = self.read(&executor).await?;
+        let (sender, receiver) = mpsc::channel(1);
+        tokio::spawn(async move {
+            let mut batch = first;
+            loop {
+                if batch.is_empty() {
+                    if !self.follow {
+                        return;
+                    }
+                    tokio::select! {
+                        () = sender.closed() => return,
+                        () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                    }
+                } else if sender.send(Ok(self.answer(batch))).await.is_err() {
+                    return;
+                }
+                batch = match self.read(&executor).await {
+                    Ok(batch) => batch,
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
+                        return;
+                    }
+                };
+            }
+        });
+        Ok(Box::pin(ReceiverStream::new(receiver)))
+    }
+
+    /// The next batch after the reader's position.
+    async fn read(&self, executor: &Executor) -> Result<Vec<StoredChange>, Status> {
+        let (table, after) = (self.table.clone(), self.after);
+        executor
+            .blocking(move |engine| engine.read_changes(&table, after, BATCH))
+            .await
+    }
+
+    /// The response of `batch`, of the records the caller may see; the reader moves past all.
+    fn answer(&mut self, batch: Vec<StoredChange>) -> pb::ReadChangesResponse {
+        self.after = batch.last().map(|change| change.position).or(self.after);
+        let changes = batch
+            .into_iter()
+            .filter(|change| {
+                let key = &change.key;
+                let read = Permissions::READ;
+                let access = &self.access;
+                access
+                    .entity(&self.table, read, &key.partition_key, &key.row_key)
+                    .is_ok()
+            })
+            .map(change_to_pb)
+            .collect();
+        pb::ReadChangesResponse {
+            changes,
+            cursor: self.after.map(cursor_of).unwrap_or_default(),
+        }
+    }
+}
+
+fn change_to_pb(change: StoredChange) -> pb::Change {
+    let kind = match change.kind {
+        ChangeKind::Insert => pb::ChangeKind::Insert,
+        ChangeKind::Replace => pb::ChangeKind::Replace,
+        ChangeKind::Merge => pb::ChangeKind::Merge,
+        ChangeKind::Patch => pb::ChangeKind::Patch,
+        ChangeKind::Delete => pb::ChangeKind::Delete,
+    };
+    pb::Change {
+        kind: kind as i32,
+        partition_key: change.key.partition_key,
+        row_key: change.key.row_key,
+        entity: change.after.map(entity_to_pb),
+        transaction_id: change.position.transaction,
+        cursor: cursor_of(change.position),
+    }
+}
+
+/// A cursor's text: `<transaction>-<record>`.
+fn cursor_of(position: FeedPosition) -> String {
+    format!("{}-{}", position.transaction, position.record)
+}
+
+fn parse_cursor(text: &str) -> Result<FeedPosition, ValidationError> {
+    let bad = || {
+        ValidationError::Argument(format!(
+            "cursor {text:?} is not one that ReadChanges gave (`<transaction>-<record>`)"
+        ))
+    };
+    let (transaction, record) = text.split_once('-').ok_or_else(bad)?;
+    Ok(FeedPosition {
+        transaction: transaction.parse().map_err(|_| bad())?,
+        record: record.parse().map_err(|_| bad())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_others_are_refused() {
+        let position = FeedPosition {
+            transaction: 1 << 40,
+            record: 7,
+        };
+        assert_eq!(parse_cursor(&cursor_of(position)).unwrap(), position);
+        for bad in [
+            "",
+            "7",
+            "a-1",
+            "1-",
+            "-1",
+            "1-2-3",
+            "1--2",
+            "18446744073709551616-0",
+        ] {
+            assert!(parse_cursor(bad).is_err(), "{bad}");
+        }
+    }
+}

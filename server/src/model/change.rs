@@ -1,0 +1,57 @@
+//! What a change feed says of a committed change: its kind, decided by the commit planner from
+//! the operation and the row it found.
+
+/// How a commit changed an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeKind {
+    /// It did not exist; now it does.
+    Insert,
+    /// It was replaced whole (an update, or an upsert replacing).
+    Replace,
+    /// Properties were merged into it (a merge, or an upsert merging).
+    Merge,
+    /// Patch steps changed it (or, with `upsert`, made it).
+    Patch,
+    /// It was deleted.
+    Delete,
+}
+
+impl ChangeKind {
+    /// Every kind, in the order of their codes.
+    pub const ALL: [ChangeKind; 5] = [
+        ChangeKind::Insert,
+        ChangeKind::Replace,
+        ChangeKind::Merge,
+        ChangeKind::Patch,
+        ChangeKind::Delete,
+    ];
+
+    /// The kind's code in a stored record (1-based).
+    pub fn code(self) -> u8 {
+        ChangeKind::ALL
+            .iter()
+            .position(|kind| *kind == self)
+            .map_or(0, |at| at as u8 + 1)
+    }
+
+    /// The kind of `code`, if it names one.
+    pub fn from_code(code: u8) -> Option<ChangeKind> {
+        ChangeKind::ALL
+            .get(usize::from(code).checked_sub(1)?)
+            .copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for kind in ChangeKind::ALL {
+            assert_eq!(ChangeKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(ChangeKind::from_code(0), None);
+        assert_eq!(ChangeKind::from_code(6), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! Change records, as every store keeps them: what a commit of a table with a change feed writes
+//! beside its rows, in the same atomic write, one record per entity it changes; and where a
+//! reader is in the feed.
+//!
+//! A record names its position: the transaction that wrote it (a number from the store, the same
+//! for every record of one transaction, across partitions and tables) and its place in it.
+//! Positions only grow in the order readers may see them: a store shows a reader the records of a
+//! transaction only once every earlier transaction is finished and durable, so a reader that
+//! resumes after a position misses nothing and sees nothing twice.
+
+use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity};
+use crate::storage::{codec, StorageError};
+
+/// The version of a record's encoding.
+const RECORD_V1: u8 = 1;
+
+/// A place in a table's change feed: a transaction, and a record of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FeedPosition {
+    /// The transaction (store-wide; shared by every record of one transaction).
+    pub transaction: u64,
+    /// The record's place in its transaction, in the transaction's operation order.
+    pub record: u32,
+}
+
+/// A change record as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredChange {
+    /// Where it is.
+    pub position: FeedPosition,
+    /// How the entity changed.
+    pub kind: ChangeKind,
+    /// The entity.
+    pub key: EntityKey,
+    /// The entity as stored after the change (Timestamp, and so ETag, included), or `None` for a
+    /// delete.
+    pub after: Option<StoredEntity>,
+}
+
+/// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
+/// nothing): `[version][kind][partition key: u16 LE length, UTF-8][row key: the same][the
+/// entity's stored record, for a write]`.
+pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
+    plan.changes
+        .iter()
+        .map(|change| {
+            let after: Option<&StoredEntity> = match change.writes {
+                true => plan.results[change.operation].as_ref(),
+                false => None,
+            };
+            let mut out = vec![RECORD_V1, change.kind.code()];
+            put_text(&mut out, partition_key);
+            put_text(&mut out, &change.row_key);
+            if let Some(entity) = after {
+                out.extend_from_slice(&codec::encode(entity.timestamp, &entity.properties));
+            }
+            out
+        })
+        .collect()
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// The change a record [`records_of`] wrote holds, at `position`.
+pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChange, StorageError> {
+    let corrupt = || StorageError::Corrupt("unreadable change record".into());
+    let (&[version, kind], rest) = bytes.split_first_chunk::<2>().ok_or_else(corrupt)?;
+    let kind = ChangeKind::from_code(kind).filter(|_| version == RECORD_V1);
+    let kind = kind.ok_or_else(corrupt)?;
+    let (partition_key, rest) = take_text(rest).ok_or_else(corrupt)?;
+    let (row_key, rest) = take_text(rest).ok_or_else(corrupt)?;
+    let key = EntityKey {
+        partition_key: partition_key.to_owned(),
+        row_key: row_key.to_owned(),
+    };
+    if rest.is_empty() != (kind == ChangeKind::Delete) {
+        return Err(corrupt());
+    }
+    let after = match rest.is_empty() {
+        true => None,
+        false => Some(codec::decode_selected(key.clone(), rest, None)?),
+    };
+    Ok(StoredChange {
+        position,
+        kind,
+        key,
+        after,
+    })
+}
+
+fn take_text(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let (length, rest) = bytes.split_first_chunk::<2>()?;
+    let length = usize::from(u16::from_le_bytes(*length));
+    let (text, rest) = (rest.get(..length)?, rest.get(length..)?);
+    Some((std::str::from_utf8(text).ok()?, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{plan_commit, EntityKey, NewEntity, Operation, Properties, Ticks, Value};
+
+    #[test]
+    fn records_read_back_as_written() {
+        let entity = |row: &str| {
+            let key = EntityKey::new("p".into(), row.into()).unwrap();
+            let properties = Properties::from([("N".to_owned(), Value::Int32(7))]);
+            NewEntity::new(key, properties).unwrap()
+        };
+        let existing = plan_commit(
+            "p",
+            vec![Operation::Insert(entity("b"))],
+            vec![None],
+            Ticks::next_commit(),
+            &[],
+        )
+        .unwrap()
+        .results;
+        let operations = vec![
+            Operation::Insert(entity("a")),
+            Operation::Delete {
+                key: EntityKey::new("p".into(), "b".into()).unwrap(),
+                if_match: crate::model::IfMatch::Any,
+            },
+        ];
+        let plan = plan_commit(
+            "p",
+            operations,
+            vec![None, existing[0].clone()],
+            Ticks::next_commit(),
+            &[],
+        )
+        .unwrap();
+        let records = records_of(&plan, "p");
+        assert_eq!(records.len(), 2);
+        let at = |record| FeedPosition {
+            transaction: 9,
+            record,
+        };
+        let inserted = decode(at(0), &records[0]).unwrap();
+        assert_eq!(inserted.kind, ChangeKind::Insert);
+        assert_eq!(inserted.key.row_key, "a");
+        assert!(inserted.after.is_some());
+        let deleted = decode(at(1), &records[1]).unwrap();
+        assert_eq!((deleted.kind, deleted.after), (ChangeKind::Delete, None));
+        for cut in 0..records[0].len().min(8) {
+            assert!(decode(at(0), &records[0][..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The PostgreSQL store's change feeds: `trestle_changes`, one row per record, written in the
+//! commit's own database transaction and keyed by the table, the transaction's id (`xid8`) and
+//! the record's place in it.
+//!
+//! Transaction ids are taken in one order and commits finish in another: readers read only below
+//! the oldest transaction still running (`pg_snapshot_xmin`), which every later transaction's id
+//! is above, so that a reader on any server never passes a record that appears later.
+
+use postgres::Client;
+
+use super::pool::Prepared;
+use super::table::PostgresTable;
+use crate::model::CommitPlan;
+use crate::storage::changes::{self, FeedPosition, StoredChange};
+use crate::storage::StorageError;
+
+const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, change)
+    SELECT $1, record, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
+const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
+    WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
+      AND xid < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY xid, record LIMIT $4";
+
+/// Writes the change records of `plan` (partition `partition_key` of table `table_id`), numbered
+/// from `first` in the current transaction; how many.
+pub(super) fn write_records(
+    client: &mut Client,
+    prepared: &mut Prepared<'_>,
+    table_id: i64,
+    plan: &CommitPlan,
+    partition_key: &str,
+    first: i32,
+) -> Result<i32, StorageError> {
+    let records = changes::records_of(plan, partition_key);
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let count = records.len() as i32;
+    let numbers: Vec<i32> = (first..first + count).collect();
+    let statement = prepared.get(client, WRITE_RECORDS)?;
+    client.execute(&statement, &[&table_id, &numbers, &records])?;
+    Ok(count)
+}
+
+impl PostgresTable {
+    /// [`crate::storage::Table::read_changes`].
+    pub(super) fn changes_after(
+        &self,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, StorageError> {
+        let (transaction, record) = match after {
+            Some(after) => (
+                i64::try_from(after.transaction).unwrap_or(i64::MAX),
+                i32::try_from(after.record).unwrap_or(i32::MAX),
+            ),
+            None => (0, -1),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .pool
+            .query(READ_RECORDS, &[&self.id, &transaction, &record, &limit])?;
+        rows.iter()
+            .map(|row| {
+                let position = FeedPosition {
+                    transaction: row.get::<_, i64>(0) as u64,
+                    record: row.get::<_, i32>(1) as u32,
+                };
+                changes::decode(position, row.get(2))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,183 @@
+//! The sled store's change feeds: records in each table's own tree under `0xFD ++ transaction
+//! (u64 BE) ++ record (u32 BE)`, past every entity key, written with the commit's rows under the
+//! same undo record; and the store-wide clock that numbers transactions and says up to where
+//! readers may read.
+//!
+//! Numbers are taken in one order but commits finish in another, and a commit is acknowledged
+//! only once flushed: the clock keeps every number taken and not yet durable, and readers read
+//! only below the smallest of them (the horizon), so that a reader never passes a record that
+//! appears later, nor sees one a crash could take back.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::key;
+use super::table::SledTable;
+use super::undo::RowChange;
+use super::{StorageError, Ticket};
+use crate::model::CommitPlan;
+use crate::storage::changes::{self, FeedPosition, StoredChange};
+
+/// Numbers transactions and keeps those not yet readable.
+#[derive(Debug, Default)]
+pub(super) struct FeedClock {
+    state: Mutex<ClockState>,
+}
+
+#[derive(Debug, Default)]
+struct ClockState {
+    /// The next transaction's number.
+    next: u64,
+    /// Numbers taken and not yet readable: `None` while the commit writes, then its durability
+    /// ticket (0 when it needs none).
+    pending: BTreeMap<u64, Option<Ticket>>,
+}
+
+impl FeedClock {
+    /// Sets the next number (at open, once the tables' records are known).
+    pub(super) fn start_at(&self, next: u64) {
+        self.state().next = next;
+    }
+
+    fn state(&self) -> MutexGuard<'_, ClockState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the next transaction number; it stays unreadable (and holds back every later one)
+    /// until [`Turn::written`], or is let go if the turn is dropped unwritten.
+    pub(super) fn take(&self) -> Turn<'_> {
+        let mut state = self.state();
+        let transaction = state.next;
+        state.next += 1;
+        state.pending.insert(transaction, None);
+        Turn {
+            clock: self,
+            transaction,
+            written: false,
+        }
+    }
+
+    /// The first transaction number readers may not read yet, given the `durable` ticket.
+    pub(super) fn horizon(&self, durable: Ticket) -> u64 {
+        let mut state = self.state();
+        while let Some(entry) = state.pending.first_entry() {
+            match entry.get() {
+                Some(ticket) if *ticket <= durable => {
+                    entry.remove();
+                }
+                _ => return *entry.key(),
+            }
+        }
+        state.next
+    }
+}
+
+/// A transaction number taken for a commit.
+#[derive(Debug)]
+pub(super) struct Turn<'a> {
+    clock: &'a FeedClock,
+    pub(super) transaction: u64,
+    written: bool,
+}
+
+impl Turn<'_> {
+    /// The commit's rows are written; readable once `ticket` is durable (at once for `None`).
+    pub(super) fn written(mut self, ticket: Option<Ticket>) {
+        self.clock
+            .state()
+            .pending
+            .insert(self.transaction, Some(ticket.unwrap_or(0)));
+        self.written = true;
+    }
+}
+
+impl Drop for Turn<'_> {
+    /// A commit that wrote nothing (refused, or failed) gives its number up.
+    fn drop(&mut self) {
+        if !self.written {
+            self.clock.state().pending.remove(&self.transaction);
+        }
+    }
+}
+
+/// The rows holding the change records of `plan` (partition `partition_key`), numbered from
+/// `first` within `transaction`.
+pub(super) fn record_rows(
+    plan: &CommitPlan,
+    partition_key: &str,
+    transaction: u64,
+    first: u32,
+) -> Vec<RowChange> {
+    changes::records_of(plan, partition_key)
+        .into_iter()
+        .zip(first..)
+        .map(|(record, at)| RowChange {
+            key: key::feed_record(FeedPosition {
+                transaction,
+                record: at,
+            }),
+            after: Some(record),
+            before: None,
+        })
+        .collect()
+}
+
+/// The number after the highest transaction any of `tables` holds a record of.
+pub(super) fn next_transaction<'a>(
+    tables: impl IntoIterator<Item = &'a SledTable>,
+) -> Result<u64, StorageError> {
+    let mut next = 1;
+    for table in tables {
+        if let Some(last) = table.tree.range(key::feed_records()).next_back() {
+            let (stored_key, _) = last?;
+            next = next.max(key::feed_position(&stored_key)?.transaction + 1);
+        }
+    }
+    Ok(next)
+}
+
+impl SledTable {
+    /// [`crate::storage::Table::read_changes`], below `horizon`.
+    pub(super) fn changes_below(
+        &self,
+        after: Option<FeedPosition>,
+        horizon: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredChange>, StorageError> {
+        let start = match after {
+            Some(after) => std::ops::Bound::Excluded(key::feed_record(after)),
+            None => std::ops::Bound::Included(key::feed_record(FeedPosition::default())),
+        };
+        let end = std::ops::Bound::Excluded(key::feed_record(FeedPosition {
+            transaction: horizon,
+            record: 0,
+        }));
+        let mut found = Vec::new();
+        for item in self.tree.range((start, end)).take(limit) {
+            let (stored_key, bytes) = item?;
+            found.push(changes::decode(key::feed_position(&stored_key)?, &bytes)?);
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_stop_at_the_first_number_not_yet_durable() {
+        let clock = FeedClock::default();
+        clock.start_at(5);
+        let (first, second, third) = (clock.take(), clock.take(), clock.take());
+        assert_eq!(clock.horizon(100), 5);
+        second.written(Some(7));
+        assert_eq!(clock.horizon(100), 5, "5 is still being written");
+        drop(first);
+        assert_eq!(clock.horizon(6), 6, "6 waits for its flush");
+        assert_eq!(clock.horizon(7), 7);
+        third.written(None);
+        assert_eq!(clock.horizon(7), 8);
+        assert_eq!(clock.take().transaction, 8);
+    }
+}

@@ -1,0 +1,345 @@
+//! Change feeds end to end (both stores): a record for every kind of write with the entity as
+//! stored, a transaction's records together under one id (across tables too), a cursor resuming
+//! with no gap and no duplicate, a follower seeing a commit at once, the feed turned on for an
+//! existing table, and refusals.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{entity, int32, string, tx_delete, tx_insert, TestServer};
+use tonic::Code;
+use trestle_proto::pb;
+
+type Client = common::RawClient;
+
+async fn create(client: &mut Client, table: &str, change_feed: bool) {
+    client
+        .create_table(pb::CreateTableRequest {
+            table: table.into(),
+            change_feed,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// Every record of `table`'s feed after `cursor`, without following.
+async fn read_all(client: &mut Client, table: &str, cursor: &str) -> Vec<pb::Change> {
+    let mut stream = client
+        .read_changes(pb::ReadChangesRequest {
+            table: table.into(),
+            cursor: cursor.into(),
+            follow: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut changes = Vec::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        assert_eq!(
+            batch.cursor,
+            batch.changes.last().map(|c| c.cursor.clone()).unwrap()
+        );
+        changes.extend(batch.changes);
+    }
+    changes
+}
+
+fn kind(change: &pb::Change) -> pb::ChangeKind {
+    pb::ChangeKind::try_from(change.kind).unwrap()
+}
+
+async fn insert(client: &mut Client, table: &str, pk: &str, rk: &str, n: i32) -> pb::Entity {
+    client
+        .insert_entity(common::insert_request(
+            table,
+            entity(pk, rk, &[("N", int32(n))]),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn every_write_is_recorded_with_the_entity_as_stored_and_transactions_together() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Orders", true).await;
+    create(&mut client, "Lines", true).await;
+    let inserted = insert(&mut client, "Orders", "p", "a", 1).await;
+    let replaced = client
+        .update_entity(pb::UpdateEntityRequest {
+            table: "Orders".into(),
+            entity: Some(entity("p", "a", &[("N", int32(2))])),
+            if_match: inserted.etag.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    client
+        .merge_entity(pb::MergeEntityRequest {
+            table: "Orders".into(),
+            entity: Some(entity("p", "a", &[("Name", string("Ada"))])),
+            if_match: "*".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for (rk, mode) in [
+        ("b", pb::UpsertMode::Replace),
+        ("a", pb::UpsertMode::Replace),
+    ] {
+        client
+            .upsert_entity(pb::UpsertEntityRequest {
+                table: "Orders".into(),
+                entity: Some(entity("p", rk, &[("N", int32(3))])),
+                mode: mode as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    client
+        .patch_entity(pb::PatchEntityRequest {
+            table: "Orders".into(),
+            partition_key: "p".into(),
+            row_key: "a".into(),
+            operations: vec![pb::PatchStep {
+                step: Some(pb::patch_step::Step::Increment(pb::IncrementStep {
+                    property: "N".into(),
+                    by: Some(int32(1)),
+                })),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .delete_entity(pb::DeleteEntityRequest {
+            table: "Orders".into(),
+            partition_key: "p".into(),
+            row_key: "b".into(),
+            if_match: "*".into(),
+        })
+        .await
+        .unwrap();
+    // A refused write records nothing.
+    client
+        .insert_entity(common::insert_request(
+            "Orders",
+            entity("p", "a", &[("N", int32(9))]),
+        ))
+        .await
+        .unwrap_err();
+    client
+        .submit_transaction(common::transaction(
+            "Orders",
+            "q",
+            vec![
+                tx_insert(entity("q", "1", &[("N", int32(1))])),
+                tx_insert(entity("q", "2", &[("N", int32(2))])),
+            ],
+        ))
+        .await
+        .unwrap();
+    let across = |table: &str, rk: &str| pb::TableOperation {
+        table: table.into(),
+        partition_key: "x".into(),
+        operation: Some(tx_insert(entity("x", rk, &[("N", int32(5))]))),
+    };
+    client
+        .transact_write(pb::TransactWriteRequest {
+            operations: vec![across("Orders", "1"), across("Lines", "1")],
+        })
+        .await
+        .unwrap();
+    client
+        .submit_transaction(common::transaction(
+            "Orders",
+            "q",
+            vec![tx_delete("1", "*"), tx_delete("2", "*")],
+        ))
+        .await
+        .unwrap();
+
+    let changes = read_all(&mut client, "Orders", "").await;
+    use pb::ChangeKind::{Delete, Insert, Merge, Patch, Replace};
+    let seen: Vec<(pb::ChangeKind, &str, &str)> = changes
+        .iter()
+        .map(|c| (kind(c), c.partition_key.as_str(), c.row_key.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Insert, "p", "a"),
+            (Replace, "p", "a"),
+            (Merge, "p", "a"),
+            (Insert, "p", "b"),
+            (Replace, "p", "a"),
+            (Patch, "p", "a"),
+            (Delete, "p", "b"),
+            (Insert, "q", "1"),
+            (Insert, "q", "2"),
+            (Insert, "x", "1"),
+            (Delete, "q", "1"),
+            (Delete, "q", "2"),
+        ]
+    );
+    // The entity as stored: the write's own ETag, and nothing for a delete.
+    assert_eq!(changes[0].entity.as_ref().unwrap().etag, inserted.etag);
+    assert_eq!(changes[1].entity.as_ref().unwrap().etag, replaced.etag);
+    let merged = changes[2].entity.as_ref().unwrap();
+    assert!(merged.properties.contains_key("N") && merged.properties.contains_key("Name"));
+    assert!(changes[6].entity.is_none());
+    // One id per transaction, shared by its records; ids grow.
+    let ids: Vec<u64> = changes.iter().map(|c| c.transaction_id).collect();
+    assert_eq!(ids[7], ids[8]);
+    assert_eq!(ids[10], ids[11]);
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "{ids:?}");
+    assert_eq!(
+        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        10
+    );
+    let lines = read_all(&mut client, "Lines", "").await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].transaction_id, ids[9], "one id across tables");
+
+    // Resuming after any record gives exactly the rest.
+    for (at, change) in changes.iter().enumerate() {
+        let rest = read_all(&mut client, "Orders", &change.cursor).await;
+        assert_eq!(rest, changes[at + 1..], "after record {at}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_sees_each_commit_at_once_and_many_in_order() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Alarms", true).await;
+    let mut follower = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Alarms".into(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut slowest = Duration::ZERO;
+    for n in 0..20 {
+        let started = Instant::now();
+        insert(&mut client, "Alarms", "site", &format!("{n:03}"), n).await;
+        let batch = tokio::time::timeout(Duration::from_secs(10), follower.message())
+            .await
+            .expect("the follower got the change")
+            .unwrap()
+            .unwrap();
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(batch.changes.len(), 1);
+        assert_eq!(batch.changes[0].row_key, format!("{n:03}"));
+    }
+    eprintln!("slowest write-to-follower latency: {slowest:?}");
+    // 40 writers at once: the follower sees each change once.
+    let writers: Vec<_> = (0..40)
+        .map(|n| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                insert(&mut client, "Alarms", "burst", &format!("{n:03}"), n).await
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 40 {
+        let batch = tokio::time::timeout(Duration::from_secs(10), follower.message())
+            .await
+            .expect("the follower got the burst")
+            .unwrap()
+            .unwrap();
+        for change in batch.changes {
+            assert!(
+                seen.insert(change.row_key.clone()),
+                "twice: {}",
+                change.row_key
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_feed_can_be_turned_on_and_bad_requests_are_refused() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Plain", false).await;
+    insert(&mut client, "Plain", "p", "before", 1).await;
+    let refused = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Plain".into(),
+            ..Default::default()
+        })
+        .await;
+    common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
+    client
+        .set_change_feed(pb::SetChangeFeedRequest {
+            table: "Plain".into(),
+            enabled: true,
+        })
+        .await
+        .unwrap();
+    let described = client
+        .get_table(pb::GetTableRequest {
+            table: "Plain".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(described.change_feed);
+    insert(&mut client, "Plain", "p", "after", 2).await;
+    let changes = read_all(&mut client, "Plain", "").await;
+    let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
+    assert_eq!(
+        rows,
+        ["after"],
+        "only what was written once the feed was on"
+    );
+    for cursor in ["nonsense", "1", "1-x", "-1-2"] {
+        let refused = client
+            .read_changes(pb::ReadChangesRequest {
+                table: "Plain".into(),
+                cursor: cursor.into(),
+                ..Default::default()
+            })
+            .await;
+        common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
+    }
+    let missing = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Nowhere".into(),
+            ..Default::default()
+        })
+        .await;
+    common::assert_error(missing, Code::NotFound, "TableNotFound");
+    // Turned off, the feed keeps its records and writes no more.
+    client
+        .set_change_feed(pb::SetChangeFeedRequest {
+            table: "Plain".into(),
+            enabled: false,
+        })
+        .await
+        .unwrap();
+    insert(&mut client, "Plain", "p", "off", 3).await;
+    client
+        .set_change_feed(pb::SetChangeFeedRequest {
+            table: "Plain".into(),
+            enabled: true,
+        })
+        .await
+        .unwrap();
+    let changes = read_all(&mut client, "Plain", "").await;
+    let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
+    assert_eq!(rows, ["after"]);
+}
