@@ -88,6 +88,9 @@ pub enum ErrorCode {
     /// No CORS rule of the service lets the page's origin make the request a browser asked
     /// about (REST).
     CorsPreflightFailure,
+    /// Records of a change feed after the cursor were removed by its retention: read the feed
+    /// from its start again. (Trestle's own.)
+    ChangeFeedCursorExpired,
 }
 
 impl ErrorCode {
@@ -133,6 +136,7 @@ impl ErrorCode {
         ErrorCode::InvalidHeaderValue,
         ErrorCode::InvalidXmlDocument,
         ErrorCode::CorsPreflightFailure,
+        ErrorCode::ChangeFeedCursorExpired,
     ];
 
     /// The code as Azure spells it.
@@ -180,6 +184,7 @@ impl ErrorCode {
             ErrorCode::InvalidHeaderValue => "InvalidHeaderValue",
             ErrorCode::InvalidXmlDocument => "InvalidXmlDocument",
             ErrorCode::CorsPreflightFailure => "CorsPreflightFailure",
+            ErrorCode::ChangeFeedCursorExpired => "ChangeFeedCursorExpired",
         }
     }
 

@@ -287,6 +287,7 @@ async fn the_feed_can_be_turned_on_and_bad_requests_are_refused() {
         .set_change_feed(pb::SetChangeFeedRequest {
             table: "Plain".into(),
             enabled: true,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -328,6 +329,7 @@ async fn the_feed_can_be_turned_on_and_bad_requests_are_refused() {
         .set_change_feed(pb::SetChangeFeedRequest {
             table: "Plain".into(),
             enabled: false,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -336,10 +338,76 @@ async fn the_feed_can_be_turned_on_and_bad_requests_are_refused() {
         .set_change_feed(pb::SetChangeFeedRequest {
             table: "Plain".into(),
             enabled: true,
+            ..Default::default()
         })
         .await
         .unwrap();
     let changes = read_all(&mut client, "Plain", "").await;
     let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
     assert_eq!(rows, ["after"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_the_retention_go_and_a_cursor_they_passed_is_refused() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let too_long = client
+        .create_table(pb::CreateTableRequest {
+            table: "Brief".into(),
+            change_feed: true,
+            change_feed_retention_seconds: 30 * 24 * 3600 + 1,
+            ..Default::default()
+        })
+        .await;
+    common::assert_error(too_long, Code::InvalidArgument, "InvalidInput");
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Brief".into(),
+            change_feed: true,
+            change_feed_retention_seconds: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let described = client
+        .get_table(pb::GetTableRequest {
+            table: "Brief".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(described.change_feed_retention_seconds, 1);
+    insert(&mut client, "Brief", "p", "old-1", 1).await;
+    insert(&mut client, "Brief", "p", "old-2", 2).await;
+    let first = read_all(&mut client, "Brief", "").await;
+    assert_eq!(first.len(), 2);
+    let passed = first[0].cursor.clone();
+    // The background trim runs every second; the records are a second old after one.
+    let started = Instant::now();
+    while !read_all(&mut client, "Brief", "").await.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "never trimmed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    insert(&mut client, "Brief", "p", "new", 3).await;
+    let rows: Vec<String> = read_all(&mut client, "Brief", "")
+        .await
+        .into_iter()
+        .map(|c| c.row_key)
+        .collect();
+    assert_eq!(rows, ["new"]);
+    let expired = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Brief".into(),
+            cursor: passed,
+            ..Default::default()
+        })
+        .await;
+    common::assert_error(expired, Code::OutOfRange, "ChangeFeedCursorExpired");
+    // A cursor at the last trimmed record missed nothing.
+    let rows: Vec<String> = read_all(&mut client, "Brief", &first[1].cursor)
+        .await
+        .into_iter()
+        .map(|c| c.row_key)
+        .collect();
+    assert_eq!(rows, ["new"]);
 }

@@ -79,6 +79,9 @@ struct TableManifest {
     /// The table keeps a change feed (its records are not in the backup).
     #[serde(default)]
     change_feed: bool,
+    /// The feed's retention in seconds (0: the default).
+    #[serde(default)]
+    change_feed_retention_seconds: u64,
     /// Below the backup directory.
     file: String,
     entities: u64,
@@ -190,6 +193,7 @@ async fn receive(
                 name: table.name,
                 indexes: table.indexes.into_iter().map(index_manifest).collect(),
                 change_feed: table.change_feed,
+                change_feed_retention_seconds: table.change_feed_retention_seconds,
                 file,
                 entities: 0,
                 bytes: 0,
@@ -431,7 +435,7 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
     for table in &manifest.tables {
         engine.create_table(&table.name)?;
         if table.change_feed {
-            engine.set_change_feed(&table.name, true)?;
+            engine.set_change_feed(&table.name, true, table.change_feed_retention_seconds)?;
         }
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         for row in open_rows(from.join(&table.file))? {

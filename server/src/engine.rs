@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{
-    quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal, StoredEntity,
-    TableName, ValidationError, MAX_INDEXES_PER_TABLE,
+    feed_retention, quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal,
+    StoredEntity, TableName, ValidationError, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
@@ -552,11 +552,18 @@ impl Engine {
         self.store.on_durable(listener);
     }
 
-    /// Starts (`on`) or stops keeping table `name`'s change feed: every commit after this
-    /// returns writes a record of each entity it changes (or none).
-    pub fn set_change_feed(&self, name: &str, on: bool) -> Result<(), TableError> {
+    /// Starts (`on`) or stops keeping table `name`'s change feed, its records kept
+    /// `retention_seconds` (0: a day): every commit after this returns writes a record of each
+    /// entity it changes (or none).
+    pub fn set_change_feed(
+        &self,
+        name: &str,
+        on: bool,
+        retention_seconds: u64,
+    ) -> Result<(), TableError> {
+        let retention = feed_retention(retention_seconds)?;
         let table = self.table(name)?;
-        if table.set_change_feed(on)? {
+        if table.set_change_feed(on, retention)? {
             Ok(())
         } else {
             Err(TableError::TableNotFound(table.name().to_string()))
@@ -579,7 +586,15 @@ impl Engine {
                 quoted(table.name().as_str())
             ))));
         }
-        Ok(table.read_changes(after, limit)?)
+        let changes = table.read_changes(after, limit)?;
+        // Looked at after the read: trimming notes its position before it removes anything, so
+        // a record removed before the read is seen here.
+        if let (Some(after), Some(trimmed)) = (after, table.feed_trimmed_to()?) {
+            if after < trimmed {
+                return Err(TableError::FeedCursorExpired(table.name().to_string()));
+            }
+        }
+        Ok(changes)
     }
 
     /// Gives every table, then each one's entities as they were at one instant, to `sink`,

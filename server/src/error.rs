@@ -130,6 +130,9 @@ pub enum TableError {
     /// The request's deadline passed; the work stopped.
     #[error("the request's deadline passed before it finished")]
     DeadlineExceeded,
+    /// Records of table's change feed after the cursor were removed by its retention.
+    #[error("records of table {}'s change feed after this cursor were removed by the feed's retention; read the feed from its start again", quoted(.0))]
+    FeedCursorExpired(String),
     /// The store cannot do this (why, and what to do instead).
     #[error("{0}")]
     NotSupported(&'static str),
@@ -170,6 +173,7 @@ impl TableError {
             TableError::Operation { source, .. } => source.code(),
             TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,
             TableError::NotSupported(_) => ErrorCode::NotImplemented,
+            TableError::FeedCursorExpired(_) => ErrorCode::ChangeFeedCursorExpired,
             TableError::Storage(fault) if fault.is_disk_full() => ErrorCode::InsufficientStorage,
             TableError::Storage(fault) if fault.is_unavailable() => ErrorCode::ServiceUnavailable,
             TableError::Storage(_) => ErrorCode::InternalError,

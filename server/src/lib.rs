@@ -22,6 +22,7 @@ mod connections;
 pub mod engine;
 pub mod error;
 pub mod executor;
+mod feeds;
 pub mod grpc;
 pub mod model;
 pub mod query;
@@ -83,6 +84,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || Engine::open(&store)).await??
     };
     let engine = Arc::new(engine);
+    let trimming = feeds::trim_in_background(engine.clone());
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
     let rest = rest::start(
         rest_listener,
@@ -109,6 +111,7 @@ pub async fn serve(
     if let Some(rest) = rest {
         rest.stop().await;
     }
+    trimming.abort();
     served?;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;

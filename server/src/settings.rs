@@ -28,8 +28,9 @@ pub struct TableDescription {
     pub indexes: Vec<Index>,
     /// Its stored access policies.
     pub access_policies: Vec<AccessPolicy>,
-    /// Whether it keeps a change feed.
+    /// Whether it keeps a change feed, and how long it keeps each record (seconds).
     pub change_feed: bool,
+    pub feed_retention_seconds: u64,
 }
 
 fn corrupt(what: &str) -> TableError {
@@ -73,6 +74,7 @@ impl Engine {
             indexes: catalog.indexes,
             access_policies: self.policies_of(table.id())?,
             change_feed: catalog.change_feed,
+            feed_retention_seconds: catalog.feed_retention_seconds,
         })
     }
 

@@ -28,7 +28,8 @@ const RETURNED: &str = "trestle_entities_returned_total";
 /// seconds.
 const GROUP_WRITES: &str = "trestle_commit_group_writes";
 const FLUSH_LATENCY: &str = "trestle_flush_duration_seconds";
-/// Background jobs finished: label `work` (`index_build`, `table_reclaim`, `purge_batch`).
+/// Background jobs finished: label `work` (`index_build`, `table_reclaim`, `purge_batch`,
+/// `feed_trim`).
 const BACKGROUND: &str = "trestle_background_jobs_total";
 /// Server streams open (`ScanEntities`, `Backup`).
 const OPEN_STREAMS: &str = "trestle_open_streams";

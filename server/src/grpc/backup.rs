@@ -84,6 +84,7 @@ impl Chunks {
                                 .map(index_definition_to_pb)
                                 .collect(),
                             change_feed: table.change_feed,
+                            change_feed_retention_seconds: table.feed_retention_seconds,
                         })
                         .collect(),
                 });

@@ -292,6 +292,10 @@ pub(crate) fn table_to_pb(described: crate::settings::TableDescription) -> pb::T
             .map(policy_to_pb)
             .collect(),
         change_feed: described.change_feed,
+        change_feed_retention_seconds: match described.change_feed {
+            true => described.feed_retention_seconds,
+            false => 0,
+        },
     }
 }
 

@@ -213,12 +213,15 @@ impl service::table_service_server::TableService for TableApi {
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
         let (table, change_feed) = (request.table, request.change_feed);
+        // Checked before the table is made, so that a bad retention makes nothing.
+        let retention =
+            crate::model::feed_retention(request.change_feed_retention_seconds).map_err(invalid)?;
         let described = self
             .executor
             .blocking(move |engine| {
                 engine.create_table_with_indexes(&table, definitions)?;
                 if change_feed {
-                    engine.set_change_feed(&table, true)?;
+                    engine.set_change_feed(&table, true, retention)?;
                 }
                 engine.describe_table(&table)
             })
@@ -250,9 +253,10 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let request = request.into_inner();
         admitted.access.manage_table(&request.table)?;
-        let (table, enabled) = (request.table, request.enabled);
+        let (table, enabled, retention) =
+            (request.table, request.enabled, request.retention_seconds);
         self.executor
-            .blocking(move |engine| engine.set_change_feed(&table, enabled))
+            .blocking(move |engine| engine.set_change_feed(&table, enabled, retention))
             .await?;
         Ok(Response::new(pb::SetChangeFeedResponse {}))
     }

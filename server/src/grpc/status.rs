@@ -139,6 +139,7 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::CorsPreflightFailure => Code::PermissionDenied,
         ErrorCode::NotImplemented => Code::Unimplemented,
         ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
+        ErrorCode::ChangeFeedCursorExpired => Code::OutOfRange,
         ErrorCode::ServiceUnavailable => Code::Unavailable,
         ErrorCode::InvalidInput
         | ErrorCode::OutOfRangeInput

@@ -1,6 +1,23 @@
 //! What a change feed says of a committed change: its kind, decided by the commit planner from
 //! the operation and the row it found.
 
+/// How long a change feed keeps its records unless told: a day, as DynamoDB Streams do.
+pub const DEFAULT_FEED_RETENTION_SECONDS: u64 = 24 * 60 * 60;
+/// The longest a change feed keeps its records: 30 days.
+pub const MAX_FEED_RETENTION_SECONDS: u64 = 30 * 24 * 60 * 60;
+
+/// A change feed's retention from a request (`0`: the default), or why it cannot be.
+pub fn feed_retention(seconds: u64) -> Result<u64, super::ValidationError> {
+    match seconds {
+        0 => Ok(DEFAULT_FEED_RETENTION_SECONDS),
+        1..=MAX_FEED_RETENTION_SECONDS => Ok(seconds),
+        _ => Err(super::ValidationError::Argument(format!(
+            "a change feed's retention is 1 to {MAX_FEED_RETENTION_SECONDS} seconds (30 days), \
+             not {seconds}"
+        ))),
+    }
+}
+
 /// How a commit changed an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChangeKind {

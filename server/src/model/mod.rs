@@ -24,7 +24,9 @@ pub use access_policy::{
     decode_policies, encode_policies, validate_policies, AccessPolicy, MAX_ACCESS_POLICIES,
     MAX_POLICY_ID_CHARS,
 };
-pub use change::ChangeKind;
+pub use change::{
+    feed_retention, ChangeKind, DEFAULT_FEED_RETENTION_SECONDS, MAX_FEED_RETENTION_SECONDS,
+};
 pub use cors::{CorsRule, ServiceProperties, MAX_CORS_RULES};
 pub use document::{
     Document, DocumentRef, Entries, MAX_DOCUMENT_DEPTH, MAX_DOCUMENT_VALUES, MAX_MEMBER_NAME_CHARS,

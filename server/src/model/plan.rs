@@ -22,6 +22,8 @@ pub struct CommitPlan {
     pub removed_entries: Vec<IndexEntry>,
     /// Index entries the commit adds (or points at another entity).
     pub added_entries: Vec<AddedEntry>,
+    /// The commit's time (an entity is stamped with it, or one tick past its previous stamp).
+    pub stamped: Ticks,
 }
 
 impl CommitPlan {
@@ -102,6 +104,7 @@ pub fn plan_commit(
     let mut plan = CommitPlan {
         results: Vec::with_capacity(operations.len()),
         changes: Vec::with_capacity(operations.len()),
+        stamped: now,
         ..CommitPlan::default()
     };
     for (index, (operation, current)) in operations.into_iter().zip(current).enumerate() {

@@ -11,7 +11,17 @@ const NANOS_PER_TICK: u32 = 100;
 ///
 /// Ordering is chronological; the valid Azure range is [`Ticks::MIN`]..=[`Ticks::MAX`].
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(transparent)]
 pub struct Ticks(pub i64);

@@ -100,6 +100,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::IndexAlreadyExists
         | C::IndexValueAlreadyExists => StatusCode::CONFLICT,
         C::UpdateConditionNotSatisfied | C::IndexNotReady => StatusCode::PRECONDITION_FAILED,
+        C::ChangeFeedCursorExpired => StatusCode::GONE,
         C::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         C::AuthenticationFailed
         | C::AuthorizationPermissionMismatch

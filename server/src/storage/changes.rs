@@ -8,7 +8,7 @@
 //! transaction only once every earlier transaction is finished and durable, so a reader that
 //! resumes after a position misses nothing and sees nothing twice.
 
-use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity};
+use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity, Ticks};
 use crate::storage::{codec, StorageError};
 
 /// The version of a record's encoding.
@@ -30,6 +30,8 @@ pub struct StoredChange {
     pub position: FeedPosition,
     /// How the entity changed.
     pub kind: ChangeKind,
+    /// When the commit was (what retention counts from).
+    pub at: Ticks,
     /// The entity.
     pub key: EntityKey,
     /// The entity as stored after the change (Timestamp, and so ETag, included), or `None` for a
@@ -38,8 +40,8 @@ pub struct StoredChange {
 }
 
 /// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
-/// nothing): `[version][kind][partition key: u16 LE length, UTF-8][row key: the same][the
-/// entity's stored record, for a write]`.
+/// nothing): `[version][kind][the commit's time: i64 LE ticks][partition key: u16 LE length,
+/// UTF-8][row key: the same][the entity's stored record, for a write]`.
 pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
     plan.changes
         .iter()
@@ -49,6 +51,7 @@ pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>>
                 false => None,
             };
             let mut out = vec![RECORD_V1, change.kind.code()];
+            out.extend_from_slice(&plan.stamped.0.to_le_bytes());
             put_text(&mut out, partition_key);
             put_text(&mut out, &change.row_key);
             if let Some(entity) = after {
@@ -70,6 +73,8 @@ pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChang
     let (&[version, kind], rest) = bytes.split_first_chunk::<2>().ok_or_else(corrupt)?;
     let kind = ChangeKind::from_code(kind).filter(|_| version == RECORD_V1);
     let kind = kind.ok_or_else(corrupt)?;
+    let (at, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+    let at = Ticks(i64::from_le_bytes(*at));
     let (partition_key, rest) = take_text(rest).ok_or_else(corrupt)?;
     let (row_key, rest) = take_text(rest).ok_or_else(corrupt)?;
     let key = EntityKey {
@@ -86,6 +91,7 @@ pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChang
     Ok(StoredChange {
         position,
         kind,
+        at,
         key,
         after,
     })

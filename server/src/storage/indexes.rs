@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use super::{EntityView, StorageError, Table};
 use crate::model::encoding::Reader;
-use crate::model::{Index, IndexDefinition, IndexScope, IndexState, KeyPosition};
+use crate::model::{
+    Index, IndexDefinition, IndexScope, IndexState, KeyPosition, DEFAULT_FEED_RETENTION_SECONDS,
+};
 
 const CATALOG_V1: u8 = 1;
 /// The trailing byte of a catalog whose table keeps a change feed.
 const CHANGE_FEED_ON: u8 = 0xCF;
 
 /// A table's indexes, and those dropped whose entries are still being reclaimed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexCatalog {
     /// The declared indexes, in declaration order.
     pub indexes: Vec<Index>,
@@ -23,6 +25,19 @@ pub struct IndexCatalog {
     /// Whether each commit writes a change record of each entity it changes (`storage::changes`):
     /// kept here, with the indexes, because every commit reads both.
     pub change_feed: bool,
+    /// How long the feed keeps its records, in seconds.
+    pub feed_retention_seconds: u64,
+}
+
+impl Default for IndexCatalog {
+    fn default() -> Self {
+        IndexCatalog {
+            indexes: Vec::new(),
+            dropped: Vec::new(),
+            change_feed: false,
+            feed_retention_seconds: DEFAULT_FEED_RETENTION_SECONDS,
+        }
+    }
 }
 
 /// Why an index cannot be declared.
@@ -91,7 +106,8 @@ impl IndexCatalog {
     /// The record: `[version u8 = 1][index count u8]`, per index `[id u64 BE][scope u8][unique
     /// u8][state u8][failure: u16 LE length, UTF-8][name: u8 length][property count u8]`, per
     /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`, then
-    /// `[0xCF]` if the table keeps a change feed (older records end before it).
+    /// `[0xCF][retention in seconds: u64 LE]` if the table keeps a change feed (older records end
+    /// before it).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![CATALOG_V1, self.indexes.len() as u8];
         for index in &self.indexes {
@@ -130,6 +146,7 @@ impl IndexCatalog {
         }
         if self.change_feed {
             out.push(CHANGE_FEED_ON);
+            out.extend_from_slice(&self.feed_retention_seconds.to_le_bytes());
         }
         out
     }
@@ -186,10 +203,12 @@ impl IndexCatalog {
         }
         if !reader.is_empty() {
             let [flag] = reader.take::<1>()?;
+            let retention = u64::from_le_bytes(reader.take::<8>()?);
             if flag != CHANGE_FEED_ON || !reader.is_empty() {
                 return Err(corrupt());
             }
             catalog.change_feed = true;
+            catalog.feed_retention_seconds = retention;
         }
         Ok(catalog)
     }

@@ -46,6 +46,7 @@ pub use sled_store::{
 
 use crate::model::{
     EntityKey, Index, IndexDefinition, IndexRange, IndexState, Operation, StoredEntity, TableName,
+    Ticks,
 };
 pub use crate::model::{KeyPosition, KeyRange};
 
@@ -115,8 +116,10 @@ pub struct SnapshotTable {
     pub name: TableName,
     /// Its indexes' definitions, in declaration order.
     pub indexes: Vec<IndexDefinition>,
-    /// Whether it keeps a change feed (a restore turns it on; the records are not copied).
+    /// Whether it keeps a change feed (a restore turns it on; the records are not copied), and
+    /// the feed's retention in seconds.
     pub change_feed: bool,
+    pub feed_retention_seconds: u64,
 }
 
 /// What a snapshot gives, in order: the tables once, then their entity rows.
@@ -311,9 +314,10 @@ pub trait Indexed {
     /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;
 
-    /// Starts (or stops) writing a change record with every change of an entity: each commit
-    /// that reads the catalog after this returns does. `false` if the table is gone.
-    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError>;
+    /// Starts (or stops) writing a change record with every change of an entity, kept
+    /// `retention_seconds`: each commit that reads the catalog after this returns does. `false`
+    /// if the table is gone.
+    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError>;
 
     /// Visits the entities `index` holds in `range`, in the index's order (descending if
     /// `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at (to
@@ -396,6 +400,14 @@ pub trait Table: Indexed + Send + Sync + Debug {
         after: Option<FeedPosition>,
         limit: usize,
     ) -> Result<Vec<StoredChange>, StorageError>;
+
+    /// Removes up to `limit` of the feed's readable records of commits before `before`, after
+    /// noting the last one's position ([`Table::feed_trimmed_to`]); how many it removed.
+    fn trim_changes(&self, before: Ticks, limit: usize) -> Result<usize, StorageError>;
+
+    /// The position of the last record trimming removed, if any: a reader whose cursor is before
+    /// it may have missed records.
+    fn feed_trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError>;
 }
 
 /// An entity as the sled store keeps it, for tests of code that reads [`EntityView`]s.

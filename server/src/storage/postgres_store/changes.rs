@@ -10,12 +10,27 @@ use postgres::Client;
 
 use super::pool::Prepared;
 use super::table::PostgresTable;
-use crate::model::CommitPlan;
+use crate::model::{CommitPlan, Ticks};
 use crate::storage::changes::{self, FeedPosition, StoredChange};
 use crate::storage::StorageError;
 
-const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, change)
-    SELECT $1, record, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
+const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
+    SELECT $1, record, $4, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
+/// Notes the last position it removes (never moving the note back), then removes the records.
+const TRIM_RECORDS: &str = "WITH doomed AS (
+        SELECT xid, record FROM trestle_changes
+        WHERE table_id = $1 AND at < $2 AND xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY xid, record LIMIT $3),
+    noted AS (
+        INSERT INTO trestle_feed_trims (table_id, xid, record)
+        SELECT $1, xid, record FROM doomed ORDER BY xid DESC, record DESC LIMIT 1
+        ON CONFLICT (table_id) DO UPDATE SET xid = EXCLUDED.xid, record = EXCLUDED.record
+        WHERE (trestle_feed_trims.xid, trestle_feed_trims.record)
+            < (EXCLUDED.xid, EXCLUDED.record))
+    DELETE FROM trestle_changes c USING doomed d
+    WHERE c.table_id = $1 AND c.xid = d.xid AND c.record = d.record";
+const TRIMMED_TO: &str =
+    "SELECT xid::text::int8, record FROM trestle_feed_trims WHERE table_id = $1";
 const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
     WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
       AND xid < pg_snapshot_xmin(pg_current_snapshot())
@@ -38,11 +53,32 @@ pub(super) fn write_records(
     let count = records.len() as i32;
     let numbers: Vec<i32> = (first..first + count).collect();
     let statement = prepared.get(client, WRITE_RECORDS)?;
-    client.execute(&statement, &[&table_id, &numbers, &records])?;
+    let at = plan.stamped.0;
+    client.execute(&statement, &[&table_id, &numbers, &records, &at])?;
     Ok(count)
 }
 
 impl PostgresTable {
+    /// [`crate::storage::Table::trim_changes`]: one statement.
+    pub(super) fn trim_before(&self, before: Ticks, limit: usize) -> Result<usize, StorageError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let removed = self.pool.with(|connection| {
+            let (client, mut prepared) = connection.parts();
+            let statement = prepared.get(client, TRIM_RECORDS)?;
+            Ok(client.execute(&statement, &[&self.id, &before.0, &limit])?)
+        })?;
+        Ok(removed as usize)
+    }
+
+    /// [`crate::storage::Table::feed_trimmed_to`].
+    pub(super) fn trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError> {
+        let row = self.pool.query_opt(TRIMMED_TO, &[&self.id])?;
+        Ok(row.map(|row| FeedPosition {
+            transaction: row.get::<_, i64>(0) as u64,
+            record: row.get::<_, i32>(1) as u32,
+        }))
+    }
+
     /// [`crate::storage::Table::read_changes`].
     pub(super) fn changes_after(
         &self,

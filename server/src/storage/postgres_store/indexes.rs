@@ -249,9 +249,10 @@ impl Indexed for PostgresTable {
 
     /// Waits for the commits under way (the table's lock, exclusively), so that every commit
     /// after it writes records.
-    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError> {
+    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError> {
         let changed = self.change_catalog(true, |catalog, _| {
             catalog.change_feed = on;
+            catalog.feed_retention_seconds = retention_seconds;
             Ok(())
         })?;
         Ok(changed.is_some())

@@ -61,7 +61,10 @@ CREATE SEQUENCE IF NOT EXISTS trestle_index_ids;
 CREATE TABLE IF NOT EXISTS trestle_dropped_indexes (index_id bigint PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS trestle_changes (
     table_id bigint NOT NULL, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    record int4 NOT NULL, change bytea NOT NULL, PRIMARY KEY (table_id, xid, record));
+    record int4 NOT NULL, at int8 NOT NULL, change bytea NOT NULL,
+    PRIMARY KEY (table_id, xid, record));
+CREATE TABLE IF NOT EXISTS trestle_feed_trims (
+    table_id bigint PRIMARY KEY, xid xid8 NOT NULL, record int4 NOT NULL);
 COMMIT;
 ";
 

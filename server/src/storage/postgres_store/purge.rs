@@ -21,7 +21,8 @@ const PURGE_ROWS: &str = "DELETE FROM trestle_entities WHERE (table_id, pk, rk) 
     (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1 LIMIT $2)";
 const PURGE_CHANGES: &str = "DELETE FROM trestle_changes WHERE (table_id, xid, record) IN
     (SELECT table_id, xid, record FROM trestle_changes WHERE table_id = $1 LIMIT $2)";
-const FORGET_TABLE: &str = "DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
+const FORGET_TABLE: &str = "WITH trims AS (DELETE FROM trestle_feed_trims WHERE table_id = $1)
+    DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
 const DROPPED_INDEX: &str = "SELECT index_id FROM trestle_dropped_indexes LIMIT 1";
 const PURGE_ENTRIES: &str = "DELETE FROM trestle_index_entries WHERE (index_id, sort_key) IN
     (SELECT index_id, sort_key FROM trestle_index_entries WHERE index_id = $1 LIMIT $2)";

@@ -84,6 +84,14 @@ impl Table for PostgresTable {
         self.changes_after(after, limit)
     }
 
+    fn trim_changes(&self, before: Ticks, limit: usize) -> Result<usize, StorageError> {
+        self.trim_before(before, limit)
+    }
+
+    fn feed_trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError> {
+        self.trimmed_to()
+    }
+
     fn name(&self) -> &TableName {
         &self.name
     }

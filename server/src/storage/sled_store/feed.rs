@@ -15,7 +15,7 @@ use super::key;
 use super::table::SledTable;
 use super::undo::RowChange;
 use super::{StorageError, Ticket};
-use crate::model::CommitPlan;
+use crate::model::{CommitPlan, Ticks};
 use crate::storage::changes::{self, FeedPosition, StoredChange};
 
 /// Numbers transactions and keeps those not yet readable.
@@ -158,6 +158,41 @@ impl SledTable {
             found.push(changes::decode(key::feed_position(&stored_key)?, &bytes)?);
         }
         Ok(found)
+    }
+
+    /// [`crate::storage::Table::trim_changes`] below `horizon`: the records from the feed's start
+    /// up to the first of a commit at or after `before`. The trimmed position is written before
+    /// the records are removed (sled recovers a prefix of its log), so that a crash never leaves
+    /// records missing without it.
+    pub(super) fn trim_below(
+        &self,
+        before: Ticks,
+        horizon: u64,
+        limit: usize,
+    ) -> Result<usize, StorageError> {
+        let oldest = self.changes_below(None, horizon, limit)?;
+        let doomed: Vec<FeedPosition> = oldest
+            .iter()
+            .take_while(|change| change.at < before)
+            .map(|change| change.position)
+            .collect();
+        let Some(&last) = doomed.last() else {
+            return Ok(0);
+        };
+        self.tree
+            .insert(key::FEED_TRIMMED, key::feed_record(last))?;
+        for position in &doomed {
+            self.tree.remove(key::feed_record(*position))?;
+        }
+        Ok(doomed.len())
+    }
+
+    /// [`crate::storage::Table::feed_trimmed_to`].
+    pub(super) fn trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError> {
+        match self.tree.get(key::FEED_TRIMMED)? {
+            Some(bytes) => key::feed_position(&bytes).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

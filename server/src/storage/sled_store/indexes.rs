@@ -393,7 +393,7 @@ impl Indexed for SledTable {
         Ok(BuildStep::Next(next))
     }
 
-    fn set_change_feed(&self, on: bool) -> Result<bool, StorageError> {
+    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError> {
         let _serial = self
             .index_catalog_writes
             .lock()
@@ -403,6 +403,7 @@ impl Indexed for SledTable {
         };
         let mut catalog = (*self.index_catalog()).clone();
         catalog.change_feed = on;
+        catalog.feed_retention_seconds = retention_seconds;
         self.store_catalog(catalog)?;
         Ok(true)
     }

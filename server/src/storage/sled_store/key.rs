@@ -35,10 +35,13 @@ pub(super) fn feed_record(position: FeedPosition) -> Vec<u8> {
 
 /// The keys of a table's change records.
 pub(super) fn feed_records() -> std::ops::Range<Vec<u8>> {
-    vec![FEED]..vec![FEED + 1]
+    feed_record(FeedPosition::default())..vec![FEED + 1]
 }
 
-/// The position a change record's key names.
+/// The key of the position of the last change record trimming removed (before every record).
+pub(super) const FEED_TRIMMED: &[u8] = &[FEED];
+
+/// The position a change record's key names (the same layout holds the trimmed position).
 pub(super) fn feed_position(key: &[u8]) -> Result<FeedPosition, StorageError> {
     match key {
         [FEED, transaction @ .., r0, r1, r2, r3] if transaction.len() == 8 => Ok(FeedPosition {

@@ -163,6 +163,7 @@ impl SledStore {
                             .map(|index| index.definition.clone())
                             .collect(),
                         change_feed: catalog.change_feed,
+                        feed_retention_seconds: catalog.feed_retention_seconds,
                     }
                 })
                 .collect();

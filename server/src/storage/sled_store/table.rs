@@ -449,6 +449,15 @@ impl Table for SledTable {
         self.changes_below(after, horizon, limit)
     }
 
+    fn trim_changes(&self, before: Ticks, limit: usize) -> Result<usize, StorageError> {
+        let horizon = self.shared.feed.horizon(self.shared.durability.durable());
+        self.trim_below(before, horizon, limit)
+    }
+
+    fn feed_trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError> {
+        self.trimmed_to()
+    }
+
     /// The table's name as created.
     fn name(&self) -> &TableName {
         &self.name
