@@ -1,4 +1,4 @@
-//! The HR, expenses, people and books scenarios of the SDK against the real server.
+//! The HR, expenses, people, books and alarms scenarios of the SDK against the real server.
 
 mod common;
 
@@ -312,6 +312,15 @@ async fn the_client_side_join_and_inheritance() {
     assert!(cache.get("hr").is_none());
     cache.refresh().await.unwrap();
     assert_eq!(cache.get("hr").unwrap().name, "People");
+    // The change feed tells the cache what changed: the department rows a rename and a hire (its
+    // count) changed are taken from the feed, employee rows are passed over.
+    hr.rename_department("eng", "R&D").await.unwrap();
+    hr.hire("hr", new_employee("k9", "Kay")).await.unwrap();
+    assert_eq!(cache.get("eng").unwrap().name, "Engineering");
+    let departments_changed = cache.catch_up().await.unwrap();
+    assert!(departments_changed >= 1, "{departments_changed}");
+    assert_eq!(cache.get("eng").unwrap().name, "R&D");
+    assert_eq!(cache.catch_up().await.unwrap(), 0, "nothing new");
 
     let people = hr.people("ops").await.unwrap();
     assert_eq!(people.len(), 2);
@@ -549,4 +558,22 @@ async fn the_books_scenario_links_authors_and_books_both_ways() {
     );
     assert!(library.books_of("a9").await.unwrap().is_empty());
     assert!(library.authors_of("b4").await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_following_the_feed_pages_for_each_serious_alarm_as_it_commits() {
+    let server = TestServer::start().await;
+    let alarms = server.sdk().await.table("Alarms");
+    let report = trestle_client::scenarios::alarms::tour(&alarms)
+        .await
+        .unwrap();
+    assert_eq!(
+        report,
+        [
+            "paged on-call: server room at 41 C at site-1 (level 4)",
+            "paged on-call: smoke detected at site-2 (level 5)",
+            "paged on-call: UPS on battery at site-1 (level 3)",
+            "the three serious alarms are handled, the others left alone",
+        ]
+    );
 }

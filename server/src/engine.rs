@@ -597,6 +597,12 @@ impl Engine {
         Ok(changes)
     }
 
+    /// The position after every record of table `name`'s feed readable now: a reader starting
+    /// there sees the changes committed from now on.
+    pub fn feed_end(&self, name: &str) -> Result<FeedPosition, TableError> {
+        Ok(self.table(name)?.feed_end()?)
+    }
+
     /// Gives every table, then each one's entities as they were at one instant, to `sink`,
     /// while reads and writes go on (a backup); `NotImplemented` on a store that cannot.
     pub fn snapshot(&self, sink: &mut SnapshotSink<'_>) -> Result<(), TableError> {

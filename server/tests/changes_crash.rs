@@ -112,6 +112,7 @@ async fn a_cursor_resumes_after_sigkill_with_no_gap_and_no_duplicate() {
         table: TABLE.into(),
         cursor,
         follow: false,
+        ..Default::default()
     };
     let mut stream = client.read_changes(request).await.unwrap().into_inner();
     let mut after = Vec::new();

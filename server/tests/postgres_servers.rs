@@ -418,6 +418,7 @@ async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<Stri
         table: table.into(),
         cursor: cursor.into(),
         follow: false,
+        ..Default::default()
     };
     let mut stream = client.read_changes(request).await.unwrap().into_inner();
     let (mut rows, mut last) = (Vec::new(), cursor.to_owned());

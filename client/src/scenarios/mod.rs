@@ -17,7 +17,12 @@
 //!   is one transaction across partitions.
 //! - [`blog`] also embeds each post's 3 most recent comments, appended in the comment's own
 //!   transaction.
+//!
+//! Beyond both, with a change feed:
+//! - [`alarms`]: a worker follows an alarms table's feed and reacts to each serious alarm as it
+//!   commits; [`hr`]'s department cache keeps itself current from the same kind of feed.
 
+pub mod alarms;
 pub mod blog;
 pub mod books;
 pub mod expenses;

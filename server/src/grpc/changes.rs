@@ -1,7 +1,7 @@
 //! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
 //! blocking pool; with `follow`, the feed is looked at again every [`FOLLOW_EVERY`] once the
 //! reader has caught up, until the reader goes away. A token bounded to a key range is shown only
-//! the records of its range. The stream holds the request's in-flight permit and a place among
+//! the records of its range, and a reader of one partition only that partition's. The stream holds the request's in-flight permit and a place among
 //! its connection's open scans while it lives.
 
 use std::pin::Pin;
@@ -36,6 +36,10 @@ pub(crate) struct Reader {
     table: String,
     after: Option<FeedPosition>,
     follow: bool,
+    /// Only this partition's records, if given.
+    partition_key: Option<String>,
+    /// Start after the newest record (the first response tells where that is).
+    from_end: bool,
     access: Access,
     /// Held while the stream lives (the reader moves into its task).
     _holds: Holds,
@@ -50,12 +54,19 @@ impl Reader {
     ) -> Result<Reader, Status> {
         let after = match request.cursor.as_str() {
             "" => None,
+            _ if request.from_end => {
+                return Err(invalid(ValidationError::Argument(
+                    "give either a cursor or from_end, not both".into(),
+                )))
+            }
             cursor => Some(parse_cursor(cursor).map_err(invalid)?),
         };
         Ok(Reader {
             table: request.table,
             after,
             follow: request.follow,
+            partition_key: Some(request.partition_key).filter(|pk| !pk.is_empty()),
+            from_end: request.from_end,
             access,
             _holds: holds,
         })
@@ -64,8 +75,20 @@ impl Reader {
     /// Reads the first batch (so that a table without a feed is refused before the stream
     /// begins), then streams on a task of its own.
     pub(crate) async fn start(mut self, executor: Executor) -> Result<ChangeStream, Status> {
-        let first = self.read(&executor).await?;
         let (sender, receiver) = mpsc::channel(1);
+        if self.from_end {
+            let table = self.table.clone();
+            let end = executor
+                .blocking(move |engine| engine.feed_end(&table))
+                .await?;
+            self.after = Some(end);
+            let at_end = pb::ReadChangesResponse {
+                changes: Vec::new(),
+                cursor: cursor_of(end),
+            };
+            sender.try_send(Ok(at_end)).expect("a new channel has room");
+        }
+        let first = self.read(&executor).await?;
         tokio::spawn(async move {
             let mut batch = first;
             loop {
@@ -107,6 +130,13 @@ impl Reader {
             .into_iter()
             .filter(|change| {
                 let key = &change.key;
+                if self
+                    .partition_key
+                    .as_ref()
+                    .is_some_and(|pk| *pk != key.partition_key)
+                {
+                    return false;
+                }
                 let read = Permissions::READ;
                 let access = &self.access;
                 access

@@ -23,6 +23,19 @@ pub struct FeedPosition {
     pub record: u32,
 }
 
+impl FeedPosition {
+    /// The position just before every record of `transaction` and later ones.
+    pub fn before_transaction(transaction: u64) -> FeedPosition {
+        match transaction.checked_sub(1) {
+            Some(previous) => FeedPosition {
+                transaction: previous,
+                record: u32::MAX,
+            },
+            None => FeedPosition::default(),
+        }
+    }
+}
+
 /// A change record as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredChange {

@@ -408,6 +408,10 @@ pub trait Table: Indexed + Send + Sync + Debug {
     /// The position of the last record trimming removed, if any: a reader whose cursor is before
     /// it may have missed records.
     fn feed_trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError>;
+
+    /// A position after every record readable now and before every record to come: a reader
+    /// starting there sees what commits from now on.
+    fn feed_end(&self) -> Result<FeedPosition, StorageError>;
 }
 
 /// An entity as the sled store keeps it, for tests of code that reads [`EntityView`]s.

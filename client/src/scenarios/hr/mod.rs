@@ -165,16 +165,18 @@ impl Hr {
         }
     }
 
-    /// Creates the table with its two indexes, if needed.
+    /// Creates the table with its two indexes, if needed, keeping a change feed (which
+    /// [`DepartmentCache`] follows).
     pub async fn setup(&self) -> Result<()> {
         let indexes = [
             IndexDefinition::partition(BY_EMAIL, ["Email"]).unique(),
             IndexDefinition::partition(BY_LAST_NAME, ["LastName"]),
         ];
         match self.table.create_with_indexes(indexes).await {
-            Err(error) if error.code() == Some(ErrorCode::TableAlreadyExists) => Ok(()),
-            other => other,
+            Err(error) if error.code() == Some(ErrorCode::TableAlreadyExists) => {}
+            other => other?,
         }
+        self.table.set_change_feed(true, 0).await
     }
 
     /// Creates a department with no employees.

@@ -29,6 +29,8 @@ const TRIM_RECORDS: &str = "WITH doomed AS (
             < (EXCLUDED.xid, EXCLUDED.record))
     DELETE FROM trestle_changes c USING doomed d
     WHERE c.table_id = $1 AND c.xid = d.xid AND c.record = d.record";
+/// Every transaction below it has ended; every later one's id is above it.
+const HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8";
 const TRIMMED_TO: &str =
     "SELECT xid::text::int8, record FROM trestle_feed_trims WHERE table_id = $1";
 const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
@@ -68,6 +70,12 @@ impl PostgresTable {
             Ok(client.execute(&statement, &[&self.id, &before.0, &limit])?)
         })?;
         Ok(removed as usize)
+    }
+
+    /// [`crate::storage::Table::feed_end`].
+    pub(super) fn end(&self) -> Result<FeedPosition, StorageError> {
+        let horizon: i64 = self.pool.query(HORIZON, &[])?[0].get(0);
+        Ok(FeedPosition::before_transaction(horizon as u64))
     }
 
     /// [`crate::storage::Table::feed_trimmed_to`].

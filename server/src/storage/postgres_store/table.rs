@@ -92,6 +92,10 @@ impl Table for PostgresTable {
         self.trimmed_to()
     }
 
+    fn feed_end(&self) -> Result<FeedPosition, StorageError> {
+        self.end()
+    }
+
     fn name(&self) -> &TableName {
         &self.name
     }

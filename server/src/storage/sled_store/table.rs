@@ -458,6 +458,11 @@ impl Table for SledTable {
         self.trimmed_to()
     }
 
+    fn feed_end(&self) -> Result<FeedPosition, StorageError> {
+        let horizon = self.shared.feed.horizon(self.shared.durability.durable());
+        Ok(FeedPosition::before_transaction(horizon))
+    }
+
     /// The table's name as created.
     fn name(&self) -> &TableName {
         &self.name
