@@ -17,6 +17,7 @@ mod across;
 mod documents;
 mod echo;
 mod engine_only;
+mod feed;
 mod indexed;
 mod large;
 
@@ -65,6 +66,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_lookup",
     "index_range",
     "indexed_insert",
+    "change_feed",
     "path_filter_scan",
     "array_index_lookup",
     "append_keep_last",
@@ -726,6 +728,35 @@ async fn run_workloads(
                     server_sample,
                     ceilings,
                     what,
+                ));
+                continue;
+            }
+            "change_feed" => {
+                let (m, mut delays) = feed::change_feed(client, plan).await;
+                delays.sort_unstable();
+                let quantile = |q: f64| {
+                    let at =
+                        ((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1));
+                    delays
+                        .get(at)
+                        .map_or(f64::NAN, |us| f64::from(*us) / 1000.0)
+                };
+                let what = format!(
+                    "inserts with a follower of the table's change feed; delivery after the answer: p50 {:.1} ms, p99 {:.1} ms, {} records",
+                    quantile(0.5),
+                    quantile(0.99),
+                    delays.len()
+                );
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named("insert"),
+                    m,
+                    false,
+                    server_sample,
+                    ceilings,
+                    &what,
                 ));
                 continue;
             }

@@ -219,31 +219,44 @@ pub(crate) async fn point_read(client: &Client, plan: &Plan) -> Measurement {
 }
 
 pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
-    let mut c = client.clone();
-    c.create_table(pb::CreateTableRequest {
+    let create = pb::CreateTableRequest {
         table: "InsertBench".into(),
         ..Default::default()
-    })
-    .await
-    .expect("create");
+    };
+    insert_into(client, plan, create, |_| {}).await
+}
+
+/// 64 workers inserting small entities at random partitions into the table `create` makes;
+/// `acknowledged` is told each row key once its insert is answered.
+pub(crate) async fn insert_into(
+    client: &Client,
+    plan: &Plan,
+    create: pb::CreateTableRequest,
+    acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
+) -> Measurement {
+    let table = create.table.clone();
+    client.clone().create_table(create).await.expect("create");
     let client = client.clone();
     drive(64, plan.warmup, plan.duration, move |worker, seq| {
         let mut client = client.clone();
         let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let row_key = format!("w{worker:02}-{seq:09}");
         let entity = small_entity(
             format!("p{:08}", rng.below(100_000_000)),
-            format!("w{worker:02}-{seq:09}"),
+            row_key.clone(),
             seq as i32,
         );
+        let (table, acknowledged) = (table.clone(), acknowledged.clone());
         async move {
             client
                 .insert_entity(pb::InsertEntityRequest {
-                    table: "InsertBench".into(),
+                    table,
                     entity: Some(entity),
                     ..Default::default()
                 })
                 .await
                 .expect("insert");
+            acknowledged(row_key);
             OpResult::entities(1)
         }
     })

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use trestle_proto::pb;
 
 use crate::convert::typed;
-use crate::query::EntityStream;
+use crate::query::{server_messages, EntityStream};
 use crate::{Entity, EntityKey, Error, Result, TableClient};
 
 /// Where a reader is in a change feed: after the record that gave it. Keep it (as text, or
@@ -177,14 +177,7 @@ impl ChangeFeed {
                 )
                 .await
         };
-        let batches = stream::once(opening)
-            .map_ok(|responses| {
-                stream::try_unfold(responses, |mut responses| async move {
-                    let batch = responses.message().await.map_err(Error::from_status)?;
-                    Ok::<_, Error>(batch.map(|batch| (batch, responses)))
-                })
-            })
-            .try_flatten();
+        let batches = server_messages(opening);
         Box::pin(
             batches
                 .map_ok(|batch| stream::iter(batch.changes.into_iter().map(change_from_pb)))

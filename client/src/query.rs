@@ -200,6 +200,21 @@ fn literal(value: &Value) -> String {
 /// A stream of query results (pinned and boxed, so it can be polled directly).
 pub type EntityStream<I> = std::pin::Pin<Box<dyn Stream<Item = Result<I>> + Send>>;
 
+/// The messages of the server stream `opening` opens, in order; an error (opening it, or midway)
+/// ends it.
+pub(crate) fn server_messages<M: Send + 'static>(
+    opening: impl std::future::Future<Output = Result<tonic::Streaming<M>>> + Send + 'static,
+) -> impl Stream<Item = Result<M>> + Send {
+    stream::once(opening)
+        .map_ok(|responses| {
+            stream::try_unfold(responses, |mut responses| async move {
+                let message = responses.message().await.map_err(Error::from_status)?;
+                Ok::<_, Error>(message.map(|message| (message, responses)))
+            })
+        })
+        .try_flatten()
+}
+
 /// One page of a query.
 #[derive(Debug, Clone)]
 pub struct Page<T> {
@@ -437,14 +452,7 @@ impl<T: DeserializeOwned> Query<T> {
                 )
                 .await
         };
-        let batches = stream::once(opening)
-            .map_ok(|responses| {
-                stream::try_unfold(responses, |mut responses| async move {
-                    let batch = responses.message().await.map_err(Error::from_status)?;
-                    Ok::<_, Error>(batch.map(|batch| (batch, responses)))
-                })
-            })
-            .try_flatten();
+        let batches = server_messages(opening);
         Box::pin(
             batches
                 .map_ok(move |batch| {

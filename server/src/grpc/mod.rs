@@ -106,6 +106,18 @@ impl TableApi {
         })
     }
 
+    /// A place among the open scans of the request's connection (`None` if the connection is
+    /// not known), or `ServerBusy` when they are all taken.
+    fn scan_slot<T>(&self, request: &Request<T>) -> Result<Option<ScanSlot>, Status> {
+        let Some(connection) = ConnectionInfo::of(request.extensions()) else {
+            return Ok(None);
+        };
+        let cap = self.streams.per_connection;
+        ScanSlot::claim(&connection.state.open_scans, cap)
+            .map(Some)
+            .ok_or_else(|| status::connection_scans_busy(cap))
+    }
+
     /// Acknowledges a write once the group commit has made it durable.
     async fn durable<T>(&self, pending: Pending<T>) -> Result<T, Status> {
         self.executor.durable(pending).await
@@ -269,13 +281,7 @@ impl service::table_service_server::TableService for TableApi {
         request: Request<pb::ReadChangesRequest>,
     ) -> Result<Response<Self::ReadChangesStream>, Status> {
         let admitted = self.admit(&request)?;
-        let slot = match ConnectionInfo::of(request.extensions()) {
-            Some(connection) => Some(
-                ScanSlot::claim(&connection.state.open_scans, self.streams.per_connection)
-                    .ok_or_else(|| status::connection_scans_busy(self.streams.per_connection))?,
-            ),
-            None => None,
-        };
+        let slot = self.scan_slot(&request)?;
         let request = request.into_inner();
         admitted.access.describe_table(&request.table)?;
         let holds = Holds {
@@ -519,13 +525,7 @@ impl service::table_service_server::TableService for TableApi {
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<Self::ScanEntitiesStream>, Status> {
         let admitted = self.admit(&request)?;
-        let slot = match ConnectionInfo::of(request.extensions()) {
-            Some(connection) => Some(
-                ScanSlot::claim(&connection.state.open_scans, self.streams.per_connection)
-                    .ok_or_else(|| status::connection_scans_busy(self.streams.per_connection))?,
-            ),
-            None => None,
-        };
+        let slot = self.scan_slot(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let cursor = self
             .executor
