@@ -50,6 +50,8 @@ pub enum ChangeKind {
     Patch,
     /// It was deleted.
     Delete,
+    /// Its time to live ran out and the server removed it.
+    Expire,
 }
 
 /// One entity's change, as the feed records it.
@@ -59,7 +61,8 @@ pub struct Change<T> {
     pub kind: ChangeKind,
     /// The entity's key.
     pub key: EntityKey,
-    /// The entity as stored after the change (with its ETag and Timestamp); `None` for a delete.
+    /// The entity as stored after the change (with its ETag and Timestamp); `None` for a delete
+    /// or an expiry.
     pub entity: Option<Entity<T>>,
     /// The transaction's number, shared by every change of one transaction.
     pub transaction_id: u64,
@@ -113,6 +116,29 @@ impl TableClient {
             .write(
                 request,
                 |mut c, r| async move { c.set_change_feed(r).await },
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl TableClient {
+    /// Lets the table's entities expire (`enabled`): each after its own `TimeToLive` property's
+    /// seconds (an Int32 or Int64, or -1 for never) or else `default_seconds` (0: never), counted
+    /// from its last write; or stops it.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a default over ten years; `TableNotFound`.
+    pub async fn set_time_to_live(&self, enabled: bool, default_seconds: u64) -> Result<()> {
+        let request = pb::SetTimeToLiveRequest {
+            table: self.name().to_owned(),
+            enabled,
+            default_seconds,
+        };
+        self.client
+            .write(
+                request,
+                |mut c, r| async move { c.set_time_to_live(r).await },
             )
             .await?;
         Ok(())
@@ -193,6 +219,7 @@ fn change_from_pb<T: DeserializeOwned>(change: pb::Change) -> Result<Change<T>> 
         Ok(pb::ChangeKind::Merge) => ChangeKind::Merge,
         Ok(pb::ChangeKind::Patch) => ChangeKind::Patch,
         Ok(pb::ChangeKind::Delete) => ChangeKind::Delete,
+        Ok(pb::ChangeKind::Expire) => ChangeKind::Expire,
         Ok(pb::ChangeKind::Unspecified) | Err(_) => {
             return Err(Error::invalid(format!(
                 "the server sent a change of unknown kind {}",

@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::engine::{rejection_error, Attempt, Engine, Pending, Waiting};
 use crate::error::TableError;
-use crate::model::{validate_key, EntityKey, KeyKind, StoredEntity, TableName, MAX_READ_KEYS};
+use crate::model::{
+    validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
+};
 use crate::query;
 use crate::storage::{Committed, EntityView, PartitionBatch, Rejection, StorageError, TableKey};
 use crate::transaction::{validate_across, TableOperation};
@@ -139,9 +141,26 @@ impl Engine {
     ) -> Result<Attempt<Vec<Option<R>>, Vec<TableEntityKey>>, TableError> {
         query::validate_selection(select)?;
         let keys = self.checked_keys(keys)?;
+        let now = Ticks::now();
+        // Each distinct table's rule, looked up once.
+        let mut rules: BTreeMap<&str, Option<TimeToLive>> = BTreeMap::new();
+        let mut ttls = Vec::with_capacity(keys.len());
+        for key in &keys {
+            let folded = key.table.folded();
+            let ttl = match rules.get(folded) {
+                Some(ttl) => *ttl,
+                None => *rules
+                    .entry(folded)
+                    .or_insert(self.table(key.table.as_str())?.time_to_live()),
+            };
+            ttls.push(ttl);
+        }
         let mut values: Vec<Option<R>> = keys.iter().map(|_| None).collect();
         let mut found = |position: usize, entity: EntityView<'_>| {
-            values[position] = Some(read(&entity.selecting(select))?);
+            // An expired entity reads as missing (until the server removes it).
+            if !entity.expired(ttls[position], now)? {
+                values[position] = Some(read(&entity.selecting(select))?);
+            }
             Ok(())
         };
         let read_all = match waiting {

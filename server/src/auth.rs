@@ -313,7 +313,7 @@ pub fn needed_for(operation: &Operation) -> Permissions {
             }
             needed
         }
-        Operation::Delete { .. } => Permissions::DELETE,
+        Operation::Delete { .. } | Operation::Expire { .. } => Permissions::DELETE,
         Operation::Check { .. } => Permissions::READ,
     }
 }

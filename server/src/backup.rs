@@ -82,6 +82,11 @@ struct TableManifest {
     /// The feed's retention in seconds (0: the default).
     #[serde(default)]
     change_feed_retention_seconds: u64,
+    /// Its entities expire, by default after this many seconds (0: only those that say).
+    #[serde(default)]
+    time_to_live: bool,
+    #[serde(default)]
+    default_time_to_live_seconds: u64,
     /// Below the backup directory.
     file: String,
     entities: u64,
@@ -194,6 +199,8 @@ async fn receive(
                 indexes: table.indexes.into_iter().map(index_manifest).collect(),
                 change_feed: table.change_feed,
                 change_feed_retention_seconds: table.change_feed_retention_seconds,
+                time_to_live: table.time_to_live,
+                default_time_to_live_seconds: table.default_time_to_live_seconds,
                 file,
                 entities: 0,
                 bytes: 0,
@@ -436,6 +443,9 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
         engine.create_table(&table.name)?;
         if table.change_feed {
             engine.set_change_feed(&table.name, true, table.change_feed_retention_seconds)?;
+        }
+        if table.time_to_live {
+            engine.set_time_to_live(&table.name, true, table.default_time_to_live_seconds)?;
         }
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         for row in open_rows(from.join(&table.file))? {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{
-    feed_retention, quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation, Refusal,
-    StoredEntity, TableName, ValidationError, MAX_INDEXES_PER_TABLE,
+    default_ttl, feed_retention, quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation,
+    Refusal, StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
@@ -415,8 +415,13 @@ impl Engine {
     {
         query::validate_selection(select)?;
         let table = self.table(table)?;
+        let (ttl, now) = (table.time_to_live(), Ticks::now());
         let (mut read, mut value) = (Some(read), None);
         let mut visit = |entity: EntityView<'_>| {
+            // An expired entity reads as missing (until the server removes it).
+            if entity.expired(ttl, now)? {
+                return Ok(());
+            }
             if let Some(read) = read.take() {
                 value = Some(read(&entity.selecting(select))?);
             }
@@ -564,6 +569,28 @@ impl Engine {
         let retention = feed_retention(retention_seconds)?;
         let table = self.table(name)?;
         if table.set_change_feed(on, retention)? {
+            Ok(())
+        } else {
+            Err(TableError::TableNotFound(table.name().to_string()))
+        }
+    }
+
+    /// Lets table `name`'s entities expire (`enabled`), an entity without its own `TimeToLive`
+    /// after `default_seconds` (0: never), or stops it.
+    pub fn set_time_to_live(
+        &self,
+        name: &str,
+        enabled: bool,
+        default_seconds: u64,
+    ) -> Result<(), TableError> {
+        let ttl = match enabled {
+            true => Some(TimeToLive {
+                default_seconds: default_ttl(default_seconds)?,
+            }),
+            false => None,
+        };
+        let table = self.table(name)?;
+        if table.set_time_to_live(ttl)? {
             Ok(())
         } else {
             Err(TableError::TableNotFound(table.name().to_string()))

@@ -22,8 +22,8 @@ mod connections;
 pub mod engine;
 pub mod error;
 pub mod executor;
-mod feeds;
 pub mod grpc;
+mod housekeeping;
 pub mod model;
 pub mod query;
 pub mod rest;
@@ -84,7 +84,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || Engine::open(&store)).await??
     };
     let engine = Arc::new(engine);
-    let trimming = feeds::trim_in_background(engine.clone());
+    let housekeeping = housekeeping::run_in_background(engine.clone());
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
     let rest = rest::start(
         rest_listener,
@@ -111,7 +111,7 @@ pub async fn serve(
     if let Some(rest) = rest {
         rest.stop().await;
     }
-    trimming.abort();
+    housekeeping.abort();
     served?;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TableError;
-use crate::model::{Index, IndexRange, IndexState, KeyRange, Ticks, ValidationError, ValueRef};
+use crate::model::{
+    Index, IndexRange, IndexState, KeyRange, Ticks, TimeToLive, ValidationError, ValueRef,
+};
 use crate::query::{
     index_range, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec, Record,
     ResumeAt, ScanPlan, TokenSeal,
@@ -77,6 +79,8 @@ pub(crate) struct Scan {
     source: Source,
     /// Seals the tokens the scan issues.
     seal: TokenSeal,
+    /// When the table's entities expire (an expired one is examined, never matched).
+    ttl: Option<TimeToLive>,
 }
 
 /// What a scan reads, and what of it is still to read.
@@ -132,12 +136,14 @@ impl Scan {
                 Source::Index { index, range }
             }
         };
+        let ttl = table.time_to_live();
         let mut scan = Scan {
             table,
             spec,
             filter,
             source,
             seal: seal.clone(),
+            ttl,
         };
         if !continuation.is_empty() {
             let token =
@@ -220,6 +226,7 @@ impl Scan {
         let filter = self.filter.as_ref();
         // An index query's range may span partitions the request's partition_key excludes.
         let partition_only = self.spec.partition_key.as_deref();
+        let now = Ticks::now();
         let mut visitor = |entity: &EntityView<'_>| {
             let mut over_time = false;
             if examined % 256 == 255 {
@@ -243,6 +250,9 @@ impl Scan {
             examined += 1;
             examined_in_partition += 1;
             if partition_only.is_some_and(|pk| pk != entity.partition_key) {
+                return Ok(Visit::Next);
+            }
+            if entity.expired(self.ttl, now)? {
                 return Ok(Visit::Next);
             }
             if let Some(filter) = filter {

@@ -31,6 +31,8 @@ pub struct TableDescription {
     /// Whether it keeps a change feed, and how long it keeps each record (seconds).
     pub change_feed: bool,
     pub feed_retention_seconds: u64,
+    /// When its entities expire, if they do.
+    pub time_to_live: Option<crate::model::TimeToLive>,
 }
 
 fn corrupt(what: &str) -> TableError {
@@ -75,6 +77,7 @@ impl Engine {
             access_policies: self.policies_of(table.id())?,
             change_feed: catalog.change_feed,
             feed_retention_seconds: catalog.feed_retention_seconds,
+            time_to_live: catalog.time_to_live,
         })
     }
 

@@ -85,6 +85,11 @@ impl Chunks {
                                 .collect(),
                             change_feed: table.change_feed,
                             change_feed_retention_seconds: table.feed_retention_seconds,
+                            time_to_live: table.time_to_live.is_some(),
+                            default_time_to_live_seconds: table
+                                .time_to_live
+                                .and_then(|ttl| ttl.default_seconds)
+                                .unwrap_or(0),
                         })
                         .collect(),
                 });

@@ -159,6 +159,7 @@ fn change_to_pb(change: StoredChange) -> pb::Change {
         ChangeKind::Merge => pb::ChangeKind::Merge,
         ChangeKind::Patch => pb::ChangeKind::Patch,
         ChangeKind::Delete => pb::ChangeKind::Delete,
+        ChangeKind::Expire => pb::ChangeKind::Expire,
     };
     pb::Change {
         kind: kind as i32,

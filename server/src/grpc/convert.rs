@@ -296,6 +296,11 @@ pub(crate) fn table_to_pb(described: crate::settings::TableDescription) -> pb::T
             true => described.feed_retention_seconds,
             false => 0,
         },
+        time_to_live: described.time_to_live.is_some(),
+        default_time_to_live_seconds: described
+            .time_to_live
+            .and_then(|ttl| ttl.default_seconds)
+            .unwrap_or(0),
     }
 }
 

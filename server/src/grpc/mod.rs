@@ -225,15 +225,21 @@ impl service::table_service_server::TableService for TableApi {
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
         let (table, change_feed) = (request.table, request.change_feed);
-        // Checked before the table is made, so that a bad retention makes nothing.
+        // Checked before the table is made, so that a bad setting makes nothing.
         let retention =
             crate::model::feed_retention(request.change_feed_retention_seconds).map_err(invalid)?;
+        let (time_to_live, default_ttl) =
+            (request.time_to_live, request.default_time_to_live_seconds);
+        crate::model::default_ttl(default_ttl).map_err(invalid)?;
         let described = self
             .executor
             .blocking(move |engine| {
                 engine.create_table_with_indexes(&table, definitions)?;
                 if change_feed {
                     engine.set_change_feed(&table, true, retention)?;
+                }
+                if time_to_live {
+                    engine.set_time_to_live(&table, true, default_ttl)?;
                 }
                 engine.describe_table(&table)
             })
@@ -271,6 +277,21 @@ impl service::table_service_server::TableService for TableApi {
             .blocking(move |engine| engine.set_change_feed(&table, enabled, retention))
             .await?;
         Ok(Response::new(pb::SetChangeFeedResponse {}))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn set_time_to_live(
+        &self,
+        request: Request<pb::SetTimeToLiveRequest>,
+    ) -> Result<Response<pb::SetTimeToLiveResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let (table, enabled, default) = (request.table, request.enabled, request.default_seconds);
+        self.executor
+            .blocking(move |engine| engine.set_time_to_live(&table, enabled, default))
+            .await?;
+        Ok(Response::new(pb::SetTimeToLiveResponse {}))
     }
 
     type ReadChangesStream = changes::ChangeStream;

@@ -31,16 +31,19 @@ pub enum ChangeKind {
     Patch,
     /// It was deleted.
     Delete,
+    /// Its time to live ran out, and the server removed it.
+    Expire,
 }
 
 impl ChangeKind {
     /// Every kind, in the order of their codes.
-    pub const ALL: [ChangeKind; 5] = [
+    pub const ALL: [ChangeKind; 6] = [
         ChangeKind::Insert,
         ChangeKind::Replace,
         ChangeKind::Merge,
         ChangeKind::Patch,
         ChangeKind::Delete,
+        ChangeKind::Expire,
     ];
 
     /// The kind's code in a stored record (1-based).
@@ -69,6 +72,6 @@ mod tests {
             assert_eq!(ChangeKind::from_code(kind.code()), Some(kind));
         }
         assert_eq!(ChangeKind::from_code(0), None);
-        assert_eq!(ChangeKind::from_code(6), None);
+        assert_eq!(ChangeKind::from_code(7), None);
     }
 }

@@ -18,6 +18,7 @@ mod plan;
 mod quote;
 mod range;
 mod time;
+mod ttl;
 mod value;
 
 pub use access_policy::{
@@ -48,6 +49,7 @@ pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};
+pub use ttl::{default_ttl, validate_own_ttl, TimeToLive, MAX_TTL_SECONDS, TTL_PROPERTY};
 pub use value::{utf16_bytes, Value, ValueRef};
 
 /// Longest PartitionKey or RowKey, in bytes of UTF-8.

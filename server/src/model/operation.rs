@@ -36,6 +36,9 @@ pub enum Operation {
     Merge(NewEntity, IfMatch),
     /// Insert, or replace / merge an existing entity.
     Upsert(NewEntity, UpsertMode),
+    /// Remove an expired entity if it still has this ETag (the server's own housekeeping of
+    /// time to live, never a client's; it resolves against the row as stored, expired or not).
+    Expire { key: EntityKey, if_match: IfMatch },
     /// Delete an existing entity.
     Delete { key: EntityKey, if_match: IfMatch },
     /// Apply patch steps to the stored entity (or, with `upsert`, to an empty one if it does
@@ -65,6 +68,7 @@ impl Operation {
             | Operation::Upsert(e, _) => &e.key,
             Operation::Patch { key, .. }
             | Operation::Delete { key, .. }
+            | Operation::Expire { key, .. }
             | Operation::Check { key, .. } => key,
         }
     }
@@ -143,6 +147,11 @@ impl Operation {
             })
         };
         match (self, current) {
+            (Operation::Expire { if_match, .. }, Some(old)) if if_match.matches(&old.etag()) => {
+                Ok(Effect::Remove)
+            }
+            // Rewritten (or removed) since it was found expired: left alone.
+            (Operation::Expire { .. }, _) => Ok(Effect::Nothing),
             (Operation::Patch { upsert: false, .. }, None) => Err(Refusal::NotFound),
             (Operation::Patch { if_match, .. }, Some(old)) if !if_match.matches(&old.etag()) => {
                 Err(Refusal::ConditionNotSatisfied)

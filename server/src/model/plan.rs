@@ -6,8 +6,8 @@
 //! atomically, and their fast paths.
 
 use super::{
-    ChangeKind, Effect, EntityKey, Index, IndexEntry, Operation, Refusal, StoredEntity, Ticks,
-    UpsertMode,
+    validate_own_ttl, ChangeKind, Effect, EntityKey, Index, IndexEntry, Operation, Refusal,
+    StoredEntity, Ticks, TimeToLive, UpsertMode, TTL_PROPERTY,
 };
 
 /// A commit, decided.
@@ -91,13 +91,16 @@ pub struct PlanRefusal {
 /// at its position (as read by the store, with its properties if the operation or an index needs
 /// them), stamped `now` (or one tick past an entity's previous timestamp), keeping every kept
 /// index of `indexes`. Refuses the first operation that cannot apply, then the first that adds a
-/// unique entry an earlier operation of the commit adds too.
+/// unique entry an earlier operation of the commit adds too. With a time to live (`ttl`), a row
+/// that has expired at `now` is missing to every operation but an expiry, and a written entity's
+/// own `TimeToLive` must be valid.
 pub fn plan_commit(
     partition_key: &str,
     operations: Vec<Operation>,
     current: Vec<Option<StoredEntity>>,
     now: Ticks,
     indexes: &[Index],
+    ttl: Option<TimeToLive>,
 ) -> Result<CommitPlan, PlanRefusal> {
     debug_assert_eq!(operations.len(), current.len());
     let kept: Vec<&Index> = indexes.iter().filter(|index| index.is_kept()).collect();
@@ -118,6 +121,11 @@ pub fn plan_commit(
                 .collect()
         };
         let before = entries_of(current.as_ref());
+        let current = match (ttl, current, &operation) {
+            (_, current, Operation::Expire { .. }) => current,
+            (Some(ttl), Some(row), _) if expired(ttl, &row, now) => None,
+            (_, current, _) => current,
+        };
         let kind = change_kind(&operation, current.is_some());
         let (result, writes) = match operation.resolve(current, now) {
             Err(refusal) => {
@@ -127,7 +135,16 @@ pub fn plan_commit(
                     refusal,
                 })
             }
-            Ok(Effect::Put(entity)) => (Some(entity), true),
+            Ok(Effect::Put(entity)) => {
+                if let Some(Err(invalid)) = ttl.map(|_| validate_own_ttl(&entity.properties)) {
+                    return Err(PlanRefusal {
+                        index,
+                        row_key,
+                        refusal: Refusal::Invalid(invalid),
+                    });
+                }
+                (Some(entity), true)
+            }
             Ok(Effect::Remove) => (None, false),
             Ok(Effect::Nothing) => {
                 plan.results.push(None);
@@ -163,10 +180,20 @@ pub fn plan_commit(
     }
 }
 
+/// Whether `row` has expired at `now` under `ttl`.
+fn expired(ttl: TimeToLive, row: &StoredEntity, now: Ticks) -> bool {
+    let own = row
+        .properties
+        .get(TTL_PROPERTY)
+        .map(|value| value.borrowed());
+    ttl.expired(row.timestamp, own, now)
+}
+
 /// How `operation` changes its row, which `existed` or not (for the change it makes, if any).
 fn change_kind(operation: &Operation, existed: bool) -> ChangeKind {
     match operation {
         Operation::Delete { .. } => ChangeKind::Delete,
+        Operation::Expire { .. } => ChangeKind::Expire,
         Operation::Insert(_) => ChangeKind::Insert,
         _ if !existed => ChangeKind::Insert,
         Operation::Update(..) | Operation::Upsert(_, UpsertMode::Replace) => ChangeKind::Replace,
@@ -237,6 +264,70 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_row_is_missing_to_every_operation_but_an_expiry() {
+        use crate::model::{ETag, TimeToLive, TICKS_PER_SECOND};
+        let ttl = Some(TimeToLive {
+            default_seconds: Some(1),
+        });
+        let now = Ticks(10 * TICKS_PER_SECOND);
+        let expired = || Some(stored("a", 1, 0));
+        let live = || Some(stored("a", 1, now.0 - 1));
+        let update = || Operation::Update(entity("a", 2), IfMatch::Any);
+        let refused = plan_commit("p", vec![update()], vec![expired()], now, &[], ttl);
+        assert_eq!(refused.unwrap_err().refusal, Refusal::NotFound);
+        let inserted = plan_commit(
+            "p",
+            vec![Operation::Insert(entity("a", 2))],
+            vec![expired()],
+            now,
+            &[by_n(false)],
+            ttl,
+        )
+        .unwrap();
+        assert_eq!(inserted.changes[0].kind, ChangeKind::Insert);
+        assert_eq!(
+            inserted.removed_entries.len(),
+            1,
+            "the expired row's entry goes"
+        );
+        assert!(plan_commit("p", vec![update()], vec![live()], now, &[], ttl).is_ok());
+        assert!(plan_commit("p", vec![update()], vec![expired()], now, &[], None).is_ok());
+        let expire = |tag: ETag| Operation::Expire {
+            key: key("a"),
+            if_match: IfMatch::Tag(tag),
+        };
+        let removed = plan_commit(
+            "p",
+            vec![expire(ETag::for_timestamp(Ticks(0)))],
+            vec![expired()],
+            now,
+            &[],
+            ttl,
+        )
+        .unwrap();
+        assert_eq!(removed.changes[0].kind, ChangeKind::Expire);
+        assert!(!removed.changes[0].writes);
+        let rewritten = plan_commit(
+            "p",
+            vec![expire(ETag::for_timestamp(Ticks(0)))],
+            vec![live()],
+            now,
+            &[],
+            ttl,
+        )
+        .unwrap();
+        assert!(
+            rewritten.changes.is_empty(),
+            "a row rewritten since is left alone"
+        );
+        let mut own = entity("b", 1);
+        own.properties
+            .insert("TimeToLive".into(), crate::model::Value::Int32(0));
+        let invalid = plan_commit("p", vec![Operation::Insert(own)], vec![None], now, &[], ttl);
+        assert!(matches!(invalid.unwrap_err().refusal, Refusal::Invalid(_)));
+    }
+
+    #[test]
     fn every_kind_of_operation_plans_its_change_and_result() {
         let operations = vec![
             Operation::Insert(entity("a", 1)),
@@ -260,7 +351,7 @@ mod tests {
             Some(stored("e", 0, 5)),
             None,
         ];
-        let plan = plan_commit("p", operations, current, Ticks(100), &[by_n(false)]).unwrap();
+        let plan = plan_commit("p", operations, current, Ticks(100), &[by_n(false)], None).unwrap();
         let changes: Vec<_> = plan
             .changes
             .iter()
@@ -293,6 +384,7 @@ mod tests {
             vec![None],
             Ticks(1),
             &[],
+            None,
         )
         .unwrap();
         assert!(unindexed.added_entries.is_empty() && unindexed.removed_entries.is_empty());
@@ -318,6 +410,7 @@ mod tests {
             vec![Some(stored("a", 1, 5))],
             Ticks(100),
             &[by_n(true)],
+            None,
         )
         .unwrap();
         assert!(plan.added_entries.is_empty() && plan.removed_entries.is_empty());
@@ -331,6 +424,7 @@ mod tests {
             vec![None],
             Ticks(100),
             &[failed],
+            None,
         )
         .unwrap();
         assert!(plan.added_entries.is_empty(), "a failed index is not kept");
@@ -349,6 +443,7 @@ mod tests {
             vec![None, None, None],
             Ticks(100),
             &[by_n(true)],
+            None,
         )
         .unwrap_err();
         assert_eq!((refused.index, refused.row_key.as_str()), (2, "c"));
@@ -366,6 +461,7 @@ mod tests {
             vec![None, None, None],
             Ticks(1),
             &[by_n(false)],
+            None,
         )
         .unwrap();
         assert_eq!(plan.added_entries.len(), 3);
@@ -379,6 +475,7 @@ mod tests {
             vec![Some(stored("a", 1, 5)), None],
             Ticks(100),
             &[by_n(true)],
+            None,
         )
         .unwrap();
         assert_eq!(plan.removed_entries, [plan.added_entries[1].entry.clone()]);
@@ -399,6 +496,7 @@ mod tests {
             vec![None, None],
             Ticks(100),
             &[by_n(true)],
+            None,
         )
         .unwrap();
         let holder = EntityKey::new("q".into(), "x".into()).unwrap();
@@ -429,6 +527,7 @@ mod tests {
             vec![None, Some(stored("b", 0, 5)), None],
             Ticks(100),
             &[],
+            None,
         )
         .unwrap_err();
         assert_eq!(refused.index, 1);
@@ -440,6 +539,7 @@ mod tests {
             vec![None],
             Ticks(1),
             &[],
+            None,
         )
         .unwrap_err();
         assert_eq!(missing.refusal, Refusal::NotFound);
@@ -454,7 +554,8 @@ mod tests {
             more.insert(format!("P{n}"), Value::Int32(n));
         }
         let merge = Operation::Merge(NewEntity::new(key("w"), more).unwrap(), IfMatch::Any);
-        let invalid = plan_commit("p", vec![merge], vec![Some(wide)], Ticks(1), &[]).unwrap_err();
+        let invalid =
+            plan_commit("p", vec![merge], vec![Some(wide)], Ticks(1), &[], None).unwrap_err();
         assert!(matches!(
             invalid.refusal,
             Refusal::Invalid(ValidationError::TooManyProperties { .. })
@@ -471,6 +572,7 @@ mod tests {
             vec![Some(stored("a", 0, 500))],
             Ticks(100),
             &[],
+            None,
         )
         .unwrap();
         assert_eq!(plan.results[0].as_ref().unwrap().timestamp, Ticks(501));
@@ -480,6 +582,7 @@ mod tests {
             vec![None],
             Ticks(100),
             &[],
+            None,
         )
         .unwrap();
         assert_eq!(fresh.results[0].as_ref().unwrap().timestamp, Ticks(100));

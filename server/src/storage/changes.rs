@@ -94,7 +94,8 @@ pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChang
         partition_key: partition_key.to_owned(),
         row_key: row_key.to_owned(),
     };
-    if rest.is_empty() != (kind == ChangeKind::Delete) {
+    let removed = matches!(kind, ChangeKind::Delete | ChangeKind::Expire);
+    if rest.is_empty() != removed {
         return Err(corrupt());
     }
     let after = match rest.is_empty() {
@@ -135,6 +136,7 @@ mod tests {
             vec![None],
             Ticks::next_commit(),
             &[],
+            None,
         )
         .unwrap()
         .results;
@@ -151,6 +153,7 @@ mod tests {
             vec![None, existing[0].clone()],
             Ticks::next_commit(),
             &[],
+            None,
         )
         .unwrap();
         let records = records_of(&plan, "p");

@@ -10,7 +10,7 @@ use super::StorageError;
 use crate::model::encoding::{decode_value, encode_owned, skip_value, utf8, Reader};
 use crate::model::{
     prune, selected, selects, EntityKey, Operation, Properties, Selected, StoredEntity, Ticks,
-    Value, ValueRef,
+    TimeToLive, Value, ValueRef, TTL_PROPERTY,
 };
 
 const FORMAT_V1: u8 = 1;
@@ -106,6 +106,15 @@ impl<'a> EntityView<'a> {
     }
 
     /// How many bytes its properties take stored: a size hint for encoding them elsewhere.
+    /// Whether the entity has expired at `now` under the table's time to live `ttl` (never
+    /// without one).
+    pub fn expired(&self, ttl: Option<TimeToLive>, now: Ticks) -> Result<bool, StorageError> {
+        let Some(ttl) = ttl else {
+            return Ok(false);
+        };
+        Ok(ttl.expired(self.timestamp, self.property(TTL_PROPERTY)?, now))
+    }
+
     pub fn stored_len(&self) -> usize {
         self.value.len()
     }

@@ -8,12 +8,15 @@ use std::time::Duration;
 use super::{EntityView, StorageError, Table};
 use crate::model::encoding::Reader;
 use crate::model::{
-    Index, IndexDefinition, IndexScope, IndexState, KeyPosition, DEFAULT_FEED_RETENTION_SECONDS,
+    Index, IndexDefinition, IndexScope, IndexState, KeyPosition, TimeToLive,
+    DEFAULT_FEED_RETENTION_SECONDS,
 };
 
 const CATALOG_V1: u8 = 1;
-/// The trailing byte of a catalog whose table keeps a change feed.
+/// The sections a catalog may end with: the table keeps a change feed (its retention follows),
+/// lets entities expire (its default time to live follows, 0 for none).
 const CHANGE_FEED_ON: u8 = 0xCF;
+const TIME_TO_LIVE_ON: u8 = 0x7C;
 
 /// A table's indexes, and those dropped whose entries are still being reclaimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +30,8 @@ pub struct IndexCatalog {
     pub change_feed: bool,
     /// How long the feed keeps its records, in seconds.
     pub feed_retention_seconds: u64,
+    /// When entities expire, if the table lets them (`model::ttl`).
+    pub time_to_live: Option<TimeToLive>,
 }
 
 impl Default for IndexCatalog {
@@ -36,6 +41,7 @@ impl Default for IndexCatalog {
             dropped: Vec::new(),
             change_feed: false,
             feed_retention_seconds: DEFAULT_FEED_RETENTION_SECONDS,
+            time_to_live: None,
         }
     }
 }
@@ -106,8 +112,9 @@ impl IndexCatalog {
     /// The record: `[version u8 = 1][index count u8]`, per index `[id u64 BE][scope u8][unique
     /// u8][state u8][failure: u16 LE length, UTF-8][name: u8 length][property count u8]`, per
     /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`, then
-    /// `[0xCF][retention in seconds: u64 LE]` if the table keeps a change feed (older records end
-    /// before it).
+    /// `[0xCF][retention in seconds: u64 LE]` if the table keeps a change feed, and `[0x7C][default
+    /// time to live in seconds, 0 for none: u64 LE]` if it lets entities expire (older records end
+    /// before them).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![CATALOG_V1, self.indexes.len() as u8];
         for index in &self.indexes {
@@ -147,6 +154,10 @@ impl IndexCatalog {
         if self.change_feed {
             out.push(CHANGE_FEED_ON);
             out.extend_from_slice(&self.feed_retention_seconds.to_le_bytes());
+        }
+        if let Some(ttl) = self.time_to_live {
+            out.push(TIME_TO_LIVE_ON);
+            out.extend_from_slice(&ttl.default_seconds.unwrap_or(0).to_le_bytes());
         }
         out
     }
@@ -201,14 +212,21 @@ impl IndexCatalog {
                 .dropped
                 .push(u64::from_be_bytes(reader.take::<8>()?));
         }
-        if !reader.is_empty() {
-            let [flag] = reader.take::<1>()?;
-            let retention = u64::from_le_bytes(reader.take::<8>()?);
-            if flag != CHANGE_FEED_ON || !reader.is_empty() {
-                return Err(corrupt());
+        while !reader.is_empty() {
+            let [section] = reader.take::<1>()?;
+            let seconds = u64::from_le_bytes(reader.take::<8>()?);
+            match section {
+                CHANGE_FEED_ON => {
+                    catalog.change_feed = true;
+                    catalog.feed_retention_seconds = seconds;
+                }
+                TIME_TO_LIVE_ON => {
+                    catalog.time_to_live = Some(TimeToLive {
+                        default_seconds: (seconds > 0).then_some(seconds),
+                    });
+                }
+                _ => return Err(corrupt()),
             }
-            catalog.change_feed = true;
-            catalog.feed_retention_seconds = retention;
         }
         Ok(catalog)
     }
@@ -216,6 +234,12 @@ impl IndexCatalog {
     /// Whether writes keep any index.
     pub fn any_kept(&self) -> bool {
         self.indexes.iter().any(Index::is_kept)
+    }
+
+    /// Whether a commit plans over the current rows' every property (for the indexes it keeps,
+    /// or to tell whether a row has expired), not only over those its operations need.
+    pub fn reads_rows_whole(&self) -> bool {
+        self.any_kept() || self.time_to_live.is_some()
     }
 }
 
@@ -354,6 +378,24 @@ mod tests {
         assert_eq!(catalog.drop_index("BYA"), Some(7));
         assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
         assert_eq!(IndexCatalog::decode(&[]).unwrap(), IndexCatalog::default());
+        // The change feed's and the time to live's sections, alone and together.
+        let older = catalog.encode();
+        catalog.change_feed = true;
+        catalog.feed_retention_seconds = 60;
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        catalog.time_to_live = Some(TimeToLive {
+            default_seconds: Some(3600),
+        });
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        catalog.change_feed = false;
+        catalog.feed_retention_seconds = DEFAULT_FEED_RETENTION_SECONDS;
+        catalog.time_to_live = Some(TimeToLive {
+            default_seconds: None,
+        });
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        let mut unknown = older.clone();
+        unknown.extend_from_slice(&[0x01, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(IndexCatalog::decode(&unknown).is_err());
         assert!(IndexCatalog::decode(&[1, 1, 0]).is_err());
     }
 }

@@ -46,7 +46,7 @@ pub use sled_store::{
 
 use crate::model::{
     EntityKey, Index, IndexDefinition, IndexRange, IndexState, Operation, StoredEntity, TableName,
-    Ticks,
+    Ticks, TimeToLive,
 };
 pub use crate::model::{KeyPosition, KeyRange};
 
@@ -120,6 +120,8 @@ pub struct SnapshotTable {
     /// the feed's retention in seconds.
     pub change_feed: bool,
     pub feed_retention_seconds: u64,
+    /// When its entities expire, if they do.
+    pub time_to_live: Option<TimeToLive>,
 }
 
 /// What a snapshot gives, in order: the tables once, then their entity rows.
@@ -310,6 +312,13 @@ pub trait Indexed {
         index_id: u64,
         from: Option<KeyPosition>,
     ) -> Result<BuildStep, StorageError>;
+
+    /// When the table's entities expire, if it lets them (cheap: every read asks).
+    fn time_to_live(&self) -> Option<TimeToLive>;
+
+    /// Lets entities expire (`Some`, with the table's default) or not (`None`), for every read
+    /// and commit after this returns. `false` if the table is gone.
+    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError>;
 
     /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;

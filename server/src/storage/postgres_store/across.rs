@@ -199,9 +199,16 @@ fn plan_parts(
                 .copied()
         };
         let ops = &part.batch.operations;
-        let current = codec::current_entities(ops, record_of, catalog.any_kept())?;
+        let current = codec::current_entities(ops, record_of, catalog.reads_rows_whole())?;
         let (key, ops) = (&part.batch.partition_key, ops.clone());
-        match plan_commit(key, ops, current, now, &catalog.indexes) {
+        match plan_commit(
+            key,
+            ops,
+            current,
+            now,
+            &catalog.indexes,
+            catalog.time_to_live,
+        ) {
             Ok(plan) => plans.push(plan),
             Err(refusal) => {
                 let rejection = at_position(&part.batch.positions, refusal.into());

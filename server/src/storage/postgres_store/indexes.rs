@@ -12,7 +12,7 @@ use super::sql::{partition_lock, read_snapshot, table_lock, visit_portal, LOCK_T
 use super::table::PostgresTable;
 use crate::model::{
     AddedEntry, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexRange, IndexState,
-    KeyPosition,
+    KeyPosition, TimeToLive,
 };
 use crate::storage::{
     entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
@@ -245,6 +245,19 @@ impl Indexed for PostgresTable {
             Ok(true)
         })?;
         Ok(dropped == Some(true))
+    }
+
+    fn time_to_live(&self) -> Option<TimeToLive> {
+        self.catalog.time_to_live
+    }
+
+    /// Waits for the commits under way (the table's lock, exclusively).
+    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError> {
+        let changed = self.change_catalog(true, |catalog, _| {
+            catalog.time_to_live = ttl;
+            Ok(())
+        })?;
+        Ok(changed.is_some())
     }
 
     /// Waits for the commits under way (the table's lock, exclusively), so that every commit

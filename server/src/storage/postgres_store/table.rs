@@ -268,17 +268,22 @@ impl PostgresTable {
     ) -> Result<Result<CommitPlan, Rejection>, StorageError> {
         let current = match inserts_only {
             true => operations.iter().map(|_| None).collect(),
-            false => match self.read_rows(tx, prepared, operations, catalog.any_kept())? {
+            false => match self.read_rows(tx, prepared, operations, catalog.reads_rows_whole())? {
                 Some(current) => current,
                 None => return Ok(Err(table_gone())),
             },
         };
         let now = Ticks::next_commit();
         let operations = operations.to_vec();
-        Ok(
-            plan_commit(partition_key, operations, current, now, &catalog.indexes)
-                .map_err(Into::into),
+        Ok(plan_commit(
+            partition_key,
+            operations,
+            current,
+            now,
+            &catalog.indexes,
+            catalog.time_to_live,
         )
+        .map_err(Into::into))
     }
 
     /// Writes and removes the entity rows of `plan`; with `inserts_only`, by a plain `INSERT`

@@ -18,7 +18,7 @@ use super::undo::RowChange;
 use super::{EntityView, Rejection, StorageError};
 use crate::model::{
     successor_of_prefix, CommitPlan, EntityKey, Index, IndexDefinition, IndexRange, IndexState,
-    KeyPosition, KeyRange,
+    KeyPosition, KeyRange, TimeToLive,
 };
 use crate::storage::{
     entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
@@ -391,6 +391,24 @@ impl Indexed for SledTable {
             self.tree.insert(entry_key, entity_key)?;
         }
         Ok(BuildStep::Next(next))
+    }
+
+    fn time_to_live(&self) -> Option<TimeToLive> {
+        self.index_catalog().time_to_live
+    }
+
+    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(_gate) = self.gate() else {
+            return Ok(false);
+        };
+        let mut catalog = (*self.index_catalog()).clone();
+        catalog.time_to_live = ttl;
+        self.store_catalog(catalog)?;
+        Ok(true)
     }
 
     fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError> {

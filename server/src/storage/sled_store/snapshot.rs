@@ -164,6 +164,7 @@ impl SledStore {
                             .collect(),
                         change_feed: catalog.change_feed,
                         feed_retention_seconds: catalog.feed_retention_seconds,
+                        time_to_live: catalog.time_to_live,
                     }
                 })
                 .collect();

@@ -300,7 +300,8 @@ impl SledTable {
         let now = Ticks::next_commit();
         let catalog = self.index_catalog();
         let writing = self.shared.snapshots.writing();
-        let alone = !catalog.any_kept() && !catalog.change_feed;
+        // (An expired row where an insert goes reads as missing: that needs the row.)
+        let alone = !catalog.reads_rows_whole() && !catalog.change_feed;
         if let (true, [Operation::Insert(_)]) = (alone, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(&writing, partition_key, insert, now);
@@ -362,9 +363,19 @@ impl SledTable {
             .map(|operation| key::encode(partition_key, operation.row_key()))
             .collect();
         let mut rows = self.current_rows(&encoded_keys)?;
-        let current =
-            codec::current_entities(&operations, |at, _| rows[at].as_deref(), catalog.any_kept())?;
-        let plan = match plan_commit(partition_key, operations, current, now, &catalog.indexes) {
+        let current = codec::current_entities(
+            &operations,
+            |at, _| rows[at].as_deref(),
+            catalog.reads_rows_whole(),
+        )?;
+        let plan = match plan_commit(
+            partition_key,
+            operations,
+            current,
+            now,
+            &catalog.indexes,
+            catalog.time_to_live,
+        ) {
             Ok(plan) => plan,
             Err(refused) => return Ok(Err(refused.into())),
         };

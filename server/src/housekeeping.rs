@@ -1,0 +1,205 @@
+//! The server's housekeeping, a task that every [`EVERY`] looks at each table: it removes from a
+//! change feed the records older than the feed's retention, and from a table whose entities expire
+//! the expired ones (at most [`SWEEP_EXAMINED`] examined a table a pass, resuming where the last
+//! pass stopped, so its cost per second is bounded), each removal a commit of its own kind
+//! (`Operation::Expire`, an `EXPIRE` record in the feed) that leaves an entity rewritten
+//! meanwhile alone. Work runs on the blocking pool. Over PostgreSQL every server does it; the
+//! removals are idempotent.
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::TableError;
+use crate::model::{
+    ETag, EntityKey, IfMatch, KeyPosition, KeyRange, Operation, Ticks, TICKS_PER_SECOND,
+};
+use crate::storage::{Table, Visit};
+
+/// How often the housekeeping runs.
+const EVERY: Duration = Duration::from_secs(1);
+/// Records one trimming step removes at most.
+const TRIM_BATCH: usize = 1_000;
+/// Entities one pass examines in a table whose entities expire, at most.
+const SWEEP_EXAMINED: usize = 50_000;
+/// Expired entities one commit removes (of one partition), at most.
+const EXPIRE_BATCH: usize = 100;
+
+/// Where each table's sweep for expired entities resumes (by table id).
+type SweepPositions = HashMap<u64, KeyPosition>;
+
+/// Runs the housekeeping of `engine` every [`EVERY`] until the task is aborted.
+pub(crate) fn run_in_background(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut positions = SweepPositions::new();
+        loop {
+            ticks.tick().await;
+            let engine = engine.clone();
+            let ran = tokio::task::spawn_blocking(move || {
+                let done = pass(&engine, Ticks::now(), &mut positions);
+                (done, positions)
+            })
+            .await;
+            positions = match ran {
+                Ok((done, kept)) => {
+                    match done {
+                        Ok(done) => done.count(),
+                        Err(error) => tracing::warn!(%error, "housekeeping failed; trying again"),
+                    }
+                    kept
+                }
+                Err(error) => {
+                    tracing::error!(%error, "housekeeping panicked");
+                    SweepPositions::new()
+                }
+            };
+        }
+    })
+}
+
+/// What a pass removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Done {
+    /// Change records past their feed's retention.
+    pub(crate) trimmed: usize,
+    /// Expired entities.
+    pub(crate) expired: usize,
+}
+
+impl Done {
+    /// Counts the pass among the background jobs, by what it did.
+    fn count(self) {
+        if self.trimmed > 0 {
+            crate::telemetry::background_done("feed_trim");
+        }
+        if self.expired > 0 {
+            crate::telemetry::background_done("expire");
+        }
+    }
+}
+
+/// One pass over every table at `now`.
+pub(crate) fn pass(
+    engine: &Engine,
+    now: Ticks,
+    positions: &mut SweepPositions,
+) -> Result<Done, TableError> {
+    let mut done = Done::default();
+    let mut page_token = String::new();
+    loop {
+        let page = engine.list_tables("", 1_000, &page_token)?;
+        for name in &page.tables {
+            let table = match engine.table(name.as_str()) {
+                Ok(table) => table,
+                // Deleted meanwhile.
+                Err(TableError::TableNotFound(_)) => continue,
+                Err(error) => return Err(error),
+            };
+            let catalog = table.indexes()?;
+            if catalog.change_feed {
+                let retention = ticks_of(catalog.feed_retention_seconds);
+                done.trimmed += trim(table.as_ref(), Ticks(now.0.saturating_sub(retention)))?;
+            }
+            if catalog.time_to_live.is_some() {
+                done.expired += sweep(table.as_ref(), now, positions)?;
+            }
+        }
+        match page.next_page_token {
+            Some(next) => page_token = next,
+            None => return Ok(done),
+        }
+    }
+}
+
+fn ticks_of(seconds: u64) -> i64 {
+    i64::try_from(seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(TICKS_PER_SECOND)
+}
+
+/// Removes the feed's records of commits before `before`: how many.
+fn trim(table: &dyn Table, before: Ticks) -> Result<usize, TableError> {
+    let mut removed = 0;
+    loop {
+        let step = table.trim_changes(before, TRIM_BATCH)?;
+        removed += step;
+        if step < TRIM_BATCH {
+            return Ok(removed);
+        }
+    }
+}
+
+/// Examines up to [`SWEEP_EXAMINED`] entities of `table` from where its last sweep stopped and
+/// removes those expired at `now`: how many.
+fn sweep(
+    table: &dyn Table,
+    now: Ticks,
+    positions: &mut SweepPositions,
+) -> Result<usize, TableError> {
+    let ttl = table.time_to_live();
+    let start = match positions.remove(&table.id()) {
+        Some(position) => Bound::Included(position),
+        None => Bound::Unbounded,
+    };
+    let range = KeyRange {
+        start,
+        end: Bound::Unbounded,
+    };
+    let mut expired: Vec<(EntityKey, ETag)> = Vec::new();
+    let mut examined = 0;
+    let stopped_at = table.visit(&[range], false, &mut |entity| {
+        if examined == SWEEP_EXAMINED {
+            return Ok(Visit::Stop);
+        }
+        examined += 1;
+        if entity.expired(ttl, now)? {
+            let key = EntityKey {
+                partition_key: entity.partition_key.to_owned(),
+                row_key: entity.row_key.to_owned(),
+            };
+            expired.push((key, ETag::for_timestamp(entity.timestamp)));
+        }
+        Ok(Visit::Next)
+    })?;
+    if let Some(position) = stopped_at {
+        positions.insert(table.id(), position);
+    }
+    let mut removed = 0;
+    for batch in by_partition(expired) {
+        let (partition_key, count) = (batch[0].0.partition_key.clone(), batch.len());
+        let operations = batch
+            .into_iter()
+            .map(|(key, etag)| Operation::Expire {
+                key,
+                if_match: IfMatch::Tag(etag),
+            })
+            .collect();
+        // An expiry is never refused (one of a row rewritten meanwhile does nothing); nobody
+        // waits for its durability.
+        if table.commit(&partition_key, operations)?.is_ok() {
+            removed += count;
+        }
+    }
+    Ok(removed)
+}
+
+/// `expired` (in key order) in batches of one partition, of at most [`EXPIRE_BATCH`].
+fn by_partition(expired: Vec<(EntityKey, ETag)>) -> Vec<Vec<(EntityKey, ETag)>> {
+    let mut batches: Vec<Vec<(EntityKey, ETag)>> = Vec::new();
+    for entry in expired {
+        match batches.last_mut() {
+            Some(batch)
+                if batch.len() < EXPIRE_BATCH
+                    && batch[0].0.partition_key == entry.0.partition_key =>
+            {
+                batch.push(entry)
+            }
+            _ => batches.push(vec![entry]),
+        }
+    }
+    batches
+}
