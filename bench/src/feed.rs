@@ -1,6 +1,8 @@
 //! `change_feed`: the `insert` workload on a table that keeps a change feed, with one follower
 //! reading it (`ReadChanges` with `follow`): the inserts' rate beside `insert`'s, and the delay
-//! from each insert's answer to the follower receiving its record.
+//! from each insert's answer to the follower receiving its record. `ttl_expire`: a table's
+//! entities all expiring at once while point reads run on the main table, and how long the server
+//! takes to remove them (counted by their `EXPIRE` records).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use trestle_proto::pb;
 
 use crate::measure::Measurement;
-use crate::workloads::{insert_into, Client, Plan};
+use crate::workloads::{insert_into, load, point_read, Client, Plan};
 
 const TABLE: &str = "FeedBench";
 
@@ -74,4 +76,57 @@ pub(crate) async fn change_feed(client: &Client, plan: &Plan) -> (Measurement, V
     stop.notify_one();
     let delays = follower.await.expect("the follower");
     (measurement, delays)
+}
+
+/// The table whose entities expire together.
+const EXPIRING: &str = "ExpireBench";
+
+/// Point reads of the main table (loaded already) while every entity of a table as large expires
+/// at once; and how long after the expiry began the last one was removed (`None` if not within
+/// two minutes).
+pub(crate) async fn ttl_expire(client: &Client, plan: &Plan) -> (Measurement, Option<Duration>) {
+    load(client, EXPIRING, plan.partitions, plan.rows_per_partition).await;
+    let mut c = client.clone();
+    // The feed from now on holds only the removals; then every entity (written over a second
+    // ago) expires at once.
+    c.set_change_feed(pb::SetChangeFeedRequest {
+        table: EXPIRING.into(),
+        enabled: true,
+        retention_seconds: 3600,
+    })
+    .await
+    .expect("feed");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    c.set_time_to_live(pb::SetTimeToLiveRequest {
+        table: EXPIRING.into(),
+        enabled: true,
+        default_seconds: 1,
+    })
+    .await
+    .expect("time to live");
+    let expiring_since = Instant::now();
+    let total = plan.entities() as usize;
+    let counting = {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            let request = pb::ReadChangesRequest {
+                table: EXPIRING.into(),
+                follow: true,
+                ..Default::default()
+            };
+            let mut stream = client.read_changes(request).await.ok()?.into_inner();
+            let mut removed = 0;
+            while removed < total {
+                let batch = tokio::time::timeout(Duration::from_secs(120), stream.message())
+                    .await
+                    .ok()?
+                    .ok()??;
+                removed += batch.changes.len();
+            }
+            Some(expiring_since.elapsed())
+        })
+    };
+    let measurement = point_read(client, plan).await;
+    let gone = counting.await.ok().flatten();
+    (measurement, gone)
 }

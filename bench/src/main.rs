@@ -67,6 +67,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_range",
     "indexed_insert",
     "change_feed",
+    "ttl_expire",
     "path_filter_scan",
     "array_index_lookup",
     "append_keep_last",
@@ -581,6 +582,7 @@ async fn run_workloads(
         matches!(
             *w,
             "point_read"
+                | "ttl_expire"
                 | "filter_scan"
                 | "partition_range_scan"
                 | "mixed"
@@ -729,6 +731,34 @@ async fn run_workloads(
                     ceilings,
                     what,
                 ));
+                continue;
+            }
+            "ttl_expire" => {
+                let (mut m, gone) = feed::ttl_expire(client, plan).await;
+                let p99 = m.percentile_ms(0.99);
+                let without = rows
+                    .iter()
+                    .find(|row| row.workload == named("point_read"))
+                    .and_then(|row| row.p99_ms);
+                let versus = match (p99, without) {
+                    (Some(p99), Some(without)) => {
+                        format!("{:.1}x point_read's p99", p99 / without)
+                    }
+                    _ => "(run point_read too to compare)".to_owned(),
+                };
+                let removed = match gone {
+                    Some(gone) => {
+                        format!("all removed {:.1} s after they expired", gone.as_secs_f64())
+                    }
+                    None => "not all removed within two minutes".to_owned(),
+                };
+                let server_sample = before.zip(sample());
+                let mut row = row_of(&named(workload), m, server_sample, ceilings.unary, false);
+                row.note = format!(
+                    "point reads while {} entities of another table expire at once: {versus}; {removed}",
+                    plan.entities()
+                );
+                rows.push(row);
                 continue;
             }
             "change_feed" => {
