@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::{entity, int32, string, tx_delete, tx_insert, TestServer};
 use tonic::Code;
 use trestle_proto::pb;
+use trestle_server::storage::StoreConfig;
 
 type Client = common::RawClient;
 
@@ -269,6 +270,55 @@ async fn a_follower_sees_each_commit_at_once_and_many_in_order() {
             );
         }
     }
+}
+
+/// A read without `follow` shows every write acknowledged before it began. Over PostgreSQL, a
+/// record becomes readable only once every transaction that began before it has ended: the read
+/// waits for one still running (another client's, in another database of the cluster) rather than
+/// end without the acknowledged write.
+#[tokio::test]
+async fn a_read_shows_every_write_acknowledged_before_it() {
+    let mut database = None;
+    let server = TestServer::start_with(|config| {
+        if let StoreConfig::Postgres { url, .. } = &config.store {
+            database = Some(url.clone());
+        }
+    })
+    .await;
+    let mut client = server.client().await;
+    create(&mut client, "Orders", true).await;
+    let running = database.map(|url| {
+        let (began, end) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let transaction = std::thread::spawn(move || {
+            let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut transaction = other.transaction().unwrap();
+            transaction
+                .query("SELECT pg_current_xact_id()", &[])
+                .unwrap();
+            began.0.send(()).unwrap();
+            end.1.recv().unwrap();
+            transaction.commit().unwrap();
+        });
+        began.1.recv().unwrap();
+        (end.0, transaction)
+    });
+    insert(&mut client, "Orders", "o", "1", 1).await;
+    let reading = tokio::spawn(async move { read_all(&mut client, "Orders", "").await });
+    if let Some((end, transaction)) = running {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !reading.is_finished(),
+            "the read waits for the running transaction"
+        );
+        end.send(()).unwrap();
+        transaction.join().unwrap();
+    }
+    let changes = tokio::time::timeout(Duration::from_secs(5), reading)
+        .await
+        .expect("the read ends once the running transaction has")
+        .unwrap();
+    let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
+    assert_eq!(rows, ["1"]);
 }
 
 #[tokio::test]

@@ -11,9 +11,9 @@ use crate::model::{
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, FeedPosition,
-    IndexRefusal, RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreConfig,
-    StoredChange, StoredRow, Table, Ticket,
+    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, FeedEnd,
+    FeedPosition, IndexRefusal, RejectReason, Rejection, SnapshotSink, StorageError, Store,
+    StoreConfig, StoredChange, StoredRow, Table, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -624,9 +624,8 @@ impl Engine {
         Ok(changes)
     }
 
-    /// The position after every record of table `name`'s feed readable now: a reader starting
-    /// there sees the changes committed from now on.
-    pub fn feed_end(&self, name: &str) -> Result<FeedPosition, TableError> {
+    /// Where table `name`'s feed ends now ([`crate::storage::Table::feed_end`]).
+    pub fn feed_end(&self, name: &str) -> Result<FeedEnd, TableError> {
         Ok(self.table(name)?.feed_end()?)
     }
 

@@ -5,7 +5,7 @@
 //! its connection's open scans while it lives.
 
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -20,12 +20,16 @@ use super::invalid;
 use super::stream::Holds;
 use crate::auth::Access;
 use crate::model::{ChangeKind, ValidationError};
-use crate::storage::{FeedPosition, StoredChange};
+use crate::storage::{FeedEnd, FeedPosition, StoredChange};
 
 /// Records one batch holds at most.
 const BATCH: usize = 500;
 /// How often a caught-up follower looks for new records.
 const FOLLOW_EVERY: Duration = Duration::from_millis(5);
+/// How long a read without `follow` waits, caught up, for the records of commits that had ended
+/// when it began but are not readable yet (behind a transaction still running then); it ends at
+/// its cursor after that, and a later read from the cursor finds them.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(10);
 
 /// The batches of a feed, then its end (or the status that ended it).
 pub(crate) type ChangeStream =
@@ -76,24 +80,25 @@ impl Reader {
     /// begins), then streams on a task of its own.
     pub(crate) async fn start(mut self, executor: Executor) -> Result<ChangeStream, Status> {
         let (sender, receiver) = mpsc::channel(1);
+        let end = self.end(&executor).await?;
         if self.from_end {
-            let table = self.table.clone();
-            let end = executor
-                .blocking(move |engine| engine.feed_end(&table))
-                .await?;
-            self.after = Some(end);
+            self.after = Some(end.readable);
             let at_end = pb::ReadChangesResponse {
                 changes: Vec::new(),
-                cursor: cursor_of(end),
+                cursor: cursor_of(end.readable),
             };
             sender.try_send(Ok(at_end)).expect("a new channel has room");
         }
         let first = self.read(&executor).await?;
         tokio::spawn(async move {
+            let settle_until = Instant::now() + SETTLE_AT_MOST;
             let mut batch = first;
             loop {
                 if batch.is_empty() {
-                    if !self.follow {
+                    if !self.follow
+                        && (Instant::now() >= settle_until
+                            || self.has_passed(&executor, end.committed).await)
+                    {
                         return;
                     }
                     tokio::select! {
@@ -113,6 +118,26 @@ impl Reader {
             }
         });
         Ok(Box::pin(ReceiverStream::new(receiver)))
+    }
+
+    /// Where the feed ends now.
+    async fn end(&self, executor: &Executor) -> Result<FeedEnd, Status> {
+        let table = self.table.clone();
+        executor
+            .blocking(move |engine| engine.feed_end(&table))
+            .await
+    }
+
+    /// Whether the reader, caught up, has seen every record up to `position`: true once
+    /// `position` is readable and a read after that finds nothing more (an error here is left for
+    /// the next read to report).
+    async fn has_passed(&self, executor: &Executor, position: FeedPosition) -> bool {
+        match self.end(executor).await {
+            Ok(end) if end.readable >= position => {
+                matches!(self.read(executor).await, Ok(batch) if batch.is_empty())
+            }
+            _ => false,
+        }
     }
 
     /// The next batch after the reader's position.

@@ -36,6 +36,27 @@ impl FeedPosition {
     }
 }
 
+/// Where a table's feed ends, seen at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedEnd {
+    /// After every record readable at the instant and before every record to come.
+    pub readable: FeedPosition,
+    /// After the records of every commit that had ended at the instant, some of which may not
+    /// be readable yet (an earlier transaction was still running, or not yet durable).
+    pub committed: FeedPosition,
+}
+
+impl FeedEnd {
+    /// The ends of a feed whose readers may read below transaction `horizon`, and whose next
+    /// transaction will be numbered `next` or later.
+    pub fn new(horizon: u64, next: u64) -> FeedEnd {
+        FeedEnd {
+            readable: FeedPosition::before_transaction(horizon),
+            committed: FeedPosition::before_transaction(next),
+        }
+    }
+}
+
 /// A change record as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredChange {

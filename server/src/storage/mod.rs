@@ -31,7 +31,7 @@ mod sled_store;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-pub use changes::{FeedPosition, StoredChange};
+pub use changes::{FeedEnd, FeedPosition, StoredChange};
 pub use codec::{EntityView, Shown, StoredProperties};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
@@ -418,9 +418,10 @@ pub trait Table: Indexed + Send + Sync + Debug {
     /// it may have missed records.
     fn feed_trimmed_to(&self) -> Result<Option<FeedPosition>, StorageError>;
 
-    /// A position after every record readable now and before every record to come: a reader
-    /// starting there sees what commits from now on.
-    fn feed_end(&self) -> Result<FeedPosition, StorageError>;
+    /// Where the feed ends now: a reader starting at its `readable` end sees what commits from
+    /// now on; one reading until it has passed its `committed` end has seen every change
+    /// committed before now.
+    fn feed_end(&self) -> Result<FeedEnd, StorageError>;
 }
 
 /// An entity as the sled store keeps it, for tests of code that reads [`EntityView`]s.

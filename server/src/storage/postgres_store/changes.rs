@@ -11,7 +11,7 @@ use postgres::Client;
 use super::pool::Prepared;
 use super::table::PostgresTable;
 use crate::model::{CommitPlan, Ticks};
-use crate::storage::changes::{self, FeedPosition, StoredChange};
+use crate::storage::changes::{self, FeedEnd, FeedPosition, StoredChange};
 use crate::storage::StorageError;
 
 const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
@@ -29,8 +29,10 @@ const TRIM_RECORDS: &str = "WITH doomed AS (
             < (EXCLUDED.xid, EXCLUDED.record))
     DELETE FROM trestle_changes c USING doomed d
     WHERE c.table_id = $1 AND c.xid = d.xid AND c.record = d.record";
-/// Every transaction below it has ended; every later one's id is above it.
-const HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8";
+/// Every transaction below the first has ended, and every later one's id is above it; the second
+/// is the id the next transaction will take.
+const ENDS: &str = "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8
+    FROM pg_current_snapshot() s";
 const TRIMMED_TO: &str =
     "SELECT xid::text::int8, record FROM trestle_feed_trims WHERE table_id = $1";
 const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
@@ -73,9 +75,10 @@ impl PostgresTable {
     }
 
     /// [`crate::storage::Table::feed_end`].
-    pub(super) fn end(&self) -> Result<FeedPosition, StorageError> {
-        let horizon: i64 = self.pool.query(HORIZON, &[])?[0].get(0);
-        Ok(FeedPosition::before_transaction(horizon as u64))
+    pub(super) fn end(&self) -> Result<FeedEnd, StorageError> {
+        let row = &self.pool.query(ENDS, &[])?[0];
+        let (horizon, next): (i64, i64) = (row.get(0), row.get(1));
+        Ok(FeedEnd::new(horizon as u64, next as u64))
     }
 
     /// [`crate::storage::Table::feed_trimmed_to`].

@@ -17,8 +17,8 @@ use crate::model::{
     StoredEntity, TableName, Ticks,
 };
 use crate::storage::{
-    codec, in_scan_order, CommitOutcome, Committed, EntityView, FeedPosition, IndexCatalog,
-    RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
+    codec, in_scan_order, CommitOutcome, Committed, EntityView, FeedEnd, FeedPosition,
+    IndexCatalog, RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
 };
 
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
@@ -92,7 +92,7 @@ impl Table for PostgresTable {
         self.trimmed_to()
     }
 
-    fn feed_end(&self) -> Result<FeedPosition, StorageError> {
+    fn feed_end(&self) -> Result<FeedEnd, StorageError> {
         self.end()
     }
 

@@ -57,6 +57,11 @@ impl FeedClock {
         }
     }
 
+    /// The number the next transaction will take.
+    pub(super) fn next(&self) -> u64 {
+        self.state().next
+    }
+
     /// The first transaction number readers may not read yet, given the `durable` ticket.
     pub(super) fn horizon(&self, durable: Ticket) -> u64 {
         let mut state = self.state();

@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{
-    CommitOutcome, Committed, FeedPosition, IndexCatalog, StoredChange, Visit, Visitor,
+    CommitOutcome, Committed, FeedEnd, FeedPosition, IndexCatalog, StoredChange, Visit, Visitor,
 };
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
@@ -469,9 +469,10 @@ impl Table for SledTable {
         self.trimmed_to()
     }
 
-    fn feed_end(&self) -> Result<FeedPosition, StorageError> {
+    fn feed_end(&self) -> Result<FeedEnd, StorageError> {
+        let next = self.shared.feed.next();
         let horizon = self.shared.feed.horizon(self.shared.durability.durable());
-        Ok(FeedPosition::before_transaction(horizon))
+        Ok(FeedEnd::new(horizon, next))
     }
 
     /// The table's name as created.
