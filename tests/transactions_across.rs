@@ -510,7 +510,14 @@ async fn thirty_two_clients_moving_money_never_show_a_reader_half_a_transfer() {
     bank::open(&mut client).await;
     let stop = Instant::now() + Duration::from_secs(30);
     let transfers: Vec<_> = (0..32)
-        .map(|n| tokio::spawn(bank::transfer_until(server.endpoint(), n, stop)))
+        .map(|n| {
+            tokio::spawn(bank::transfer_until(
+                server.endpoint(),
+                n,
+                stop,
+                bank::Unavailable::Stop,
+            ))
+        })
         .collect();
     let readers: Vec<_> = (0..4)
         .map(|n| tokio::spawn(bank::snapshot_until(server.endpoint(), n, stop)))

@@ -26,7 +26,12 @@ async fn transfers_with_a_kill(
     let tasks: Vec<_> = (0..clients)
         .map(|n| {
             let endpoint = endpoints[n % endpoints.len()].clone();
-            tokio::spawn(bank::transfer_until(endpoint, n, stop))
+            tokio::spawn(bank::transfer_until(
+                endpoint,
+                n,
+                stop,
+                bank::Unavailable::Stop,
+            ))
         })
         .collect();
     tokio::time::sleep(kill_after).await;

@@ -24,6 +24,8 @@ pub const PARTITIONS: usize = 50;
 pub const OPENING_BALANCE: i64 = 1_000;
 pub const TABLES: [&str; 2] = ["Checking", "Savings"];
 pub const TRANSFERS: &str = "Transfers";
+/// How long a client riding through unavailability waits before going on.
+const RIDE_THROUGH_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// An account's table and keys: accounts 0..100 in `Checking`, the rest in `Savings`, in
 /// partition `p<n % 50>`; the group is `n % 20`.
@@ -167,14 +169,29 @@ pub async fn read_accounts(
         .collect())
 }
 
+/// What a client does when the service answers `ServiceUnavailable` (`UNAVAILABLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unavailable {
+    /// Stop, as on any other failure (a killed server).
+    Stop,
+    /// Wait a moment and go on (the database failing over); the transfer that failed may or may
+    /// not have committed, which its record tells.
+    RideThrough,
+}
+
 /// Moves amounts between accounts of one group until `stop`, as client `client_no`: each
 /// acknowledged transfer is added to the returned list. A conflict (another client changed an
-/// account since it was read) is tried again; any other failure ends the loop (a killed server).
+/// account since it was read) is tried again, `ServiceUnavailable` as `unavailable` says; any
+/// other failure ends the loop (a killed server).
 pub async fn transfer_until(
     endpoint: String,
     client_no: usize,
     stop: Instant,
+    unavailable: Unavailable,
 ) -> (Vec<Transfer>, Option<tonic::Status>) {
+    let ride_through = |status: &tonic::Status| {
+        unavailable == Unavailable::RideThrough && status.code() == Code::Unavailable
+    };
     let mut client = connect(&endpoint).await;
     let mut rng = Rng::new(0x9e37_79b9 ^ ((client_no as u64 + 1) * 7919));
     let mut done = Vec::new();
@@ -190,6 +207,10 @@ pub async fn transfer_until(
         };
         let read = match read_accounts(&mut client, &[from, to]).await {
             Ok(read) => read,
+            Err(status) if ride_through(&status) => {
+                tokio::time::sleep(RIDE_THROUGH_PAUSE).await;
+                continue;
+            }
             Err(status) => return (done, Some(status)),
         };
         let (source, target) = (&read[0], &read[1]);
@@ -211,6 +232,7 @@ pub async fn transfer_until(
         {
             Ok(_) => done.push(transfer),
             Err(status) if status.code() == Code::FailedPrecondition => {}
+            Err(status) if ride_through(&status) => tokio::time::sleep(RIDE_THROUGH_PAUSE).await,
             Err(status) => return (done, Some(status)),
         }
     }
