@@ -48,6 +48,13 @@ async fn read_all(client: &mut Client, table: &str, cursor: &str) -> Vec<pb::Cha
     changes
 }
 
+async fn describe(client: &mut Client, table: &str) -> pb::Table {
+    let request = pb::GetTableRequest {
+        table: table.into(),
+    };
+    client.get_table(request).await.unwrap().into_inner()
+}
+
 fn kind(change: &pb::Change) -> pb::ChangeKind {
     pb::ChangeKind::try_from(change.kind).unwrap()
 }
@@ -272,6 +279,150 @@ async fn a_follower_sees_each_commit_at_once_and_many_in_order() {
     }
 }
 
+/// A feed that keeps before images gives each record the entity as it was: for every change of
+/// a row, the entity the row's previous record stored (ETag and Timestamp included), none for an
+/// insert. Turned on for an existing feed, from the next commit on; GetTable shows it.
+#[tokio::test]
+async fn before_images_show_each_entity_as_it_was() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let described = client
+        .create_table(pb::CreateTableRequest {
+            table: "Audit".into(),
+            change_feed: true,
+            change_feed_before_images: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(described.change_feed && described.change_feed_before_images);
+    let inserted = insert(&mut client, "Audit", "p", "a", 1).await;
+    client
+        .update_entity(pb::UpdateEntityRequest {
+            table: "Audit".into(),
+            entity: Some(entity("p", "a", &[("N", int32(2))])),
+            if_match: inserted.etag,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .merge_entity(pb::MergeEntityRequest {
+            table: "Audit".into(),
+            entity: Some(entity("p", "a", &[("Name", string("Ada"))])),
+            if_match: "*".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .submit_transaction(common::transaction(
+            "Audit",
+            "p",
+            vec![
+                tx_insert(entity("p", "b", &[("N", int32(5))])),
+                common::tx_merge(entity("p", "a", &[("N", int32(3))]), "*"),
+            ],
+        ))
+        .await
+        .unwrap();
+    let across = |pk: &str, operation| pb::TableOperation {
+        table: "Audit".into(),
+        partition_key: pk.into(),
+        operation: Some(operation),
+    };
+    client
+        .transact_write(pb::TransactWriteRequest {
+            operations: vec![
+                across(
+                    "p",
+                    common::tx_merge(entity("p", "b", &[("M", int32(1))]), "*"),
+                ),
+                across("q", tx_insert(entity("q", "c", &[("N", int32(7))]))),
+            ],
+        })
+        .await
+        .unwrap();
+    for row_key in ["a", "b"] {
+        client
+            .delete_entity(pb::DeleteEntityRequest {
+                table: "Audit".into(),
+                partition_key: "p".into(),
+                row_key: row_key.into(),
+                if_match: "*".into(),
+            })
+            .await
+            .unwrap();
+    }
+    let changes = read_all(&mut client, "Audit", "").await;
+    let kinds: Vec<_> = changes
+        .iter()
+        .map(|c| (kind(c), c.row_key.as_str()))
+        .collect();
+    use pb::ChangeKind::*;
+    assert_eq!(
+        kinds,
+        [
+            (Insert, "a"),
+            (Replace, "a"),
+            (Merge, "a"),
+            (Insert, "b"),
+            (Merge, "a"),
+            (Merge, "b"),
+            (Insert, "c"),
+            (Delete, "a"),
+            (Delete, "b")
+        ]
+    );
+    let mut last: std::collections::HashMap<&str, Option<pb::Entity>> = Default::default();
+    for change in &changes {
+        let previous = last.remove(change.row_key.as_str()).flatten();
+        assert_eq!(change.before, previous, "{change:?}");
+        last.insert(&change.row_key, change.entity.clone());
+    }
+    assert_eq!(
+        changes[4].before.as_ref().unwrap().properties["Name"],
+        string("Ada"),
+        "the before image is the whole entity"
+    );
+
+    // A feed without them, then with them from the next commit on.
+    create(&mut client, "Plain", true).await;
+    insert(&mut client, "Plain", "p", "a", 1).await;
+    client
+        .upsert_entity(pb::UpsertEntityRequest {
+            table: "Plain".into(),
+            entity: Some(entity("p", "a", &[("N", int32(2))])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .set_change_feed(pb::SetChangeFeedRequest {
+            table: "Plain".into(),
+            enabled: true,
+            before_images: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let described = describe(&mut client, "Plain").await;
+    assert!(described.change_feed_before_images);
+    client
+        .upsert_entity(pb::UpsertEntityRequest {
+            table: "Plain".into(),
+            entity: Some(entity("p", "a", &[("N", int32(3))])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let changes = read_all(&mut client, "Plain", "").await;
+    let befores: Vec<bool> = changes.iter().map(|c| c.before.is_some()).collect();
+    assert_eq!(befores, [false, false, true]);
+    assert_eq!(changes[2].before, changes[1].entity);
+}
+
 /// A read without `follow` shows every write acknowledged before it began. Over PostgreSQL, a
 /// record becomes readable only once every transaction that began before it has ended: the read
 /// waits for one still running (another client's, in another database of the cluster) rather than
@@ -342,13 +493,7 @@ async fn the_feed_can_be_turned_on_and_bad_requests_are_refused() {
         })
         .await
         .unwrap();
-    let described = client
-        .get_table(pb::GetTableRequest {
-            table: "Plain".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let described = describe(&mut client, "Plain").await;
     assert!(described.change_feed);
     insert(&mut client, "Plain", "p", "after", 2).await;
     let changes = read_all(&mut client, "Plain", "").await;

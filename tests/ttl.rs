@@ -255,7 +255,11 @@ async fn the_sdk_turns_expiry_on_and_sees_an_expire_kind() {
     let table = server.sdk().await.table("Tokens");
     table.create().await.unwrap();
     table.set_time_to_live(true, 1).await.unwrap();
-    table.set_change_feed(true, 0).await.unwrap();
+    let settings = trestle_client::FeedSettings {
+        retention_seconds: 0,
+        before_images: true,
+    };
+    table.keep_change_feed(settings).await.unwrap();
     let refused = table.set_time_to_live(true, 315_360_001).await.unwrap_err();
     assert_eq!(
         refused.code(),
@@ -271,7 +275,7 @@ async fn the_sdk_turns_expiry_on_and_sees_an_expire_kind() {
         .into_inner();
     assert!(described.time_to_live);
     assert_eq!(described.default_time_to_live_seconds, 1);
-    put(&mut client, "Tokens", "t1", None).await;
+    let stored = put(&mut client, "Tokens", "t1", None).await;
     let started = Instant::now();
     loop {
         use futures_util::TryStreamExt;
@@ -287,6 +291,8 @@ async fn the_sdk_turns_expiry_on_and_sees_an_expire_kind() {
         {
             assert_eq!(expired.key.row_key, "t1");
             assert!(expired.entity.is_none());
+            let before = expired.before.as_ref().expect("the entity that expired");
+            assert_eq!(before.etag.as_str(), stored.etag, "as it was stored");
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(20), "never expired");

@@ -93,6 +93,7 @@ pub(crate) async fn ttl_expire(client: &Client, plan: &Plan) -> (Measurement, Op
         table: EXPIRING.into(),
         enabled: true,
         retention_seconds: 3600,
+        ..Default::default()
     })
     .await
     .expect("feed");

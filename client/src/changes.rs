@@ -54,6 +54,16 @@ pub enum ChangeKind {
     Expire,
 }
 
+/// What a table's change feed keeps ([`TableClient::keep_change_feed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedSettings {
+    /// How long each record is kept, in seconds (0: a day; at most 30 days).
+    pub retention_seconds: u64,
+    /// Each record holds the entity as it was before the change too ([`Change::before`]), as
+    /// DynamoDB's `NEW_AND_OLD_IMAGES` streams do: what an auditor or a reverse index needs.
+    pub before_images: bool,
+}
+
 /// One entity's change, as the feed records it.
 #[derive(Debug, Clone)]
 pub struct Change<T> {
@@ -64,6 +74,10 @@ pub struct Change<T> {
     /// The entity as stored after the change (with its ETag and Timestamp); `None` for a delete
     /// or an expiry.
     pub entity: Option<Entity<T>>,
+    /// The entity as it was before the change, on a table whose feed keeps before images
+    /// ([`FeedSettings::before_images`]); `None` for an insert. For an expiry, the entity that
+    /// expired.
+    pub before: Option<Entity<T>>,
     /// The transaction's number, shared by every change of one transaction.
     pub transaction_id: u64,
     /// Resumes the feed after this change.
@@ -107,10 +121,28 @@ impl TableClient {
     /// # Errors
     /// `InvalidInput` for a retention over 30 days; `TableNotFound`.
     pub async fn set_change_feed(&self, enabled: bool, retention_seconds: u64) -> Result<()> {
+        let settings = FeedSettings {
+            retention_seconds,
+            before_images: false,
+        };
+        self.send_change_feed(enabled, settings).await
+    }
+
+    /// Starts keeping the table's change feed as `settings` say (or changes them): from the next
+    /// commit on, every record is kept and holds what they ask.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a retention over 30 days; `TableNotFound`.
+    pub async fn keep_change_feed(&self, settings: FeedSettings) -> Result<()> {
+        self.send_change_feed(true, settings).await
+    }
+
+    async fn send_change_feed(&self, enabled: bool, settings: FeedSettings) -> Result<()> {
         let request = pb::SetChangeFeedRequest {
             table: self.name().to_owned(),
             enabled,
-            retention_seconds,
+            retention_seconds: settings.retention_seconds,
+            before_images: settings.before_images,
         };
         self.client
             .write(
@@ -231,6 +263,7 @@ fn change_from_pb<T: DeserializeOwned>(change: pb::Change) -> Result<Change<T>> 
         kind,
         key: EntityKey::new(change.partition_key, change.row_key),
         entity: change.entity.map(typed).transpose()?,
+        before: change.before.map(typed).transpose()?,
         transaction_id: change.transaction_id,
         cursor: FeedCursor(change.cursor),
     })

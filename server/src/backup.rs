@@ -23,7 +23,7 @@ use trestle_proto::pb::table_service_client::TableServiceClient;
 
 use crate::engine::Engine;
 use crate::error::TableError;
-use crate::model::{EntityKey, IndexDefinition, IndexScope, IndexState};
+use crate::model::{ChangeFeed, EntityKey, IndexDefinition, IndexScope, IndexState};
 use crate::storage::{StoreConfig, StoredRow, CURRENT_FORMAT};
 
 /// The version of the backup directory's layout.
@@ -82,6 +82,9 @@ struct TableManifest {
     /// The feed's retention in seconds (0: the default).
     #[serde(default)]
     change_feed_retention_seconds: u64,
+    /// The feed's records hold before images.
+    #[serde(default)]
+    change_feed_before_images: bool,
     /// Its entities expire, by default after this many seconds (0: only those that say).
     #[serde(default)]
     time_to_live: bool,
@@ -199,6 +202,7 @@ async fn receive(
                 indexes: table.indexes.into_iter().map(index_manifest).collect(),
                 change_feed: table.change_feed,
                 change_feed_retention_seconds: table.change_feed_retention_seconds,
+                change_feed_before_images: table.change_feed_before_images,
                 time_to_live: table.time_to_live,
                 default_time_to_live_seconds: table.default_time_to_live_seconds,
                 file,
@@ -442,7 +446,12 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
     for table in &manifest.tables {
         engine.create_table(&table.name)?;
         if table.change_feed {
-            engine.set_change_feed(&table.name, true, table.change_feed_retention_seconds)?;
+            let feed = ChangeFeed::new(
+                table.change_feed_retention_seconds,
+                table.change_feed_before_images,
+            )
+            .map_err(TableError::Invalid)?;
+            engine.set_change_feed(&table.name, Some(feed))?;
         }
         if table.time_to_live {
             engine.set_time_to_live(&table.name, true, table.default_time_to_live_seconds)?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{
-    default_ttl, feed_retention, quoted, EntityKey, IfMatch, Index, IndexDefinition, Operation,
+    default_ttl, quoted, ChangeFeed, EntityKey, IfMatch, Index, IndexDefinition, Operation,
     Refusal, StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
@@ -557,18 +557,11 @@ impl Engine {
         self.store.on_durable(listener);
     }
 
-    /// Starts (`on`) or stops keeping table `name`'s change feed, its records kept
-    /// `retention_seconds` (0: a day): every commit after this returns writes a record of each
-    /// entity it changes (or none).
-    pub fn set_change_feed(
-        &self,
-        name: &str,
-        on: bool,
-        retention_seconds: u64,
-    ) -> Result<(), TableError> {
-        let retention = feed_retention(retention_seconds)?;
+    /// Starts keeping table `name`'s change feed as `feed` says, or stops (`None`): every commit
+    /// after this returns writes a record of each entity it changes (or none).
+    pub fn set_change_feed(&self, name: &str, feed: Option<ChangeFeed>) -> Result<(), TableError> {
         let table = self.table(name)?;
-        if table.set_change_feed(on, retention)? {
+        if table.set_change_feed(feed)? {
             Ok(())
         } else {
             Err(TableError::TableNotFound(table.name().to_string()))
@@ -606,7 +599,7 @@ impl Engine {
         limit: usize,
     ) -> Result<Vec<StoredChange>, TableError> {
         let table = self.table(name)?;
-        if !table.indexes()?.change_feed {
+        if table.indexes()?.change_feed.is_none() {
             return Err(TableError::Invalid(ValidationError::Argument(format!(
                 "table {} keeps no change feed: create it with change_feed, or turn the feed on \
                  with SetChangeFeed",

@@ -100,8 +100,8 @@ pub(crate) fn pass(
                 Err(error) => return Err(error),
             };
             let catalog = table.indexes()?;
-            if catalog.change_feed {
-                let retention = ticks_of(catalog.feed_retention_seconds);
+            if let Some(feed) = catalog.change_feed {
+                let retention = ticks_of(feed.retention_seconds);
                 done.trimmed += trim(table.as_ref(), Ticks(now.0.saturating_sub(retention)))?;
             }
             if catalog.time_to_live.is_some() {

@@ -28,9 +28,8 @@ pub struct TableDescription {
     pub indexes: Vec<Index>,
     /// Its stored access policies.
     pub access_policies: Vec<AccessPolicy>,
-    /// Whether it keeps a change feed, and how long it keeps each record (seconds).
-    pub change_feed: bool,
-    pub feed_retention_seconds: u64,
+    /// Its change feed, if it keeps one.
+    pub change_feed: Option<crate::model::ChangeFeed>,
     /// When its entities expire, if they do.
     pub time_to_live: Option<crate::model::TimeToLive>,
 }
@@ -76,7 +75,6 @@ impl Engine {
             indexes: catalog.indexes,
             access_policies: self.policies_of(table.id())?,
             change_feed: catalog.change_feed,
-            feed_retention_seconds: catalog.feed_retention_seconds,
             time_to_live: catalog.time_to_live,
         })
     }

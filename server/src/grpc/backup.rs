@@ -83,8 +83,13 @@ impl Chunks {
                                 .cloned()
                                 .map(index_definition_to_pb)
                                 .collect(),
-                            change_feed: table.change_feed,
-                            change_feed_retention_seconds: table.feed_retention_seconds,
+                            change_feed: table.change_feed.is_some(),
+                            change_feed_retention_seconds: table
+                                .change_feed
+                                .map_or(0, |feed| feed.retention_seconds),
+                            change_feed_before_images: table
+                                .change_feed
+                                .is_some_and(|feed| feed.before_images),
                             time_to_live: table.time_to_live.is_some(),
                             default_time_to_live_seconds: table
                                 .time_to_live

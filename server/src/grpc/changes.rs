@@ -191,6 +191,7 @@ fn change_to_pb(change: StoredChange) -> pb::Change {
         partition_key: change.key.partition_key,
         row_key: change.key.row_key,
         entity: change.after.map(entity_to_pb),
+        before: change.before.map(entity_to_pb),
         transaction_id: change.position.transaction,
         cursor: cursor_of(change.position),
     }

@@ -291,11 +291,11 @@ pub(crate) fn table_to_pb(described: crate::settings::TableDescription) -> pb::T
             .into_iter()
             .map(policy_to_pb)
             .collect(),
-        change_feed: described.change_feed,
-        change_feed_retention_seconds: match described.change_feed {
-            true => described.feed_retention_seconds,
-            false => 0,
-        },
+        change_feed: described.change_feed.is_some(),
+        change_feed_retention_seconds: described
+            .change_feed
+            .map_or(0, |feed| feed.retention_seconds),
+        change_feed_before_images: described.change_feed.is_some_and(|feed| feed.before_images),
         time_to_live: described.time_to_live.is_some(),
         default_time_to_live_seconds: described
             .time_to_live

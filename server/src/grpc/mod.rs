@@ -44,7 +44,7 @@ use crate::config::Limits;
 use crate::connections::ConnectionInfo;
 use crate::engine::Pending;
 use crate::error::TableError;
-use crate::model::IfMatch;
+use crate::model::{ChangeFeed, IfMatch};
 use crate::query::QuerySpec;
 use executor::Executor;
 use stream::{Holds, ScanSlot, StreamLimits};
@@ -226,8 +226,11 @@ impl service::table_service_server::TableService for TableApi {
             .map_err(invalid)?;
         let (table, change_feed) = (request.table, request.change_feed);
         // Checked before the table is made, so that a bad setting makes nothing.
-        let retention =
-            crate::model::feed_retention(request.change_feed_retention_seconds).map_err(invalid)?;
+        let feed = ChangeFeed::new(
+            request.change_feed_retention_seconds,
+            request.change_feed_before_images,
+        )
+        .map_err(invalid)?;
         let (time_to_live, default_ttl) =
             (request.time_to_live, request.default_time_to_live_seconds);
         crate::model::default_ttl(default_ttl).map_err(invalid)?;
@@ -236,7 +239,7 @@ impl service::table_service_server::TableService for TableApi {
             .blocking(move |engine| {
                 engine.create_table_with_indexes(&table, definitions)?;
                 if change_feed {
-                    engine.set_change_feed(&table, true, retention)?;
+                    engine.set_change_feed(&table, Some(feed))?;
                 }
                 if time_to_live {
                     engine.set_time_to_live(&table, true, default_ttl)?;
@@ -271,10 +274,11 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let request = request.into_inner();
         admitted.access.manage_table(&request.table)?;
-        let (table, enabled, retention) =
-            (request.table, request.enabled, request.retention_seconds);
+        let feed =
+            ChangeFeed::new(request.retention_seconds, request.before_images).map_err(invalid)?;
+        let (table, feed) = (request.table, Some(feed).filter(|_| request.enabled));
         self.executor
-            .blocking(move |engine| engine.set_change_feed(&table, enabled, retention))
+            .blocking(move |engine| engine.set_change_feed(&table, feed))
             .await?;
         Ok(Response::new(pb::SetChangeFeedResponse {}))
     }

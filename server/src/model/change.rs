@@ -18,6 +18,29 @@ pub fn feed_retention(seconds: u64) -> Result<u64, super::ValidationError> {
     }
 }
 
+/// What a table's change feed keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeFeed {
+    /// How long each record is kept, in seconds.
+    pub retention_seconds: u64,
+    /// Each record holds the entity as it was before the change too (DynamoDB's
+    /// `NEW_AND_OLD_IMAGES`).
+    pub before_images: bool,
+}
+
+impl ChangeFeed {
+    /// The feed a request asks for (`retention_seconds` 0: a day), or why it cannot be.
+    pub fn new(
+        retention_seconds: u64,
+        before_images: bool,
+    ) -> Result<ChangeFeed, super::ValidationError> {
+        Ok(ChangeFeed {
+            retention_seconds: feed_retention(retention_seconds)?,
+            before_images,
+        })
+    }
+}
+
 /// How a commit changed an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChangeKind {

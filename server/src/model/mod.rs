@@ -26,7 +26,8 @@ pub use access_policy::{
     MAX_POLICY_ID_CHARS,
 };
 pub use change::{
-    feed_retention, ChangeKind, DEFAULT_FEED_RETENTION_SECONDS, MAX_FEED_RETENTION_SECONDS,
+    feed_retention, ChangeFeed, ChangeKind, DEFAULT_FEED_RETENTION_SECONDS,
+    MAX_FEED_RETENTION_SECONDS,
 };
 pub use cors::{CorsRule, ServiceProperties, MAX_CORS_RULES};
 pub use document::{
@@ -45,7 +46,7 @@ pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
 pub use paths::{prune, selected, selects, Path, Selected};
-pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlannedChange};
+pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlanRules, PlannedChange};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};

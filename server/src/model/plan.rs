@@ -36,8 +36,20 @@ impl CommitPlan {
     }
 }
 
+/// What a table asks of every commit's plan, beside its operations and rows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlanRules<'a> {
+    /// The table's indexes (only those kept get entries).
+    pub indexes: &'a [Index],
+    /// When its entities expire, if they do.
+    pub time_to_live: Option<TimeToLive>,
+    /// Keep each changed row as it was ([`PlannedChange::before`]), for a change feed that
+    /// records before images.
+    pub before_images: bool,
+}
+
 /// One row a commit changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlannedChange {
     /// The operation that changes it (0-based): its result holds the entity a write stores.
     pub operation: usize,
@@ -47,6 +59,8 @@ pub struct PlannedChange {
     pub writes: bool,
     /// How, as a change feed says it.
     pub kind: ChangeKind,
+    /// The entity as it was (live) before the change, when the rules ask for before images.
+    pub before: Option<StoredEntity>,
 }
 
 /// An index entry a commit adds, and the operation whose entity it names.
@@ -90,7 +104,7 @@ pub struct PlanRefusal {
 /// Plans a commit of `operations` on partition `partition_key`, each on the row `current` holds
 /// at its position (as read by the store, with its properties if the operation or an index needs
 /// them), stamped `now` (or one tick past an entity's previous timestamp), keeping every kept
-/// index of `indexes`. Refuses the first operation that cannot apply, then the first that adds a
+/// index of the rules' `indexes`. Refuses the first operation that cannot apply, then the first that adds a
 /// unique entry an earlier operation of the commit adds too. With a time to live (`ttl`), a row
 /// that has expired at `now` is missing to every operation but an expiry, and a written entity's
 /// own `TimeToLive` must be valid.
@@ -99,11 +113,15 @@ pub fn plan_commit(
     operations: Vec<Operation>,
     current: Vec<Option<StoredEntity>>,
     now: Ticks,
-    indexes: &[Index],
-    ttl: Option<TimeToLive>,
+    rules: PlanRules<'_>,
 ) -> Result<CommitPlan, PlanRefusal> {
     debug_assert_eq!(operations.len(), current.len());
-    let kept: Vec<&Index> = indexes.iter().filter(|index| index.is_kept()).collect();
+    let ttl = rules.time_to_live;
+    let kept: Vec<&Index> = rules
+        .indexes
+        .iter()
+        .filter(|index| index.is_kept())
+        .collect();
     let mut plan = CommitPlan {
         results: Vec::with_capacity(operations.len()),
         changes: Vec::with_capacity(operations.len()),
@@ -127,6 +145,7 @@ pub fn plan_commit(
             (_, current, _) => current,
         };
         let kind = change_kind(&operation, current.is_some());
+        let before_image = current.clone().filter(|_| rules.before_images);
         let (result, writes) = match operation.resolve(current, now) {
             Err(refusal) => {
                 return Err(PlanRefusal {
@@ -172,6 +191,7 @@ pub fn plan_commit(
             row_key,
             writes,
             kind,
+            before: before_image,
         });
     }
     match clash_within_commit(partition_key, &plan.added_entries) {
@@ -240,6 +260,14 @@ fn clash_within_commit(partition_key: &str, added: &[AddedEntry]) -> Option<Plan
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rules(indexes: &[Index], time_to_live: Option<TimeToLive>) -> PlanRules<'_> {
+        PlanRules {
+            indexes,
+            time_to_live,
+            before_images: false,
+        }
+    }
     use crate::model::{
         CheckCondition, EntityKey, IfMatch, IndexDefinition, IndexScope, IndexState, NewEntity,
         Properties, UpsertMode, ValidationError, Value,
@@ -273,15 +301,14 @@ mod tests {
         let expired = || Some(stored("a", 1, 0));
         let live = || Some(stored("a", 1, now.0 - 1));
         let update = || Operation::Update(entity("a", 2), IfMatch::Any);
-        let refused = plan_commit("p", vec![update()], vec![expired()], now, &[], ttl);
+        let refused = plan_commit("p", vec![update()], vec![expired()], now, rules(&[], ttl));
         assert_eq!(refused.unwrap_err().refusal, Refusal::NotFound);
         let inserted = plan_commit(
             "p",
             vec![Operation::Insert(entity("a", 2))],
             vec![expired()],
             now,
-            &[by_n(false)],
-            ttl,
+            rules(&[by_n(false)], ttl),
         )
         .unwrap();
         assert_eq!(inserted.changes[0].kind, ChangeKind::Insert);
@@ -290,8 +317,8 @@ mod tests {
             1,
             "the expired row's entry goes"
         );
-        assert!(plan_commit("p", vec![update()], vec![live()], now, &[], ttl).is_ok());
-        assert!(plan_commit("p", vec![update()], vec![expired()], now, &[], None).is_ok());
+        assert!(plan_commit("p", vec![update()], vec![live()], now, rules(&[], ttl)).is_ok());
+        assert!(plan_commit("p", vec![update()], vec![expired()], now, rules(&[], None)).is_ok());
         let expire = |tag: ETag| Operation::Expire {
             key: key("a"),
             if_match: IfMatch::Tag(tag),
@@ -301,8 +328,7 @@ mod tests {
             vec![expire(ETag::for_timestamp(Ticks(0)))],
             vec![expired()],
             now,
-            &[],
-            ttl,
+            rules(&[], ttl),
         )
         .unwrap();
         assert_eq!(removed.changes[0].kind, ChangeKind::Expire);
@@ -312,8 +338,7 @@ mod tests {
             vec![expire(ETag::for_timestamp(Ticks(0)))],
             vec![live()],
             now,
-            &[],
-            ttl,
+            rules(&[], ttl),
         )
         .unwrap();
         assert!(
@@ -323,7 +348,13 @@ mod tests {
         let mut own = entity("b", 1);
         own.properties
             .insert("TimeToLive".into(), crate::model::Value::Int32(0));
-        let invalid = plan_commit("p", vec![Operation::Insert(own)], vec![None], now, &[], ttl);
+        let invalid = plan_commit(
+            "p",
+            vec![Operation::Insert(own)],
+            vec![None],
+            now,
+            rules(&[], ttl),
+        );
         assert!(matches!(invalid.unwrap_err().refusal, Refusal::Invalid(_)));
     }
 
@@ -351,7 +382,14 @@ mod tests {
             Some(stored("e", 0, 5)),
             None,
         ];
-        let plan = plan_commit("p", operations, current, Ticks(100), &[by_n(false)], None).unwrap();
+        let plan = plan_commit(
+            "p",
+            operations,
+            current,
+            Ticks(100),
+            rules(&[by_n(false)], None),
+        )
+        .unwrap();
         let changes: Vec<_> = plan
             .changes
             .iter()
@@ -383,8 +421,7 @@ mod tests {
             vec![Operation::Insert(entity("a", 1))],
             vec![None],
             Ticks(1),
-            &[],
-            None,
+            rules(&[], None),
         )
         .unwrap();
         assert!(unindexed.added_entries.is_empty() && unindexed.removed_entries.is_empty());
@@ -409,8 +446,7 @@ mod tests {
             vec![Operation::Merge(entity("a", 1), IfMatch::Any)],
             vec![Some(stored("a", 1, 5))],
             Ticks(100),
-            &[by_n(true)],
-            None,
+            rules(&[by_n(true)], None),
         )
         .unwrap();
         assert!(plan.added_entries.is_empty() && plan.removed_entries.is_empty());
@@ -423,8 +459,7 @@ mod tests {
             vec![Operation::Insert(entity("b", 2))],
             vec![None],
             Ticks(100),
-            &[failed],
-            None,
+            rules(&[failed], None),
         )
         .unwrap();
         assert!(plan.added_entries.is_empty(), "a failed index is not kept");
@@ -442,8 +477,7 @@ mod tests {
             operations.clone(),
             vec![None, None, None],
             Ticks(100),
-            &[by_n(true)],
-            None,
+            rules(&[by_n(true)], None),
         )
         .unwrap_err();
         assert_eq!((refused.index, refused.row_key.as_str()), (2, "c"));
@@ -460,8 +494,7 @@ mod tests {
             operations,
             vec![None, None, None],
             Ticks(1),
-            &[by_n(false)],
-            None,
+            rules(&[by_n(false)], None),
         )
         .unwrap();
         assert_eq!(plan.added_entries.len(), 3);
@@ -474,8 +507,7 @@ mod tests {
             ],
             vec![Some(stored("a", 1, 5)), None],
             Ticks(100),
-            &[by_n(true)],
-            None,
+            rules(&[by_n(true)], None),
         )
         .unwrap();
         assert_eq!(plan.removed_entries, [plan.added_entries[1].entry.clone()]);
@@ -495,8 +527,7 @@ mod tests {
             ],
             vec![None, None],
             Ticks(100),
-            &[by_n(true)],
-            None,
+            rules(&[by_n(true)], None),
         )
         .unwrap();
         let holder = EntityKey::new("q".into(), "x".into()).unwrap();
@@ -526,8 +557,7 @@ mod tests {
             operations,
             vec![None, Some(stored("b", 0, 5)), None],
             Ticks(100),
-            &[],
-            None,
+            rules(&[], None),
         )
         .unwrap_err();
         assert_eq!(refused.index, 1);
@@ -538,8 +568,7 @@ mod tests {
             vec![Operation::Update(entity("x", 1), IfMatch::Any)],
             vec![None],
             Ticks(1),
-            &[],
-            None,
+            rules(&[], None),
         )
         .unwrap_err();
         assert_eq!(missing.refusal, Refusal::NotFound);
@@ -554,8 +583,14 @@ mod tests {
             more.insert(format!("P{n}"), Value::Int32(n));
         }
         let merge = Operation::Merge(NewEntity::new(key("w"), more).unwrap(), IfMatch::Any);
-        let invalid =
-            plan_commit("p", vec![merge], vec![Some(wide)], Ticks(1), &[], None).unwrap_err();
+        let invalid = plan_commit(
+            "p",
+            vec![merge],
+            vec![Some(wide)],
+            Ticks(1),
+            rules(&[], None),
+        )
+        .unwrap_err();
         assert!(matches!(
             invalid.refusal,
             Refusal::Invalid(ValidationError::TooManyProperties { .. })
@@ -571,8 +606,7 @@ mod tests {
             vec![Operation::Update(entity("a", 1), IfMatch::Any)],
             vec![Some(stored("a", 0, 500))],
             Ticks(100),
-            &[],
-            None,
+            rules(&[], None),
         )
         .unwrap();
         assert_eq!(plan.results[0].as_ref().unwrap().timestamp, Ticks(501));
@@ -581,8 +615,7 @@ mod tests {
             vec![Operation::Upsert(entity("a", 1), UpsertMode::Merge)],
             vec![None],
             Ticks(100),
-            &[],
-            None,
+            rules(&[], None),
         )
         .unwrap();
         assert_eq!(fresh.results[0].as_ref().unwrap().timestamp, Ticks(100));

@@ -11,8 +11,9 @@
 use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity, Ticks};
 use crate::storage::{codec, StorageError};
 
-/// The version of a record's encoding.
+/// The versions of a record's encoding: without a before image, and with one.
 const RECORD_V1: u8 = 1;
+const RECORD_V2: u8 = 2;
 
 /// A place in a table's change feed: a transaction, and a record of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -71,11 +72,16 @@ pub struct StoredChange {
     /// The entity as stored after the change (Timestamp, and so ETag, included), or `None` for a
     /// delete.
     pub after: Option<StoredEntity>,
+    /// The entity as it was before the change, where the feed keeps before images and there was
+    /// one.
+    pub before: Option<StoredEntity>,
 }
 
 /// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
-/// nothing): `[version][kind][the commit's time: i64 LE ticks][partition key: u16 LE length,
-/// UTF-8][row key: the same][the entity's stored record, for a write]`.
+/// nothing): `[version 1][kind][the commit's time: i64 LE ticks][partition key: u16 LE length,
+/// UTF-8][row key: the same][the entity's stored record, for a write]`; with a before image,
+/// `[version 2]` and the same up to the keys, then `[the stored record after: u32 LE length (0
+/// for none), bytes][the stored record before]`.
 pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
     plan.changes
         .iter()
@@ -84,12 +90,23 @@ pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>>
                 true => plan.results[change.operation].as_ref(),
                 false => None,
             };
-            let mut out = vec![RECORD_V1, change.kind.code()];
+            let stored =
+                |entity: &StoredEntity| codec::encode(entity.timestamp, &entity.properties);
+            let version = match change.before {
+                Some(_) => RECORD_V2,
+                None => RECORD_V1,
+            };
+            let mut out = vec![version, change.kind.code()];
             out.extend_from_slice(&plan.stamped.0.to_le_bytes());
             put_text(&mut out, partition_key);
             put_text(&mut out, &change.row_key);
-            if let Some(entity) = after {
-                out.extend_from_slice(&codec::encode(entity.timestamp, &entity.properties));
+            let after = after.map(stored).unwrap_or_default();
+            if let Some(before) = &change.before {
+                out.extend_from_slice(&(after.len() as u32).to_le_bytes());
+                out.extend_from_slice(&after);
+                out.extend_from_slice(&stored(before));
+            } else {
+                out.extend_from_slice(&after);
             }
             out
         })
@@ -105,7 +122,7 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
 pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChange, StorageError> {
     let corrupt = || StorageError::Corrupt("unreadable change record".into());
     let (&[version, kind], rest) = bytes.split_first_chunk::<2>().ok_or_else(corrupt)?;
-    let kind = ChangeKind::from_code(kind).filter(|_| version == RECORD_V1);
+    let kind = ChangeKind::from_code(kind).filter(|_| matches!(version, RECORD_V1 | RECORD_V2));
     let kind = kind.ok_or_else(corrupt)?;
     let (at, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
     let at = Ticks(i64::from_le_bytes(*at));
@@ -115,20 +132,30 @@ pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChang
         partition_key: partition_key.to_owned(),
         row_key: row_key.to_owned(),
     };
+    let (after, before) = match version {
+        RECORD_V1 => (rest, &[][..]),
+        _ => {
+            let (length, rest) = rest.split_first_chunk::<4>().ok_or_else(corrupt)?;
+            let length = u32::from_le_bytes(*length) as usize;
+            let before = rest.get(length..).filter(|before| !before.is_empty());
+            (&rest[..length.min(rest.len())], before.ok_or_else(corrupt)?)
+        }
+    };
     let removed = matches!(kind, ChangeKind::Delete | ChangeKind::Expire);
-    if rest.is_empty() != removed {
+    if after.is_empty() != removed {
         return Err(corrupt());
     }
-    let after = match rest.is_empty() {
-        true => None,
-        false => Some(codec::decode_selected(key.clone(), rest, None)?),
+    let entity = |stored: &[u8]| match stored.is_empty() {
+        true => Ok(None),
+        false => codec::decode_selected(key.clone(), stored, None).map(Some),
     };
     Ok(StoredChange {
         position,
         kind,
         at,
+        after: entity(after)?,
+        before: entity(before)?,
         key,
-        after,
     })
 }
 
@@ -142,7 +169,9 @@ fn take_text(bytes: &[u8]) -> Option<(&str, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{plan_commit, EntityKey, NewEntity, Operation, Properties, Ticks, Value};
+    use crate::model::{
+        plan_commit, EntityKey, NewEntity, Operation, PlanRules, Properties, Ticks, Value,
+    };
 
     #[test]
     fn records_read_back_as_written() {
@@ -156,8 +185,7 @@ mod tests {
             vec![Operation::Insert(entity("b"))],
             vec![None],
             Ticks::next_commit(),
-            &[],
-            None,
+            PlanRules::default(),
         )
         .unwrap()
         .results;
@@ -173,8 +201,7 @@ mod tests {
             operations,
             vec![None, existing[0].clone()],
             Ticks::next_commit(),
-            &[],
-            None,
+            PlanRules::default(),
         )
         .unwrap();
         let records = records_of(&plan, "p");
@@ -191,6 +218,30 @@ mod tests {
         assert_eq!((deleted.kind, deleted.after), (ChangeKind::Delete, None));
         for cut in 0..records[0].len().min(8) {
             assert!(decode(at(0), &records[0][..cut]).is_err(), "cut at {cut}");
+        }
+        // With before images: a delete's record holds the entity it removed.
+        let with_before = PlanRules {
+            before_images: true,
+            ..PlanRules::default()
+        };
+        let delete = Operation::Delete {
+            key: EntityKey::new("p".into(), "b".into()).unwrap(),
+            if_match: crate::model::IfMatch::Any,
+        };
+        let plan = plan_commit(
+            "p",
+            vec![delete],
+            vec![existing[0].clone()],
+            Ticks::next_commit(),
+            with_before,
+        )
+        .unwrap();
+        let record = &records_of(&plan, "p")[0];
+        let deleted = decode(at(2), record).unwrap();
+        assert_eq!(deleted.kind, ChangeKind::Delete);
+        assert_eq!((deleted.after, deleted.before), (None, existing[0].clone()));
+        for cut in 0..record.len() {
+            assert!(decode(at(2), &record[..cut]).is_err(), "cut at {cut}");
         }
     }
 }

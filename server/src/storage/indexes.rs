@@ -8,42 +8,29 @@ use std::time::Duration;
 use super::{EntityView, StorageError, Table};
 use crate::model::encoding::Reader;
 use crate::model::{
-    Index, IndexDefinition, IndexScope, IndexState, KeyPosition, TimeToLive,
-    DEFAULT_FEED_RETENTION_SECONDS,
+    ChangeFeed, Index, IndexDefinition, IndexScope, IndexState, KeyPosition, PlanRules, TimeToLive,
 };
 
 const CATALOG_V1: u8 = 1;
-/// The sections a catalog may end with: the table keeps a change feed (its retention follows),
-/// lets entities expire (its default time to live follows, 0 for none).
+/// The sections a catalog may end with, each a tag and a u64: the table keeps a change feed (its
+/// retention follows), whose records hold before images (1 follows), lets entities expire (its
+/// default time to live follows, 0 for none).
 const CHANGE_FEED_ON: u8 = 0xCF;
+const BEFORE_IMAGES_ON: u8 = 0xBF;
 const TIME_TO_LIVE_ON: u8 = 0x7C;
 
 /// A table's indexes, and those dropped whose entries are still being reclaimed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IndexCatalog {
     /// The declared indexes, in declaration order.
     pub indexes: Vec<Index>,
     /// Ids of dropped indexes whose entries are not all removed yet.
     pub dropped: Vec<u64>,
-    /// Whether each commit writes a change record of each entity it changes (`storage::changes`):
-    /// kept here, with the indexes, because every commit reads both.
-    pub change_feed: bool,
-    /// How long the feed keeps its records, in seconds.
-    pub feed_retention_seconds: u64,
+    /// The change feed, if each commit writes a change record of each entity it changes
+    /// (`storage::changes`): kept here, with the indexes, because every commit reads both.
+    pub change_feed: Option<ChangeFeed>,
     /// When entities expire, if the table lets them (`model::ttl`).
     pub time_to_live: Option<TimeToLive>,
-}
-
-impl Default for IndexCatalog {
-    fn default() -> Self {
-        IndexCatalog {
-            indexes: Vec::new(),
-            dropped: Vec::new(),
-            change_feed: false,
-            feed_retention_seconds: DEFAULT_FEED_RETENTION_SECONDS,
-            time_to_live: None,
-        }
-    }
 }
 
 /// Why an index cannot be declared.
@@ -112,9 +99,9 @@ impl IndexCatalog {
     /// The record: `[version u8 = 1][index count u8]`, per index `[id u64 BE][scope u8][unique
     /// u8][state u8][failure: u16 LE length, UTF-8][name: u8 length][property count u8]`, per
     /// property `[u16 LE length][name]`, then `[dropped count u32 LE][id u64 BE]...`, then
-    /// `[0xCF][retention in seconds: u64 LE]` if the table keeps a change feed, and `[0x7C][default
-    /// time to live in seconds, 0 for none: u64 LE]` if it lets entities expire (older records end
-    /// before them).
+    /// `[0xCF][retention in seconds: u64 LE]` if the table keeps a change feed, `[0xBF][1: u64 LE]`
+    /// if its records hold before images, and `[0x7C][default time to live in seconds, 0 for none:
+    /// u64 LE]` if it lets entities expire (older records end before them).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![CATALOG_V1, self.indexes.len() as u8];
         for index in &self.indexes {
@@ -151,9 +138,13 @@ impl IndexCatalog {
         for id in &self.dropped {
             out.extend_from_slice(&id.to_be_bytes());
         }
-        if self.change_feed {
+        if let Some(feed) = self.change_feed {
             out.push(CHANGE_FEED_ON);
-            out.extend_from_slice(&self.feed_retention_seconds.to_le_bytes());
+            out.extend_from_slice(&feed.retention_seconds.to_le_bytes());
+            if feed.before_images {
+                out.push(BEFORE_IMAGES_ON);
+                out.extend_from_slice(&1u64.to_le_bytes());
+            }
         }
         if let Some(ttl) = self.time_to_live {
             out.push(TIME_TO_LIVE_ON);
@@ -217,9 +208,15 @@ impl IndexCatalog {
             let seconds = u64::from_le_bytes(reader.take::<8>()?);
             match section {
                 CHANGE_FEED_ON => {
-                    catalog.change_feed = true;
-                    catalog.feed_retention_seconds = seconds;
+                    catalog.change_feed = Some(ChangeFeed {
+                        retention_seconds: seconds,
+                        before_images: false,
+                    });
                 }
+                BEFORE_IMAGES_ON => match &mut catalog.change_feed {
+                    Some(feed) if seconds == 1 => feed.before_images = true,
+                    _ => return Err(corrupt()),
+                },
                 TIME_TO_LIVE_ON => {
                     catalog.time_to_live = Some(TimeToLive {
                         default_seconds: (seconds > 0).then_some(seconds),
@@ -239,7 +236,21 @@ impl IndexCatalog {
     /// Whether a commit plans over the current rows' every property (for the indexes it keeps,
     /// or to tell whether a row has expired), not only over those its operations need.
     pub fn reads_rows_whole(&self) -> bool {
-        self.any_kept() || self.time_to_live.is_some()
+        self.any_kept() || self.time_to_live.is_some() || self.keeps_before_images()
+    }
+
+    /// Whether the table's change records hold the entity as it was before each change.
+    pub fn keeps_before_images(&self) -> bool {
+        self.change_feed.is_some_and(|feed| feed.before_images)
+    }
+
+    /// What a commit on the table plans by ([`crate::model::plan_commit`]).
+    pub fn plan_rules(&self) -> PlanRules<'_> {
+        PlanRules {
+            indexes: &self.indexes,
+            time_to_live: self.time_to_live,
+            before_images: self.keeps_before_images(),
+        }
     }
 }
 
@@ -380,15 +391,22 @@ mod tests {
         assert_eq!(IndexCatalog::decode(&[]).unwrap(), IndexCatalog::default());
         // The change feed's and the time to live's sections, alone and together.
         let older = catalog.encode();
-        catalog.change_feed = true;
-        catalog.feed_retention_seconds = 60;
+        catalog.change_feed = Some(ChangeFeed {
+            retention_seconds: 60,
+            before_images: false,
+        });
+        assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
+        catalog.change_feed = Some(ChangeFeed {
+            retention_seconds: 60,
+            before_images: true,
+        });
+        assert!(catalog.reads_rows_whole());
         assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
         catalog.time_to_live = Some(TimeToLive {
             default_seconds: Some(3600),
         });
         assert_eq!(IndexCatalog::decode(&catalog.encode()).unwrap(), catalog);
-        catalog.change_feed = false;
-        catalog.feed_retention_seconds = DEFAULT_FEED_RETENTION_SECONDS;
+        catalog.change_feed = None;
         catalog.time_to_live = Some(TimeToLive {
             default_seconds: None,
         });
@@ -396,6 +414,9 @@ mod tests {
         let mut unknown = older.clone();
         unknown.extend_from_slice(&[0x01, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert!(IndexCatalog::decode(&unknown).is_err());
+        let mut before_images_without_a_feed = older.clone();
+        before_images_without_a_feed.extend_from_slice(&[BEFORE_IMAGES_ON, 1, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(IndexCatalog::decode(&before_images_without_a_feed).is_err());
         assert!(IndexCatalog::decode(&[1, 1, 0]).is_err());
     }
 }

@@ -45,8 +45,8 @@ pub use sled_store::{
 };
 
 use crate::model::{
-    EntityKey, Index, IndexDefinition, IndexRange, IndexState, Operation, StoredEntity, TableName,
-    Ticks, TimeToLive,
+    ChangeFeed, EntityKey, Index, IndexDefinition, IndexRange, IndexState, Operation, StoredEntity,
+    TableName, Ticks, TimeToLive,
 };
 pub use crate::model::{KeyPosition, KeyRange};
 
@@ -116,10 +116,8 @@ pub struct SnapshotTable {
     pub name: TableName,
     /// Its indexes' definitions, in declaration order.
     pub indexes: Vec<IndexDefinition>,
-    /// Whether it keeps a change feed (a restore turns it on; the records are not copied), and
-    /// the feed's retention in seconds.
-    pub change_feed: bool,
-    pub feed_retention_seconds: u64,
+    /// Its change feed, if it keeps one (a restore turns it on; the records are not copied).
+    pub change_feed: Option<ChangeFeed>,
     /// When its entities expire, if they do.
     pub time_to_live: Option<TimeToLive>,
 }
@@ -323,10 +321,10 @@ pub trait Indexed {
     /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;
 
-    /// Starts (or stops) writing a change record with every change of an entity, kept
-    /// `retention_seconds`: each commit that reads the catalog after this returns does. `false`
-    /// if the table is gone.
-    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError>;
+    /// Starts (or stops, `None`) writing a change record with every change of an entity, as
+    /// `feed` says: each commit that reads the catalog after this returns does. `false` if the
+    /// table is gone.
+    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError>;
 
     /// Visits the entities `index` holds in `range`, in the index's order (descending if
     /// `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at (to

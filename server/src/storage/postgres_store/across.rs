@@ -148,7 +148,7 @@ fn commit_in(
     }
     let mut record = 0;
     for (part, plan) in parts.iter().zip(&plans) {
-        if catalogs[&part.table.id].change_feed {
+        if catalogs[&part.table.id].change_feed.is_some() {
             let (id, key) = (part.table.id, &part.batch.partition_key);
             record += changes::write_records(client, prepared, id, plan, key, record)?;
         }
@@ -201,14 +201,7 @@ fn plan_parts(
         let ops = &part.batch.operations;
         let current = codec::current_entities(ops, record_of, catalog.reads_rows_whole())?;
         let (key, ops) = (&part.batch.partition_key, ops.clone());
-        match plan_commit(
-            key,
-            ops,
-            current,
-            now,
-            &catalog.indexes,
-            catalog.time_to_live,
-        ) {
+        match plan_commit(key, ops, current, now, catalog.plan_rules()) {
             Ok(plan) => plans.push(plan),
             Err(refusal) => {
                 let rejection = at_position(&part.batch.positions, refusal.into());

@@ -11,8 +11,8 @@ use super::pool::Prepared;
 use super::sql::{partition_lock, read_snapshot, table_lock, visit_portal, LOCK_TABLE};
 use super::table::PostgresTable;
 use crate::model::{
-    AddedEntry, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexRange, IndexState,
-    KeyPosition, TimeToLive,
+    AddedEntry, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexRange,
+    IndexState, KeyPosition, TimeToLive,
 };
 use crate::storage::{
     entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
@@ -262,10 +262,9 @@ impl Indexed for PostgresTable {
 
     /// Waits for the commits under way (the table's lock, exclusively), so that every commit
     /// after it writes records.
-    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError> {
+    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError> {
         let changed = self.change_catalog(true, |catalog, _| {
-            catalog.change_feed = on;
-            catalog.feed_retention_seconds = retention_seconds;
+            catalog.change_feed = feed;
             Ok(())
         })?;
         Ok(changed.is_some())

@@ -246,7 +246,7 @@ impl PostgresTable {
         if let Err(rejection) = self.add_plan_entries(tx, prepared, partition_key, &plan)? {
             return Ok(Err(rejection));
         }
-        if catalog.change_feed {
+        if catalog.change_feed.is_some() {
             changes::write_records(tx, prepared, self.id, &plan, partition_key, 0)?;
         }
         Ok(Ok(Committed {
@@ -280,8 +280,7 @@ impl PostgresTable {
             operations,
             current,
             now,
-            &catalog.indexes,
-            catalog.time_to_live,
+            catalog.plan_rules(),
         )
         .map_err(Into::into))
     }

@@ -147,7 +147,7 @@ impl SledStore {
         }
         let turn = planned
             .iter()
-            .any(|part| part.catalog.change_feed)
+            .any(|part| part.catalog.change_feed.is_some())
             .then(|| self.shared.feed.take());
         if let Some(turn) = &turn {
             add_record_rows(&parts, &mut planned, turn.transaction);
@@ -362,7 +362,7 @@ fn add_entry_rows(
 fn add_record_rows(parts: &[Part], planned: &mut [PlannedPart], transaction: u64) {
     let mut next = 0u32;
     for (part, planned) in parts.iter().zip(planned.iter_mut()) {
-        if !planned.catalog.change_feed {
+        if planned.catalog.change_feed.is_none() {
             continue;
         }
         let partition_key = &part.batch.partition_key;

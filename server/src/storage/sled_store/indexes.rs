@@ -17,8 +17,8 @@ use super::table::SledTable;
 use super::undo::RowChange;
 use super::{EntityView, Rejection, StorageError};
 use crate::model::{
-    successor_of_prefix, CommitPlan, EntityKey, Index, IndexDefinition, IndexRange, IndexState,
-    KeyPosition, KeyRange, TimeToLive,
+    successor_of_prefix, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexRange,
+    IndexState, KeyPosition, KeyRange, TimeToLive,
 };
 use crate::storage::{
     entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
@@ -82,6 +82,26 @@ pub(super) fn released_entries(plan: &CommitPlan) -> Vec<Vec<u8>> {
 }
 
 impl SledTable {
+    /// Changes a setting the table's commits read from its catalog (`change`), behind the
+    /// table's gate (so that every commit after this returns sees it); `false` if the table is
+    /// gone.
+    fn change_settings(
+        &self,
+        change: impl FnOnce(&mut IndexCatalog),
+    ) -> Result<bool, StorageError> {
+        let _serial = self
+            .index_catalog_writes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(_gate) = self.gate() else {
+            return Ok(false);
+        };
+        let mut catalog = (*self.index_catalog()).clone();
+        change(&mut catalog);
+        self.store_catalog(catalog)?;
+        Ok(true)
+    }
+
     /// The table's indexes now.
     pub(super) fn index_catalog(&self) -> Arc<IndexCatalog> {
         self.indexes
@@ -398,32 +418,11 @@ impl Indexed for SledTable {
     }
 
     fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError> {
-        let _serial = self
-            .index_catalog_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(_gate) = self.gate() else {
-            return Ok(false);
-        };
-        let mut catalog = (*self.index_catalog()).clone();
-        catalog.time_to_live = ttl;
-        self.store_catalog(catalog)?;
-        Ok(true)
+        self.change_settings(|catalog| catalog.time_to_live = ttl)
     }
 
-    fn set_change_feed(&self, on: bool, retention_seconds: u64) -> Result<bool, StorageError> {
-        let _serial = self
-            .index_catalog_writes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(_gate) = self.gate() else {
-            return Ok(false);
-        };
-        let mut catalog = (*self.index_catalog()).clone();
-        catalog.change_feed = on;
-        catalog.feed_retention_seconds = retention_seconds;
-        self.store_catalog(catalog)?;
-        Ok(true)
+    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError> {
+        self.change_settings(|catalog| catalog.change_feed = feed)
     }
 
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError> {

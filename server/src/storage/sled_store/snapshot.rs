@@ -163,7 +163,6 @@ impl SledStore {
                             .map(|index| index.definition.clone())
                             .collect(),
                         change_feed: catalog.change_feed,
-                        feed_retention_seconds: catalog.feed_retention_seconds,
                         time_to_live: catalog.time_to_live,
                     }
                 })

@@ -301,7 +301,7 @@ impl SledTable {
         let catalog = self.index_catalog();
         let writing = self.shared.snapshots.writing();
         // (An expired row where an insert goes reads as missing: that needs the row.)
-        let alone = !catalog.reads_rows_whole() && !catalog.change_feed;
+        let alone = !catalog.reads_rows_whole() && catalog.change_feed.is_none();
         if let (true, [Operation::Insert(_)]) = (alone, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
             return self.insert_alone(&writing, partition_key, insert, now);
@@ -326,7 +326,7 @@ impl SledTable {
         let keys = changes.iter().map(|change| change.key.as_slice());
         writing.preserve(self.id, &self.tree, keys)?;
         // The change records go with the rows, under the same undo record.
-        let turn = catalog.change_feed.then(|| self.shared.feed.take());
+        let turn = catalog.change_feed.map(|_| self.shared.feed.take());
         if let Some(turn) = &turn {
             let records = feed::record_rows(&plan, partition_key, turn.transaction, 0);
             changes.extend(records);
@@ -373,8 +373,7 @@ impl SledTable {
             operations,
             current,
             now,
-            &catalog.indexes,
-            catalog.time_to_live,
+            catalog.plan_rules(),
         ) {
             Ok(plan) => plan,
             Err(refused) => return Ok(Err(refused.into())),
