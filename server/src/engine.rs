@@ -13,7 +13,7 @@ use crate::scan::Scan;
 use crate::storage::{
     self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, FeedEnd,
     FeedPosition, IndexRefusal, RejectReason, Rejection, SnapshotSink, StorageError, Store,
-    StoreConfig, StoredChange, StoredRow, Table, Ticket,
+    StoreConfig, StoredChange, StoredRow, Table, TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -668,6 +668,11 @@ impl Engine {
     }
 
     /// The live table `name`, or [`TableError::TableNotFound`].
+    /// Every live table the housekeeping tends ([`crate::storage::Store::tables_to_tend`]).
+    pub(crate) fn tables_to_tend(&self) -> Result<Vec<TendedTable>, TableError> {
+        Ok(self.store.tables_to_tend()?)
+    }
+
     pub(crate) fn table(&self, name: &str) -> Result<Arc<dyn Table>, TableError> {
         let name = lookup_name(name)?;
         self.store

@@ -89,30 +89,16 @@ pub(crate) fn pass(
     positions: &mut SweepPositions,
 ) -> Result<Done, TableError> {
     let mut done = Done::default();
-    let mut page_token = String::new();
-    loop {
-        let page = engine.list_tables("", 1_000, &page_token)?;
-        for name in &page.tables {
-            let table = match engine.table(name.as_str()) {
-                Ok(table) => table,
-                // Deleted meanwhile.
-                Err(TableError::TableNotFound(_)) => continue,
-                Err(error) => return Err(error),
-            };
-            let catalog = table.indexes()?;
-            if let Some(feed) = catalog.change_feed {
-                let retention = ticks_of(feed.retention_seconds);
-                done.trimmed += trim(table.as_ref(), Ticks(now.0.saturating_sub(retention)))?;
-            }
-            if catalog.time_to_live.is_some() {
-                done.expired += sweep(table.as_ref(), now, positions)?;
-            }
+    for (table, catalog) in engine.tables_to_tend()? {
+        if let Some(feed) = catalog.change_feed {
+            let retention = ticks_of(feed.retention_seconds);
+            done.trimmed += trim(table.as_ref(), Ticks(now.0.saturating_sub(retention)))?;
         }
-        match page.next_page_token {
-            Some(next) => page_token = next,
-            None => return Ok(done),
+        if catalog.time_to_live.is_some() {
+            done.expired += sweep(table.as_ref(), now, positions)?;
         }
     }
+    Ok(done)
 }
 
 fn ticks_of(seconds: u64) -> i64 {

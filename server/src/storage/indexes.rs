@@ -239,6 +239,11 @@ impl IndexCatalog {
         self.any_kept() || self.time_to_live.is_some() || self.keeps_before_images()
     }
 
+    /// Whether the table needs the housekeeping: a change feed to trim, or entities that expire.
+    pub fn needs_upkeep(&self) -> bool {
+        self.change_feed.is_some() || self.time_to_live.is_some()
+    }
+
     /// Whether the table's change records hold the entity as it was before each change.
     pub fn keeps_before_images(&self) -> bool {
         self.change_feed.is_some_and(|feed| feed.before_images)

@@ -157,6 +157,9 @@ pub enum CreateRefusal {
     BeingDeleted,
 }
 
+/// A table the housekeeping tends, with its catalog as read ([`Store::tables_to_tend`]).
+pub type TendedTable = (Arc<dyn Table>, IndexCatalog);
+
 /// The catalog of tables and the durability of writes.
 pub trait Store: Send + Sync + Debug {
     /// The live table called `name` (ignoring case), if any.
@@ -182,6 +185,29 @@ pub trait Store: Send + Sync + Debug {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<TableName>, bool), StorageError>;
+
+    /// Every live table that keeps a change feed or lets its entities expire (what the server's
+    /// housekeeping tends each second), with its catalog. By default from [`Store::list_tables`]
+    /// and each table's catalog; a remote store reads them in one statement.
+    fn tables_to_tend(&self) -> Result<Vec<TendedTable>, StorageError> {
+        let mut tended = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let (names, more) = self.list_tables("", after.as_deref(), 1_000)?;
+            for name in &names {
+                if let Some(table) = self.table(name)? {
+                    let catalog = table.indexes()?;
+                    if catalog.needs_upkeep() {
+                        tended.push((table, catalog));
+                    }
+                }
+            }
+            match (more, names.last()) {
+                (true, Some(last)) => after = Some(last.folded().to_owned()),
+                _ => return Ok(tended),
+            }
+        }
+    }
 
     /// The store's setting `name`, if set: a small record the engine encodes and the store keeps
     /// as it is (the service's properties, a table's stored access policies).

@@ -29,7 +29,7 @@ use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
     build_in_background, CommitOutcome, CreateRefusal, FoundVisitor, IndexCatalog, PartitionBatch,
-    StorageError, Store, StoreSecret, Table, TableKey,
+    StorageError, Store, StoreSecret, Table, TableKey, TendedTable,
 };
 use crate::model::{IndexDefinition, IndexState, TableName};
 
@@ -80,6 +80,7 @@ const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live, inde
     ON CONFLICT (folded) WHERE live DO NOTHING RETURNING id";
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
 const DELETE_TABLE: &str = "UPDATE trestle_tables SET live = false WHERE id = $1 AND live";
+const LIVE_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables WHERE live";
 const LIST_TABLES: &str = "SELECT name FROM trestle_tables
     WHERE live AND folded >= $1 AND folded > $2 AND starts_with(folded, $1)
     ORDER BY folded COLLATE \"C\" LIMIT $3";
@@ -319,6 +320,19 @@ impl Store for PostgresStore {
         let more = names.len() > limit;
         names.truncate(limit);
         Ok((names, more))
+    }
+
+    /// One query over every live table's catalog.
+    fn tables_to_tend(&self) -> Result<Vec<TendedTable>, StorageError> {
+        let mut tended = Vec::new();
+        for row in self.pool.query(LIVE_TABLES, &[])? {
+            let table = self.table_of_row(&row)?;
+            if table.catalog.needs_upkeep() {
+                let catalog = table.catalog.clone();
+                tended.push((table as Arc<dyn Table>, catalog));
+            }
+        }
+        Ok(tended)
     }
 
     /// Refused while a table of the name is still being purged (`BeingDeleted`).
