@@ -414,10 +414,9 @@ impl Engine {
         F: FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
     {
         query::validate_selection(select)?;
-        let table = self.table(table)?;
-        let (ttl, now) = (table.time_to_live(), Ticks::now());
+        let now = Ticks::now();
         let (mut read, mut value) = (Some(read), None);
-        let mut visit = |entity: EntityView<'_>| {
+        let mut visit = |ttl, entity: EntityView<'_>| {
             // An expired entity reads as missing (until the server removes it).
             if entity.expired(ttl, now)? {
                 return Ok(());
@@ -428,8 +427,18 @@ impl Engine {
             Ok(())
         };
         let found = match waiting {
-            Waiting::Allowed => Some(table.get(key, &mut visit)?),
-            Waiting::NotAllowed => table.try_get(key, &mut visit)?,
+            Waiting::Allowed => {
+                let name = lookup_name(table)?;
+                match self.store.get_named(&name, key, &mut visit)? {
+                    Some(found) => Some(found),
+                    None => return Err(TableError::TableNotFound(name.to_string())),
+                }
+            }
+            Waiting::NotAllowed => {
+                let table = self.table(table)?;
+                let ttl = table.time_to_live();
+                table.try_get(key, &mut |entity| visit(ttl, entity))?
+            }
         };
         match (found, value) {
             (Some(true), Some(value)) => Ok(Attempt::Done(value)),

@@ -413,6 +413,50 @@ async fn postgres_crashing_makes_servers_unavailable_then_they_recover_with_ever
 }
 
 /// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
+/// A point read on one server sees the table as another server left it, at once: a time to live
+/// set there (the entity now expired reads as missing), the table deleted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_read_sees_the_table_as_another_server_just_left_it() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
+    create_table(&mut a, "Sessions").await;
+    a.insert_entity(pb::InsertEntityRequest {
+        table: "Sessions".into(),
+        entity: Some(entity("s", "1", &[])),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let read = || pb::GetEntityRequest {
+        table: "Sessions".into(),
+        partition_key: "s".into(),
+        row_key: "1".into(),
+        select: vec![],
+    };
+    b.get_entity(read()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    a.set_time_to_live(pb::SetTimeToLiveRequest {
+        table: "Sessions".into(),
+        enabled: true,
+        default_seconds: 1,
+    })
+    .await
+    .unwrap();
+    let expired = b.get_entity(read()).await.unwrap_err();
+    assert_eq!(expired.code(), Code::NotFound, "{expired:?}");
+    assert!(expired.message().contains("PartitionKey"), "{expired:?}");
+    a.delete_table(pb::DeleteTableRequest {
+        table: "Sessions".into(),
+    })
+    .await
+    .unwrap();
+    let gone = b.get_entity(read()).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    assert!(gone.message().contains("table"), "{gone:?}");
+}
+
 async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
     let request = pb::ReadChangesRequest {
         table: table.into(),

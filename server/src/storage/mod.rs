@@ -157,6 +157,11 @@ pub enum CreateRefusal {
     BeingDeleted,
 }
 
+/// Reads a point read's entity, told the table's time to live as it stands
+/// ([`Store::get_named`]).
+pub type NamedGetVisitor<'a> =
+    dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + 'a;
+
 /// A table the housekeeping tends, with its catalog as read ([`Store::tables_to_tend`]).
 pub type TendedTable = (Arc<dyn Table>, IndexCatalog);
 
@@ -185,6 +190,23 @@ pub trait Store: Send + Sync + Debug {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<TableName>, bool), StorageError>;
+
+    /// A point read by the table's name: `None` if there is no live table called `name`, else
+    /// whether the entity at `key` is there (`read` is called with it and the table's time to
+    /// live). By default [`Store::table`] then [`Table::get`]; a remote store does both in one
+    /// statement, so that the table's lookup costs no round trip of its own and is never stale.
+    fn get_named(
+        &self,
+        name: &TableName,
+        key: &EntityKey,
+        read: &mut NamedGetVisitor<'_>,
+    ) -> Result<Option<bool>, StorageError> {
+        let Some(table) = self.table(name)? else {
+            return Ok(None);
+        };
+        let ttl = table.time_to_live();
+        table.get(key, &mut |entity| read(ttl, entity)).map(Some)
+    }
 
     /// Every live table that keeps a change feed or lets its entities expire (what the server's
     /// housekeeping tends each second), with its catalog. By default from [`Store::list_tables`]

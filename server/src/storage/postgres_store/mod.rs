@@ -28,10 +28,11 @@ use postgres::Client;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
-    build_in_background, CommitOutcome, CreateRefusal, FoundVisitor, IndexCatalog, PartitionBatch,
-    StorageError, Store, StoreSecret, Table, TableKey, TendedTable,
+    build_in_background, CommitOutcome, CreateRefusal, EntityView, FoundVisitor, IndexCatalog,
+    NamedGetVisitor, PartitionBatch, StorageError, Store, StoreSecret, Table, TableKey,
+    TendedTable,
 };
-use crate::model::{IndexDefinition, IndexState, TableName};
+use crate::model::{EntityKey, IndexDefinition, IndexState, TableName};
 
 pub use self::purge::PURGE_BATCH;
 
@@ -80,6 +81,10 @@ const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live, inde
     ON CONFLICT (folded) WHERE live DO NOTHING RETURNING id";
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
 const DELETE_TABLE: &str = "UPDATE trestle_tables SET live = false WHERE id = $1 AND live";
+/// A point read by the table's name: the table's catalog (none: no such live table) and the row.
+const GET_NAMED: &str = "SELECT t.indexes, e.record FROM trestle_tables t
+    LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
+    WHERE t.folded = $1 AND t.live";
 const LIVE_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables WHERE live";
 const LIST_TABLES: &str = "SELECT name FROM trestle_tables
     WHERE live AND folded >= $1 AND folded > $2 AND starts_with(folded, $1)
@@ -320,6 +325,31 @@ impl Store for PostgresStore {
         let more = names.len() > limit;
         names.truncate(limit);
         Ok((names, more))
+    }
+
+    /// One statement: the table's lookup and the row's read together.
+    fn get_named(
+        &self,
+        name: &TableName,
+        key: &EntityKey,
+        read: &mut NamedGetVisitor<'_>,
+    ) -> Result<Option<bool>, StorageError> {
+        let (pk, rk) = (key.partition_key.as_bytes(), key.row_key.as_bytes());
+        let Some(row) = self
+            .pool
+            .query_opt(GET_NAMED, &[&name.folded(), &pk, &rk])?
+        else {
+            return Ok(None);
+        };
+        let Some(record) = row.get::<_, Option<&[u8]>>(1) else {
+            return Ok(Some(false));
+        };
+        let ttl = IndexCatalog::decode(row.get(0))?.time_to_live;
+        read(
+            ttl,
+            EntityView::parse(&key.partition_key, &key.row_key, record)?,
+        )?;
+        Ok(Some(true))
     }
 
     /// One query over every live table's catalog.
