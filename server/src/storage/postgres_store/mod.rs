@@ -162,20 +162,13 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// The table `id` called `name`, whose catalog is `record` (as stored).
-    fn table_of(
-        &self,
-        id: i64,
-        name: TableName,
-        record: Vec<u8>,
-    ) -> Result<Arc<PostgresTable>, StorageError> {
-        Ok(Arc::new(PostgresTable {
+    fn table_of(&self, id: i64, name: TableName, catalog: IndexCatalog) -> Arc<PostgresTable> {
+        Arc::new(PostgresTable {
             id,
             name,
             pool: self.pool.clone(),
-            catalog: IndexCatalog::decode(&record)?,
-            catalog_record: record,
-        }))
+            catalog,
+        })
     }
 
     /// The table of a catalog row `(id, name, indexes)`.
@@ -188,7 +181,8 @@ impl PostgresStore {
     fn table_of_row(&self, row: &postgres::Row) -> Result<Arc<PostgresTable>, StorageError> {
         let name = TableName::parse(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
-        self.table_of(row.get(0), name, row.get(2))
+        let catalog = IndexCatalog::decode(row.get(2))?;
+        Ok(self.table_of(row.get(0), name, catalog))
     }
 
     /// Starts the builds of every index still `Building` (their builder stopped, or is another
@@ -407,13 +401,7 @@ impl Store for PostgresStore {
                 CreateRefusal::BeingDeleted
             }))
         })?;
-        match created {
-            Ok((id, catalog)) => {
-                let table = self.table_of(id, name.clone(), catalog.encode())?;
-                Ok(Ok(table as Arc<dyn Table>))
-            }
-            Err(refusal) => Ok(Err(refusal)),
-        }
+        Ok(created.map(|(id, catalog)| self.table_of(id, name.clone(), catalog) as Arc<dyn Table>))
     }
 
     /// Marks the table deleted (at once, for every server, once the commits under way on it are

@@ -83,17 +83,6 @@ pub(super) fn visit_portal(
     }
 }
 
-/// `bytes` as the hex text PostgreSQL's `decode(..., 'hex')` reads.
-pub(super) fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    text
-}
-
 /// Decodes the hex text PostgreSQL's `encode(..., 'hex')` writes.
 pub(super) fn from_hex(text: &str) -> Result<Vec<u8>, StorageError> {
     let digit = |c: u8| match c {

@@ -11,7 +11,7 @@ use postgres::Transaction;
 
 use super::changes;
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
-use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, to_hex, visit_portal};
+use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
     plan_commit, CommitPlan, EntityKey, KeyPosition, KeyRange, Operation, RowPosition,
     StoredEntity, TableName, Ticks,
@@ -73,8 +73,6 @@ pub struct PostgresTable {
     pub(super) pool: Arc<Pool>,
     /// The table's indexes as of its lookup (commits read them afresh).
     pub(super) catalog: IndexCatalog,
-    /// The catalog's record as stored then, which a plain insert checks is still the table's.
-    pub(super) catalog_record: Vec<u8>,
 }
 
 impl Table for PostgresTable {
@@ -117,25 +115,6 @@ impl Table for PostgresTable {
         retrying(|| {
             self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
-                if inserts_only {
-                    match self.insert_plainly(client, partition_key, &operations) {
-                        Ok(Some(plan)) => {
-                            return Ok(Ok(Committed {
-                                stored: plan.results,
-                                ticket: None,
-                            }))
-                        }
-                        Ok(None) => {}
-                        Err(error) => {
-                            // (A failure that lost the connection fails the rollback too.)
-                            let _ = client.batch_execute("ROLLBACK");
-                            // A row exists: the usual way tells which operation fails.
-                            if !is_unique_violation(&error) {
-                                return Err(error);
-                            }
-                        }
-                    }
-                }
                 let mut commit = |client: &mut postgres::Client, inserts_only| {
                     let catalog = self.begin_locked(client, partition_key)?;
                     let (tx, catalog) = (&mut *client, &catalog);
@@ -232,66 +211,6 @@ impl PostgresTable {
         }
         // The table's row is purged: the commit finds the table gone.
         Ok(IndexCatalog::default())
-    }
-
-    /// A commit of inserts only into a table whose commits write nothing but rows (no index kept,
-    /// no change feed, no expiry: its catalog as looked up), in one round trip: `BEGIN`, the
-    /// table's and the partition's locks, an `INSERT` that writes only while the table is live
-    /// with that very catalog (read after the locks, so that a change to it either committed
-    /// before and is seen, or waits for this commit), and `COMMIT`. `None` when it wrote nothing
-    /// (the table changed or went) or does not apply: the caller commits the usual way. A row that
-    /// exists fails it with a unique violation (the transaction is then left aborted).
-    fn insert_plainly(
-        &self,
-        client: &mut postgres::Client,
-        partition_key: &str,
-        operations: &[Operation],
-    ) -> Result<Option<CommitPlan>, StorageError> {
-        let catalog = &self.catalog;
-        if catalog.reads_rows_whole() || catalog.change_feed.is_some() {
-            return Ok(None);
-        }
-        let current = operations.iter().map(|_| None).collect();
-        let now = Ticks::next_commit();
-        let rules = catalog.plan_rules();
-        let Ok(plan) = plan_commit(partition_key, operations.to_vec(), current, now, rules) else {
-            return Ok(None);
-        };
-        let mut rows = Vec::with_capacity(plan.changes.len());
-        for change in &plan.changes {
-            let Some(entity) = &plan.results[change.operation] else {
-                return Ok(None);
-            };
-            let record = codec::encode(entity.timestamp, &entity.properties);
-            rows.push(format!(
-                "(decode('{}', 'hex'), decode('{}', 'hex'))",
-                to_hex(change.row_key.as_bytes()),
-                to_hex(&record)
-            ));
-        }
-        let (id, catalog_record) = (self.id, to_hex(&self.catalog_record));
-        let messages = client.simple_query(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({}); SELECT pg_advisory_xact_lock({});
-             INSERT INTO trestle_entities (table_id, pk, rk, record)
-                SELECT {id}, decode('{}', 'hex'), w.rk, w.record FROM (VALUES {}) AS w(rk, record)
-                WHERE EXISTS (SELECT 1 FROM trestle_tables
-                    WHERE id = {id} AND live AND indexes = decode('{catalog_record}', 'hex'));
-             COMMIT",
-            table_lock(id),
-            partition_lock(id, partition_key),
-            to_hex(partition_key.as_bytes()),
-            rows.join(", "),
-        ))?;
-        let counts: Vec<u64> = messages
-            .iter()
-            .filter_map(|message| match message {
-                postgres::SimpleQueryMessage::CommandComplete(count) => Some(*count),
-                _ => None,
-            })
-            .collect();
-        // BEGIN, the two locks' SELECTs, the INSERT, COMMIT.
-        let inserted = counts.len().checked_sub(2).map_or(0, |at| counts[at]);
-        Ok((inserted == rows.len() as u64).then_some(plan))
     }
 
     /// Checks every operation against the partition's current rows (read in one statement) and
