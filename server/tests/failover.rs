@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{all_entities, entity, insert_op, int64, Client, ServerProcess};
+use support::{all_entities, create_table, entity, insert_op, int64, Client, ServerProcess};
 use tonic::{Code, Status};
 use trestle_proto::pb;
 
@@ -420,18 +420,6 @@ async fn check(client: &mut Client, phases: &[Seen]) {
     bank::check(client, &transfers).await;
 }
 
-async fn create_tables(client: &mut Client) {
-    for table in ["Writes", "Batches", "Counters"] {
-        client
-            .create_table(pb::CreateTableRequest {
-                table: table.into(),
-                ..Default::default()
-            })
-            .await
-            .expect("create table");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_dies_then_a_switchover_and_nothing_acknowledged_is_lost() {
     let Some(cluster) = tokio::task::block_in_place(Cluster::start) else {
@@ -453,7 +441,9 @@ async fn the_primary_dies_then_a_switchover_and_nothing_acknowledged_is_lost() {
     for server in &servers {
         clients.push(server.client().await);
     }
-    create_tables(&mut clients[0]).await;
+    for table in ["Writes", "Batches", "Counters"] {
+        create_table(&mut clients[0], table).await;
+    }
     bank::open(&mut bank::connect(&endpoints[1]).await).await;
 
     // The primary's machine dies 3 s into the load.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres_cluster::Postgres;
-use support::{entity, insert_op, Client, ServerProcess};
+use support::{create_table, entity, insert_op, Client, ServerProcess};
 use tonic::Code;
 use trestle_proto::pb;
 
@@ -47,16 +47,6 @@ fn server_over(url: &str, data_dir: &std::path::Path, extra: &[&str]) -> ServerP
     let mut args = vec!["--store", url];
     args.extend_from_slice(extra);
     ServerProcess::start_with(data_dir, &args)
-}
-
-async fn create_table(client: &mut Client, table: &str) {
-    client
-        .create_table(pb::CreateTableRequest {
-            table: table.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("create table");
 }
 
 fn int64_of(entity: &pb::Entity, name: &str) -> i64 {

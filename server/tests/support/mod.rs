@@ -172,6 +172,17 @@ pub fn insert_op(entity: pb::Entity) -> pb::TransactionOperation {
     }
 }
 
+/// Creates table `table`.
+pub async fn create_table(client: &mut Client, table: &str) {
+    client
+        .create_table(pb::CreateTableRequest {
+            table: table.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("create table");
+}
+
 /// Every entity of `table`, by (pk, rk), read page by page.
 pub async fn all_entities(
     client: &mut Client,
