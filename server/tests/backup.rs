@@ -104,6 +104,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
         .create_table(pb::CreateTableRequest {
             table: "Lines".into(),
             change_feed: true,
+            change_feed_before_images: true,
             ..Default::default()
         })
         .await
@@ -193,7 +194,8 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
         assert_eq!(live[key].etag, entity.etag, "{key:?}");
     }
 
-    // The change feed is kept again (empty: records are not in a backup).
+    // The change feed is kept again, with its before images (empty: records are not in a
+    // backup).
     let lines_table = restored_client
         .get_table(pb::GetTableRequest {
             table: "Lines".into(),
@@ -201,7 +203,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
         .await
         .unwrap()
         .into_inner();
-    assert!(lines_table.change_feed);
+    assert!(lines_table.change_feed && lines_table.change_feed_before_images);
 
     // The declared index was built anew over the restored entities, and answers.
     let ((pk, rk), sample) = orders.iter().find(|((pk, _), _)| pk != "pairs").unwrap();
