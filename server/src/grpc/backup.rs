@@ -13,6 +13,7 @@ use tonic::Status;
 
 use super::convert::index_definition_to_pb;
 use super::executor::Executor;
+use super::status::internal_status;
 use crate::storage::{SnapshotItem, StorageError, CURRENT_FORMAT};
 use trestle_proto::pb;
 
@@ -53,7 +54,7 @@ pub(crate) async fn start(
     match receiver.next().await {
         Some(Ok(header)) => Ok(Box::pin(tokio_stream::once(Ok(header)).chain(receiver))),
         Some(Err(status)) => Err(status),
-        None => Err(Status::internal("the backup ended before it began")),
+        None => Err(internal_status("the backup ended before it began")),
     }
 }
 

@@ -24,6 +24,13 @@ pub(crate) fn to_status(error: &TableError) -> Status {
     )
 }
 
+/// The status of a fault of the server itself, told in fixed words (never an internal error's
+/// text), with `InternalError` as every other reply gives it.
+pub(crate) fn internal_status(what: &str) -> Status {
+    crate::telemetry::refused(ErrorCode::InternalError);
+    status(ErrorCode::InternalError, what.to_owned(), None)
+}
+
 /// Converts a refused credential into the status sent to the client; `operation` is the failing
 /// operation of a transaction.
 pub(crate) fn auth_status(error: &AuthError, operation: Option<usize>) -> Status {
