@@ -149,7 +149,7 @@ impl TableApi {
             })
             .await?;
         let stored = self.durable(pending).await?;
-        let mut stored = stored.ok_or_else(|| Status::internal("write stored no entity"))?;
+        let mut stored = stored.ok_or_else(|| status::internal_status("write stored no entity"))?;
         if return_no_content {
             // Azure's `Prefer: return-no-content`: the caller wants the new ETag, not its entity.
             stored.properties.clear();
