@@ -410,23 +410,9 @@ fn place_results(parts: &[Part], planned: Vec<PlannedPart>, stored: &mut [Option
 mod tests {
     use super::*;
     use crate::model::{EntityKey, NewEntity, Operation, Properties, TableName, Value};
-    use crate::storage::sled_store::StoreOptions;
     use crate::storage::Store;
 
-    fn open(dir: &std::path::Path) -> SledStore {
-        // A dropped store's background threads release the directory's lock as they exit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            match SledStore::open(dir, StoreOptions::default()) {
-                Ok(store) => return store,
-                Err(error) if std::time::Instant::now() < deadline => {
-                    assert!(error.to_string().contains("lock"), "{error}");
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(error) => panic!("{error}"),
-            }
-        }
-    }
+    use crate::storage::sled_store::table::tests::reopen as open;
 
     fn name(table: &str) -> TableName {
         TableName::parse(table).unwrap()

@@ -7,21 +7,38 @@
 //! only once flushed: the clock keeps every number taken and not yet durable, and readers read
 //! only below the smallest of them (the horizon), so that a reader never passes a record that
 //! appears later, nor sees one a crash could take back.
+//!
+//! A lone insert writes its record and then its row, without an undo record
+//! ([`SledTable::commit`]'s fast path): a crash between the two leaves a record of a change that
+//! did not happen. Every [`NOTE_SETTLED_EVERY`] numbers the clock notes in the store a number
+//! below which every commit had written all its rows; sled recovers a prefix of its log, so at
+//! open only the records from the note on can stand alone, and [`drop_unfinished`] removes those
+//! that do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::key;
 use super::table::SledTable;
 use super::undo::RowChange;
 use super::{StorageError, Ticket};
-use crate::model::{CommitPlan, Ticks};
+use crate::model::{ChangeKind, CommitPlan, EntityKey, Ticks};
 use crate::storage::changes::{self, FeedPosition, StoredChange};
+use crate::storage::EntityView;
+
+/// The key, in the store's default tree, of the settled note: a transaction number below which
+/// every commit had written all its rows.
+const SETTLED: &[u8] = b"trestle.feed.settled";
+
+/// How many transaction numbers apart the clock notes where the settled ones end.
+const NOTE_SETTLED_EVERY: u64 = 256;
 
 /// Numbers transactions and keeps those not yet readable.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct FeedClock {
     state: Mutex<ClockState>,
+    /// Where the settled note is kept.
+    db: sled::Db,
 }
 
 #[derive(Debug, Default)]
@@ -34,9 +51,19 @@ struct ClockState {
 }
 
 impl FeedClock {
-    /// Sets the next number (at open, once the tables' records are known).
+    /// A clock keeping its settled note in `db`.
+    pub(super) fn new(db: sled::Db) -> FeedClock {
+        FeedClock {
+            state: Mutex::default(),
+            db,
+        }
+    }
+
+    /// Sets the next number (at open, once the tables' records are known and whole), and notes
+    /// that every record so far is settled.
     pub(super) fn start_at(&self, next: u64) {
         self.state().next = next;
+        self.note_settled();
     }
 
     fn state(&self) -> MutexGuard<'_, ClockState> {
@@ -75,6 +102,19 @@ impl FeedClock {
         }
         state.next
     }
+
+    /// Notes in the store the first number whose commit may not have written all its rows yet.
+    /// (A failure is only logged: an older note makes the check at open read more records.)
+    fn note_settled(&self) {
+        let settled = {
+            let state = self.state();
+            let writing = state.pending.iter().find(|(_, ticket)| ticket.is_none());
+            writing.map_or(state.next, |(&transaction, _)| transaction)
+        };
+        if let Err(error) = self.db.insert(SETTLED, &settled.to_be_bytes()) {
+            tracing::warn!(%error, "cannot note where the change feeds' settled records end");
+        }
+    }
 }
 
 /// A transaction number taken for a commit.
@@ -93,6 +133,9 @@ impl Turn<'_> {
             .pending
             .insert(self.transaction, Some(ticket.unwrap_or(0)));
         self.written = true;
+        if self.transaction % NOTE_SETTLED_EVERY == 0 {
+            self.clock.note_settled();
+        }
     }
 }
 
@@ -139,6 +182,56 @@ pub(super) fn next_transaction<'a>(
         }
     }
     Ok(next)
+}
+
+/// Removes the change records a crash left without their change (see the module's comment): from
+/// the settled note on, the last record of each entity, if it says the entity was inserted but
+/// the table holds no entity of that stamp or later. Returns how many it removed. Call at open,
+/// after the undo log's roll-back and before any commit.
+pub(super) fn drop_unfinished<'a>(
+    db: &sled::Db,
+    tables: impl IntoIterator<Item = &'a SledTable>,
+) -> Result<usize, StorageError> {
+    let settled = match db.get(SETTLED)? {
+        Some(bytes) => u64::from_be_bytes(bytes.as_ref().try_into().map_err(|_| {
+            StorageError::Corrupt("the change feeds' settled note is malformed".into())
+        })?),
+        None => 0,
+    };
+    let start = key::feed_record(FeedPosition {
+        transaction: settled,
+        record: 0,
+    });
+    let mut dropped = 0;
+    for table in tables {
+        let mut last_of_entity: HashMap<EntityKey, StoredChange> = HashMap::new();
+        for item in table.tree.range(start.clone()..key::feed_records().end) {
+            let (stored_key, bytes) = item?;
+            let change = changes::decode(key::feed_position(&stored_key)?, &bytes)?;
+            last_of_entity.insert(change.key.clone(), change);
+        }
+        for (entity_key, change) in last_of_entity {
+            let Some(after) = change.after.filter(|_| change.kind == ChangeKind::Insert) else {
+                continue;
+            };
+            let EntityKey {
+                partition_key,
+                row_key,
+            } = &entity_key;
+            let stored = table.tree.get(key::encode(partition_key, row_key))?;
+            let inserted = match &stored {
+                Some(bytes) => {
+                    EntityView::parse(partition_key, row_key, bytes)?.timestamp >= after.timestamp
+                }
+                None => false,
+            };
+            if !inserted {
+                table.tree.remove(key::feed_record(change.position))?;
+                dropped += 1;
+            }
+        }
+    }
+    Ok(dropped)
 }
 
 impl SledTable {
@@ -205,9 +298,14 @@ impl SledTable {
 mod tests {
     use super::*;
 
+    fn clock() -> FeedClock {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        FeedClock::new(db)
+    }
+
     #[test]
     fn readers_stop_at_the_first_number_not_yet_durable() {
-        let clock = FeedClock::default();
+        let clock = clock();
         clock.start_at(5);
         let (first, second, third) = (clock.take(), clock.take(), clock.take());
         assert_eq!(clock.horizon(100), 5);
@@ -219,5 +317,20 @@ mod tests {
         third.written(None);
         assert_eq!(clock.horizon(7), 8);
         assert_eq!(clock.take().transaction, 8);
+    }
+
+    #[test]
+    fn the_settled_note_names_the_first_commit_still_writing() {
+        let clock = clock();
+        clock.start_at(NOTE_SETTLED_EVERY - 1);
+        let noted = || clock.db.get(SETTLED).unwrap().expect("noted");
+        assert_eq!(noted().as_ref(), &(NOTE_SETTLED_EVERY - 1).to_be_bytes());
+        let (first, second, third) = (clock.take(), clock.take(), clock.take());
+        first.written(None);
+        let unchanged = noted();
+        assert_eq!(unchanged.as_ref(), &(NOTE_SETTLED_EVERY - 1).to_be_bytes());
+        second.written(Some(1));
+        assert_eq!(noted().as_ref(), &(NOTE_SETTLED_EVERY + 1).to_be_bytes());
+        drop(third);
     }
 }

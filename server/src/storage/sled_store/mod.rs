@@ -122,7 +122,7 @@ impl SledStore {
             undo: undo::UndoLog::open(&db)?,
             claims: indexes::UniqueClaims::default(),
             snapshots: Arc::default(),
-            feed: feed::FeedClock::default(),
+            feed: feed::FeedClock::new(db.clone()),
             db: db.clone(),
         });
         let mut tables = HashMap::new();
@@ -153,6 +153,14 @@ impl SledStore {
             );
         }
         drop_orphan_trees(&db, &tables, &deleting)?;
+        let unfinished = feed::drop_unfinished(&db, tables.values().map(|table| table.as_ref()))?;
+        if unfinished > 0 {
+            db.flush()?;
+            tracing::warn!(
+                records = unfinished,
+                "removed the change records of inserts a crash interrupted"
+            );
+        }
         let next = feed::next_transaction(tables.values().map(|table| table.as_ref()))?;
         shared.feed.start_at(next);
         for table in tables.values() {

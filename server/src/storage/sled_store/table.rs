@@ -10,9 +10,7 @@ use super::locks::PartitionGuard;
 use super::snapshot::Writing;
 use super::undo::{self, RowChange, MAX_UNDO_RECORD_BYTES};
 use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Table};
-use crate::model::{
-    plan_commit, CommitPlan, Effect, EntityKey, Operation, Refusal, TableName, Ticks,
-};
+use crate::model::{plan_commit, CommitPlan, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{
     CommitOutcome, Committed, FeedEnd, FeedPosition, IndexCatalog, StoredChange, Visit, Visitor,
@@ -163,37 +161,60 @@ impl SledTable {
     }
 
     /// A lone insert (the commonest write) as one compare-and-swap that stores the entity only
-    /// where no row is: one descent of the tree instead of a read and then a write. Called by
-    /// [`Table::commit`] under the partition's lock and the table's gate.
+    /// where no row is: one descent of the tree instead of a read and then a write. With a
+    /// change feed, its record is written first (unreadable until the commit is durable) and
+    /// removed again if a row is there; a crash between the record and the row leaves a record
+    /// that the next open removes ([`feed::drop_unfinished`]). Called by [`Table::commit`] under
+    /// the partition's lock and the table's gate.
     fn insert_alone(
         &self,
         writing: &Writing<'_>,
         partition_key: &str,
         insert: Operation,
         now: Ticks,
+        catalog: &IndexCatalog,
     ) -> Result<CommitOutcome, StorageError> {
         let encoded_key = key::encode(partition_key, insert.row_key());
-        let Ok(Effect::Put(entity)) = insert.resolve(None, now) else {
+        let rules = catalog.plan_rules();
+        let plan = match plan_commit(partition_key, vec![insert], vec![None], now, rules) {
+            Ok(plan) => plan,
+            Err(refused) => return Ok(Err(refused.into())),
+        };
+        let Some(entity) = &plan.results[0] else {
             unreachable!("an insert where no row is stores its entity");
         };
         let value = codec::encode(entity.timestamp, &entity.properties);
         writing.preserve(self.id, &self.tree, [encoded_key.as_slice()])?;
+        let turn = catalog.change_feed.map(|_| self.shared.feed.take());
+        let record = turn
+            .as_ref()
+            .and_then(|turn| feed::record_rows(&plan, partition_key, turn.transaction, 0).pop());
+        if let Some(record) = &record {
+            record.write(&self.tree)?;
+        }
         if self
             .tree
             .compare_and_swap(&encoded_key, None::<&[u8]>, Some(value))?
             .is_err()
         {
+            if let Some(record) = record {
+                self.tree.remove(record.key)?;
+            }
             return Ok(Err(Rejection {
                 index: 0,
                 reason: RejectReason::Refused {
-                    row_key: entity.key.row_key,
+                    row_key: entity.key.row_key.clone(),
                     refusal: Refusal::AlreadyExists,
                 },
             }));
         }
+        let ticket = self.shared.durability.record_write();
+        if let Some(turn) = turn {
+            turn.written(ticket);
+        }
         Ok(Ok(Committed {
-            stored: vec![Some(entity)],
-            ticket: self.shared.durability.record_write(),
+            stored: plan.results,
+            ticket,
         }))
     }
 
@@ -301,10 +322,10 @@ impl SledTable {
         let catalog = self.index_catalog();
         let writing = self.shared.snapshots.writing();
         // (An expired row where an insert goes reads as missing: that needs the row.)
-        let alone = !catalog.reads_rows_whole() && catalog.change_feed.is_none();
+        let alone = !catalog.reads_rows_whole();
         if let (true, [Operation::Insert(_)]) = (alone, operations.as_slice()) {
             let insert = operations.pop().expect("one operation");
-            return self.insert_alone(&writing, partition_key, insert, now);
+            return self.insert_alone(&writing, partition_key, insert, now, &catalog);
         }
         let (plan, mut changes) = match self.plan_rows(partition_key, operations, now, &catalog)? {
             Ok(planned) => planned,
@@ -550,10 +571,11 @@ impl Table for SledTable {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::model::ChangeKind;
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{read_entity, SledStore, Store, StoreOptions};
+    use crate::storage::{read_entity, Indexed, SledStore, Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
     pub(in crate::storage::sled_store) fn table_with_even_rows(
@@ -569,6 +591,22 @@ pub(super) mod tests {
             .collect();
         table.commit("p", inserts).unwrap().unwrap();
         (store, table)
+    }
+
+    /// The store in `dir`, opened again once the dropped one's background threads have released
+    /// the directory's lock (they do as they exit).
+    pub(in crate::storage::sled_store) fn reopen(dir: &std::path::Path) -> SledStore {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match SledStore::open(dir, StoreOptions::default()) {
+                Ok(store) => return store,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    assert!(error.to_string().contains("lock"), "{error}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(error) => panic!("{error}"),
+            }
+        }
     }
 
     /// Row `row` of partition `p` with `N` = `n`.
@@ -772,23 +810,62 @@ pub(super) mod tests {
             store.flush().unwrap();
             before
         };
-        // The dropped store's background threads release the directory's lock as they exit.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let store = loop {
-            match SledStore::open(dir.path(), StoreOptions::default()) {
-                Ok(store) => break store,
-                Err(error) if std::time::Instant::now() < deadline => {
-                    assert!(error.to_string().contains("lock"), "{error}");
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(error) => panic!("{error}"),
-            }
-        };
+        let store = reopen(dir.path());
         let table = store
             .sled_table(&TableName::parse("Rows").unwrap())
             .unwrap();
         assert_eq!(table.tree.get(&r000).unwrap(), before, "r000 is back");
         assert_eq!(table.tree.get(&r001).unwrap(), None, "r001 is gone again");
         assert!(store.shared.undo.is_empty());
+    }
+
+    #[test]
+    fn opening_the_store_removes_the_record_of_an_insert_a_crash_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, table) = table_with_even_rows(dir.path());
+            let feed = crate::model::ChangeFeed::new(0, false).unwrap();
+            assert!(table.set_change_feed(Some(feed)).unwrap());
+            table.commit("p", vec![insert("r001", 1)]).unwrap().unwrap();
+            table.commit("p", vec![insert("r003", 3)]).unwrap().unwrap();
+            let refused = table.commit("p", vec![insert("r003", 4)]).unwrap();
+            assert!(refused.is_err(), "r003 exists: no record");
+            let delete = Operation::Delete {
+                key: EntityKey::new("p".into(), "r003".into()).unwrap(),
+                if_match: IfMatch::Any,
+            };
+            table.commit("p", vec![delete]).unwrap().unwrap();
+            // A crash after a lone insert's record, before its row.
+            let plan = plan_commit(
+                "p",
+                vec![insert("r005", 5)],
+                vec![None],
+                Ticks::next_commit(),
+                table.index_catalog().plan_rules(),
+            )
+            .unwrap();
+            let transaction = store.shared.feed.take().transaction;
+            for record in feed::record_rows(&plan, "p", transaction, 0) {
+                record.write(&table.tree).unwrap();
+            }
+            store.flush().unwrap();
+        }
+        let store = reopen(dir.path());
+        let table = store
+            .sled_table(&TableName::parse("Rows").unwrap())
+            .unwrap();
+        let changes: Vec<(String, ChangeKind)> = table
+            .read_changes(None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|change| (change.key.row_key, change.kind))
+            .collect();
+        let expected = [
+            ("r001", ChangeKind::Insert),
+            ("r003", ChangeKind::Insert),
+            ("r003", ChangeKind::Delete),
+        ]
+        .map(|(row, kind)| (row.to_owned(), kind));
+        assert_eq!(changes, expected, "the record without its row is gone");
     }
 }
