@@ -375,13 +375,19 @@ impl Engine {
         in_transaction: bool,
         waiting: Waiting,
     ) -> Result<CommitAttempt, TableError> {
-        let table = self.table(table_name)?;
         let committed = match waiting {
-            Waiting::Allowed => table.commit(partition_key, operations)?,
-            Waiting::NotAllowed => match table.try_commit(partition_key, operations)? {
-                Ok(committed) => committed,
-                Err(operations) => return Ok(Attempt::WouldWait(operations)),
-            },
+            Waiting::Allowed => {
+                let name = lookup_name(table_name)?;
+                let committed = self.store.commit_named(&name, partition_key, operations)?;
+                committed.ok_or_else(|| TableError::TableNotFound(name.to_string()))?
+            }
+            Waiting::NotAllowed => {
+                let table = self.table(table_name)?;
+                match table.try_commit(partition_key, operations)? {
+                    Ok(committed) => committed,
+                    Err(operations) => return Ok(Attempt::WouldWait(operations)),
+                }
+            }
         };
         match committed {
             Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
@@ -389,7 +395,7 @@ impl Engine {
                 ticket,
             })),
             Err(Rejection { index, reason }) => {
-                let error = rejection_error(table.name().as_str(), partition_key, reason);
+                let error = rejection_error(table_name, partition_key, reason);
                 Err(if in_transaction {
                     error.at_operation(index)
                 } else {

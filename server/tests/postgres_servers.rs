@@ -402,7 +402,6 @@ async fn postgres_crashing_makes_servers_unavailable_then_they_recover_with_ever
     drop(cluster);
 }
 
-/// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
 /// A point read on one server sees the table as another server left it, at once: a time to live
 /// set there (the entity now expired reads as missing), the table deleted there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,6 +446,60 @@ async fn a_point_read_sees_the_table_as_another_server_just_left_it() {
     assert!(gone.message().contains("table"), "{gone:?}");
 }
 
+/// A write on one server goes to the table as another server just left it: refused once the
+/// table is deleted there, into the new table once it is created again there (never through the
+/// deleted table's id, which the server had written to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
+    let insert = |row_key: &str| pb::InsertEntityRequest {
+        table: "Orders".into(),
+        entity: Some(entity("o", row_key, &[])),
+        ..Default::default()
+    };
+    let read = |row_key: &str| pb::GetEntityRequest {
+        table: "Orders".into(),
+        partition_key: "o".into(),
+        row_key: row_key.into(),
+        select: vec![],
+    };
+    let delete_table = || pb::DeleteTableRequest {
+        table: "Orders".into(),
+    };
+    create_table(&mut a, "Orders").await;
+    b.insert_entity(insert("1")).await.unwrap();
+    a.delete_table(delete_table()).await.unwrap();
+    // The name is free again once the old table's rows are purged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let create = pb::CreateTableRequest {
+            table: "Orders".into(),
+            ..Default::default()
+        };
+        match a.create_table(create).await {
+            Ok(_) => break,
+            Err(status) if status.code() == Code::AlreadyExists && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    b.insert_entity(insert("2")).await.unwrap();
+    a.get_entity(read("2"))
+        .await
+        .expect("the write is in the new table");
+    let old = a.get_entity(read("1")).await.unwrap_err();
+    assert_eq!(old.code(), Code::NotFound, "the new table is new: {old:?}");
+    a.delete_table(delete_table()).await.unwrap();
+    let gone = b.insert_entity(insert("3")).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    assert!(gone.message().contains("table"), "{gone:?}");
+}
+
+/// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
 async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
     let request = pb::ReadChangesRequest {
         table: table.into(),

@@ -208,6 +208,23 @@ pub trait Store: Send + Sync + Debug {
         table.get(key, &mut |entity| read(ttl, entity)).map(Some)
     }
 
+    /// A commit to the table called `name` ([`Table::commit`]): `None` if there is no live table
+    /// of that name. By default [`Store::table`] then [`Table::commit`]; a remote store keeps the
+    /// tables it has committed to by name, so that a commit costs no lookup of its own, and
+    /// looks again when the one it kept is gone (the commit finds that under the table's lock),
+    /// so that a table deleted and created again elsewhere is never written through its old id.
+    fn commit_named(
+        &self,
+        name: &TableName,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<Option<CommitOutcome>, StorageError> {
+        match self.table(name)? {
+            Some(table) => table.commit(partition_key, operations).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Every live table that keeps a change feed or lets its entities expire (what the server's
     /// housekeeping tends each second), with its catalog. By default from [`Store::list_tables`]
     /// and each table's catalog; a remote store reads them in one statement.

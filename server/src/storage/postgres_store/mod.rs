@@ -21,7 +21,8 @@ mod sql;
 mod table;
 mod tls;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::Client;
 
@@ -32,7 +33,8 @@ use super::{
     NamedGetVisitor, PartitionBatch, StorageError, Store, StoreSecret, Table, TableKey,
     TendedTable,
 };
-use crate::model::{EntityKey, IndexDefinition, IndexState, TableName};
+use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
+use crate::storage::{RejectReason, Rejection};
 
 pub use self::purge::PURGE_BATCH;
 
@@ -113,12 +115,18 @@ impl Default for PostgresOptions {
     }
 }
 
+/// How many tables [`PostgresStore`] keeps for commits by name; past that it forgets them all.
+const KNOWN_TABLES_AT_MOST: usize = 4_096;
+
 /// The PostgreSQL store.
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: Arc<Pool>,
     secret: StoreSecret,
     wake_purger: Arc<purge::Wake>,
+    /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
+    /// since, which the next commit to one finds under its lock.
+    known: Mutex<HashMap<String, Arc<PostgresTable>>>,
 }
 
 impl PostgresStore {
@@ -157,6 +165,7 @@ impl PostgresStore {
             pool,
             secret,
             wake_purger,
+            known: Mutex::default(),
         };
         store.resume_builds()?;
         Ok(store)
@@ -289,6 +298,42 @@ impl Store for PostgresStore {
         Ok(self
             .postgres_table(name)?
             .map(|table| table as Arc<dyn Table>))
+    }
+
+    /// Through the table kept for `name` if there is one; if the commit finds it gone, through
+    /// the live table of that name looked up afresh, if there is one.
+    fn commit_named(
+        &self,
+        name: &TableName,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<Option<CommitOutcome>, StorageError> {
+        let known = || self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = known().get(name.folded()).cloned();
+        if let Some(table) = kept {
+            match table.commit_operations(partition_key, &operations)? {
+                Err(Rejection {
+                    reason: RejectReason::TableGone,
+                    ..
+                }) => {
+                    known().remove(name.folded());
+                }
+                outcome => return Ok(Some(outcome)),
+            }
+        }
+        let Some(table) = self.postgres_table(name)? else {
+            return Ok(None);
+        };
+        {
+            let mut known = known();
+            if known.len() >= KNOWN_TABLES_AT_MOST {
+                known.clear();
+            }
+            known.insert(name.folded().to_owned(), table.clone());
+        }
+        table
+            .commit_operations(partition_key, &operations)
+            .map(Some)
     }
 
     fn commit_across(

@@ -104,38 +104,12 @@ impl Table for PostgresTable {
         self.id as u64
     }
 
-    /// One database transaction, run again (from a fresh read) after a serialization failure or
-    /// a deadlock, which engines without advisory locks may raise.
     fn commit(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
     ) -> Result<CommitOutcome, StorageError> {
-        let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
-        retrying(|| {
-            self.pool.with(|connection| {
-                let (client, mut prepared) = connection.parts();
-                let mut commit = |client: &mut postgres::Client, inserts_only| {
-                    let catalog = self.begin_locked(client, partition_key)?;
-                    let (tx, catalog) = (&mut *client, &catalog);
-                    self.commit_in(
-                        tx,
-                        &mut prepared,
-                        catalog,
-                        partition_key,
-                        &operations,
-                        inserts_only,
-                    )
-                };
-                let mut outcome = commit(client, inserts_only);
-                if inserts_only && outcome.as_ref().is_err_and(is_unique_violation) {
-                    // A row exists: again, reading the rows, to refuse the right operation.
-                    client.batch_execute("ROLLBACK")?;
-                    outcome = commit(client, false);
-                }
-                end_transaction(client, outcome)
-            })
-        })
+        self.commit_operations(partition_key, &operations)
     }
 
     fn get(
@@ -187,6 +161,40 @@ impl Table for PostgresTable {
 }
 
 impl PostgresTable {
+    /// [`Table::commit`]: one database transaction, run again (from a fresh read) after a
+    /// serialization failure or a deadlock, which engines without advisory locks may raise.
+    pub(super) fn commit_operations(
+        &self,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<CommitOutcome, StorageError> {
+        let inserts_only = operations.iter().all(|o| matches!(o, Operation::Insert(_)));
+        retrying(|| {
+            self.pool.with(|connection| {
+                let (client, mut prepared) = connection.parts();
+                let mut commit = |client: &mut postgres::Client, inserts_only| {
+                    let catalog = self.begin_locked(client, partition_key)?;
+                    let (tx, catalog) = (&mut *client, &catalog);
+                    self.commit_in(
+                        tx,
+                        &mut prepared,
+                        catalog,
+                        partition_key,
+                        operations,
+                        inserts_only,
+                    )
+                };
+                let mut outcome = commit(client, inserts_only);
+                if inserts_only && outcome.as_ref().is_err_and(is_unique_violation) {
+                    // A row exists: again, reading the rows, to refuse the right operation.
+                    client.batch_execute("ROLLBACK")?;
+                    outcome = commit(client, false);
+                }
+                end_transaction(client, outcome)
+            })
+        })
+    }
+
     /// Begins a transaction holding the table (shared) and the partition, and reads the table's
     /// indexes as they are under the lock (an index declared or dropped takes the table's lock
     /// exclusively), in one round trip: the lock keys are numbers.
