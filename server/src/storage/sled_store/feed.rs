@@ -186,7 +186,7 @@ pub(super) fn next_transaction<'a>(
 
 /// Removes the change records a crash left without their change (see the module's comment): from
 /// the settled note on, the last record of each entity, if it says the entity was inserted but
-/// the table holds no entity of that stamp or later. Returns how many it removed. Call at open,
+/// the table holds no entity of that stamp. Returns how many it removed. Call at open,
 /// after the undo log's roll-back and before any commit.
 pub(super) fn drop_unfinished<'a>(
     db: &sled::Db,
@@ -219,9 +219,10 @@ pub(super) fn drop_unfinished<'a>(
                 row_key,
             } = &entity_key;
             let stored = table.tree.get(key::encode(partition_key, row_key))?;
+            // Each commit has a stamp of its own: the row is the insert's only if it has its stamp.
             let inserted = match &stored {
                 Some(bytes) => {
-                    EntityView::parse(partition_key, row_key, bytes)?.timestamp >= after.timestamp
+                    EntityView::parse(partition_key, row_key, bytes)?.timestamp == after.timestamp
                 }
                 None => false,
             };
