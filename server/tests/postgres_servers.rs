@@ -499,6 +499,68 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
     assert!(gone.message().contains("table"), "{gone:?}");
 }
 
+/// Server B inserts (in one round trip, the table having no index), server A then declares a
+/// unique index: B's next inserts find the catalog changed and go the full way, keeping the
+/// index (its entries and its uniqueness).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_keeps_the_index_another_server_just_declared() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
+    let insert = |row_key: &str, rank: i64| pb::InsertEntityRequest {
+        table: "Orders".into(),
+        entity: Some(entity("o", row_key, &[("Rank", rank)])),
+        ..Default::default()
+    };
+    create_table(&mut a, "Orders").await;
+    b.insert_entity(insert("1", 1)).await.unwrap();
+    let index = pb::IndexDefinition {
+        name: "ByRank".into(),
+        properties: vec!["Rank".into()],
+        scope: pb::IndexScope::Table as i32,
+        unique: true,
+    };
+    let create = pb::CreateIndexRequest {
+        table: "Orders".into(),
+        index: Some(index),
+    };
+    a.create_index(create).await.unwrap();
+    let by_rank = pb::QueryEntitiesRequest {
+        table: "Orders".into(),
+        index: "ByRank".into(),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(status) = a.query_entities(by_rank.clone()).await {
+        assert!(
+            Instant::now() < deadline,
+            "the index is never ready: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.insert_entity(insert("2", 2)).await.unwrap();
+    let found = a.query_entities(by_rank).await.unwrap().into_inner();
+    let row_keys: Vec<&str> = found.entities.iter().map(|e| e.row_key.as_str()).collect();
+    assert_eq!(
+        row_keys,
+        ["1", "2"],
+        "the insert through B has its index entry"
+    );
+    let taken = b.insert_entity(insert("3", 2)).await.unwrap_err();
+    assert_eq!(taken.code(), Code::AlreadyExists, "{taken:?}");
+    let missing = pb::GetEntityRequest {
+        table: "Orders".into(),
+        partition_key: "o".into(),
+        row_key: "3".into(),
+        select: vec![],
+    };
+    assert_eq!(
+        a.get_entity(missing).await.unwrap_err().code(),
+        Code::NotFound
+    );
+}
+
 /// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
 async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
     let request = pb::ReadChangesRequest {

@@ -15,6 +15,7 @@
 mod across;
 mod changes;
 mod indexes;
+mod one_trip;
 mod pool;
 mod purge;
 mod sql;
@@ -26,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::Client;
 
+use self::one_trip::PlainCatalog;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
@@ -68,6 +70,19 @@ CREATE TABLE IF NOT EXISTS trestle_changes (
     PRIMARY KEY (table_id, xid, record));
 CREATE TABLE IF NOT EXISTS trestle_feed_trims (
     table_id bigint PRIMARY KEY, xid xid8 NOT NULL, record int4 NOT NULL);
+CREATE OR REPLACE FUNCTION trestle_insert_rows(t bigint, partition_lock bigint,
+    catalog bytea, p bytea, rks bytea[], records bytea[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE inserted bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(29810, (t % 2147483647)::int4);
+    PERFORM pg_advisory_xact_lock(partition_lock);
+    INSERT INTO trestle_entities (table_id, pk, rk, record)
+        SELECT t, p, w.rk, w.record FROM unnest(rks, records) AS w(rk, record)
+        WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = t AND live AND indexes = catalog);
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    RETURN inserted;
+END $$;
 COMMIT;
 ";
 
@@ -171,13 +186,21 @@ impl PostgresStore {
         Ok(store)
     }
 
-    fn table_of(&self, id: i64, name: TableName, catalog: IndexCatalog) -> Arc<PostgresTable> {
-        Arc::new(PostgresTable {
+    /// The table `id` whose catalog is stored as `stored`.
+    fn table_of(
+        &self,
+        id: i64,
+        name: TableName,
+        stored: &[u8],
+    ) -> Result<Arc<PostgresTable>, StorageError> {
+        let catalog = IndexCatalog::decode(stored)?;
+        Ok(Arc::new(PostgresTable {
             id,
             name,
             pool: self.pool.clone(),
+            plain: Mutex::new(PlainCatalog::of(stored, &catalog)),
             catalog,
-        })
+        }))
     }
 
     /// The table of a catalog row `(id, name, indexes)`.
@@ -190,8 +213,7 @@ impl PostgresStore {
     fn table_of_row(&self, row: &postgres::Row) -> Result<Arc<PostgresTable>, StorageError> {
         let name = TableName::parse(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
-        let catalog = IndexCatalog::decode(row.get(2))?;
-        Ok(self.table_of(row.get(0), name, catalog))
+        self.table_of(row.get(0), name, row.get(2))
     }
 
     /// Starts the builds of every index still `Building` (their builder stopped, or is another
@@ -435,7 +457,7 @@ impl Store for PostgresStore {
                 &[&name.folded(), &name.as_str(), &catalog.encode()],
             )?;
             if let Some(row) = row {
-                return Ok(Ok((row.get::<_, i64>(0), catalog)));
+                return Ok(Ok((row.get::<_, i64>(0), catalog.encode())));
             }
             let name_taken = prepared.get(client, NAME_TAKEN_BY_LIVE)?;
             let live: Option<bool> = client.query_one(&name_taken, &[&name.folded()])?.get(0);
@@ -446,7 +468,10 @@ impl Store for PostgresStore {
                 CreateRefusal::BeingDeleted
             }))
         })?;
-        Ok(created.map(|(id, catalog)| self.table_of(id, name.clone(), catalog) as Arc<dyn Table>))
+        Ok(match created {
+            Ok((id, stored)) => Ok(self.table_of(id, name.clone(), &stored)? as Arc<dyn Table>),
+            Err(refusal) => Err(refusal),
+        })
     }
 
     /// Marks the table deleted (at once, for every server, once the commits under way on it are

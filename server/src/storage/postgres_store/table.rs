@@ -1,15 +1,16 @@
 //! A table of the PostgreSQL store: point reads (one statement), commits (one database
-//! transaction of four round trips whatever its size, three for inserts only, under the
-//! partition's advisory lock) and scans (one statement per range, fetched through a portal a
-//! batch at a time).
+//! transaction of four round trips whatever its size, three for inserts only, one for inserts
+//! into a table without indexes or a change feed (`one_trip.rs`), under the partition's advisory
+//! lock) and scans (one statement per range, fetched through a portal a batch at a time).
 
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::types::ToSql;
 use postgres::Transaction;
 
 use super::changes;
+use super::one_trip::{OneTrip, PlainCatalog};
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
@@ -73,6 +74,8 @@ pub struct PostgresTable {
     pub(super) pool: Arc<Pool>,
     /// The table's indexes as of its lookup (commits read them afresh).
     pub(super) catalog: IndexCatalog,
+    /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
+    pub(super) plain: Mutex<Option<PlainCatalog>>,
 }
 
 impl Table for PostgresTable {
@@ -172,6 +175,19 @@ impl PostgresTable {
         retrying(|| {
             self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
+                let mut inserts_only = inserts_only;
+                if inserts_only {
+                    match self.insert_in_one_trip(
+                        client,
+                        &mut prepared,
+                        partition_key,
+                        operations,
+                    )? {
+                        OneTrip::Done(outcome) => return Ok(outcome),
+                        OneTrip::NotTaken => {}
+                        OneTrip::RowExists => inserts_only = false,
+                    }
+                }
                 let mut commit = |client: &mut postgres::Client, inserts_only| {
                     let catalog = self.begin_locked(client, partition_key)?;
                     let (tx, catalog) = (&mut *client, &catalog);
@@ -213,12 +229,30 @@ impl PostgresTable {
         for message in messages {
             if let postgres::SimpleQueryMessage::Row(row) = message {
                 if row.columns().first().is_some_and(|c| c.name() == "indexes") {
-                    return IndexCatalog::decode(&from_hex(row.get(0).unwrap_or(""))?);
+                    let stored = from_hex(row.get(0).unwrap_or(""))?;
+                    let catalog = IndexCatalog::decode(&stored)?;
+                    *self.plain.lock().unwrap_or_else(PoisonError::into_inner) =
+                        PlainCatalog::of(&stored, &catalog);
+                    return Ok(catalog);
                 }
             }
         }
         // The table's row is purged: the commit finds the table gone.
+        self.forget_plain_catalog();
         Ok(IndexCatalog::default())
+    }
+
+    /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
+    pub(super) fn plain_catalog(&self) -> Option<PlainCatalog> {
+        self.plain
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sends the next inserts by the full path, which reads the catalog afresh.
+    pub(super) fn forget_plain_catalog(&self) {
+        *self.plain.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Checks every operation against the partition's current rows (read in one statement) and
@@ -303,16 +337,11 @@ impl PostgresTable {
         plan: &CommitPlan,
         inserts_only: bool,
     ) -> Result<Result<(), Rejection>, StorageError> {
-        let (mut written, mut records, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
-        for change in &plan.changes {
-            match &plan.results[change.operation] {
-                Some(entity) if change.writes => {
-                    records.push(codec::encode(entity.timestamp, &entity.properties));
-                    written.push(change.row_key.as_bytes());
-                }
-                _ => deleted.push(change.row_key.as_bytes()),
-            }
-        }
+        let PlannedRows {
+            written,
+            records,
+            deleted,
+        } = planned_rows(plan);
         let pk = partition_key.as_bytes();
         if inserts_only {
             let insert_rows = prepared.get(tx, INSERT_ROWS)?;
@@ -400,6 +429,35 @@ impl PostgresTable {
         let stopped_at = visit_portal(snapshot, &portal, visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
     }
+}
+
+/// The rows a plan writes and removes.
+pub(super) struct PlannedRows<'a> {
+    /// The row keys written, each with its record at the same place in `records`.
+    pub(super) written: Vec<&'a [u8]>,
+    pub(super) records: Vec<Vec<u8>>,
+    /// The row keys removed.
+    pub(super) deleted: Vec<&'a [u8]>,
+}
+
+/// The rows `plan` writes (with their records) and removes.
+pub(super) fn planned_rows(plan: &CommitPlan) -> PlannedRows<'_> {
+    let mut rows = PlannedRows {
+        written: Vec::new(),
+        records: Vec::new(),
+        deleted: Vec::new(),
+    };
+    for change in &plan.changes {
+        match &plan.results[change.operation] {
+            Some(entity) if change.writes => {
+                rows.records
+                    .push(codec::encode(entity.timestamp, &entity.properties));
+                rows.written.push(change.row_key.as_bytes());
+            }
+            _ => rows.deleted.push(change.row_key.as_bytes()),
+        }
+    }
+    rows
 }
 
 /// Adds the SQL condition of one bound of a range of positions.

@@ -1,0 +1,113 @@
+//! Inserts in one round trip: a commit of inserts only into a table without indexes or a change
+//! feed is one prepared call of `trestle_insert_rows` (a function the schema declares) in a
+//! transaction of its own. The function takes the table's and the partition's locks, then
+//! inserts the rows if the table's catalog is still the one the commit was planned by; each of
+//! its statements reads the database as it is when the statement starts, so the catalog is
+//! checked with the locks held, as the full path (`table.rs`, three round trips) reads it.
+
+use postgres::types::ToSql;
+use postgres::Client;
+
+use super::pool::{is_unique_violation, Prepared};
+use super::sql::partition_lock;
+use super::table::{planned_rows, PostgresTable};
+use crate::model::{plan_commit, Operation, PlanRules, Ticks, TimeToLive};
+use crate::storage::{CommitOutcome, Committed, IndexCatalog, StorageError};
+
+/// Calls the schema's function: its transaction is the statement's own.
+const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6)";
+
+/// The stored catalog of a table, as a commit last read it, when it lets inserts go in one round
+/// trip (no index, no index being dropped, no change feed).
+#[derive(Debug, Clone)]
+pub(super) struct PlainCatalog {
+    /// The catalog's bytes as stored: the one-trip insert checks the database still has them.
+    stored: Vec<u8>,
+    time_to_live: Option<TimeToLive>,
+}
+
+impl PlainCatalog {
+    /// The catalog stored as `stored`, if it is plain.
+    pub(super) fn of(stored: &[u8], catalog: &IndexCatalog) -> Option<PlainCatalog> {
+        let plain = catalog.indexes.is_empty()
+            && catalog.dropped.is_empty()
+            && catalog.change_feed.is_none();
+        plain.then(|| PlainCatalog {
+            stored: stored.to_vec(),
+            time_to_live: catalog.time_to_live,
+        })
+    }
+}
+
+/// How a one-trip insert went.
+pub(super) enum OneTrip {
+    /// Committed (or refused by its plan, nothing written).
+    Done(CommitOutcome),
+    /// Not tried, or the table's catalog was not the one planned by (or the table is gone):
+    /// nothing written; the full path decides.
+    NotTaken,
+    /// A row exists: rolled back; the full path reads the rows to refuse the right operation.
+    RowExists,
+}
+
+impl PostgresTable {
+    /// Commits `operations`, inserts only, in one round trip over `client` if the table's
+    /// catalog as last read is plain.
+    pub(super) fn insert_in_one_trip(
+        &self,
+        client: &mut Client,
+        prepared: &mut Prepared<'_>,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Result<OneTrip, StorageError> {
+        let Some(catalog) = self.plain_catalog() else {
+            return Ok(OneTrip::NotTaken);
+        };
+        let rules = PlanRules {
+            indexes: &[],
+            time_to_live: catalog.time_to_live,
+            before_images: false,
+        };
+        let current = operations.iter().map(|_| None).collect();
+        let planned = plan_commit(
+            partition_key,
+            operations.to_vec(),
+            current,
+            Ticks::next_commit(),
+            rules,
+        );
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(refusal) => return Ok(OneTrip::Done(Err(refusal.into()))),
+        };
+        let rows = planned_rows(&plan);
+        let insert_rows = prepared.get(client, INSERT_ROWS)?;
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &self.id,
+            &partition_lock(self.id, partition_key),
+            &catalog.stored,
+            &partition_key.as_bytes(),
+            &rows.written,
+            &rows.records,
+        ];
+        let inserted: i64 = match client.query_one(&insert_rows, &params) {
+            Ok(row) => row.get(0),
+            Err(error) => {
+                let error = StorageError::from(error);
+                if is_unique_violation(&error) {
+                    return Ok(OneTrip::RowExists);
+                }
+                return Err(error);
+            }
+        };
+        if inserted != rows.written.len() as i64 {
+            // The catalog changed (or the table is gone): nothing was written.
+            self.forget_plain_catalog();
+            return Ok(OneTrip::NotTaken);
+        }
+        Ok(OneTrip::Done(Ok(Committed {
+            stored: plan.results,
+            ticket: None,
+        })))
+    }
+}
