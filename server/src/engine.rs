@@ -613,23 +613,23 @@ impl Engine {
         after: Option<FeedPosition>,
         limit: usize,
     ) -> Result<Vec<StoredChange>, TableError> {
-        let table = self.table(name)?;
-        if table.indexes()?.change_feed.is_none() {
+        let read = self
+            .store
+            .read_changes_named(&lookup_name(name)?, after, limit)?
+            .ok_or_else(|| TableError::TableNotFound(name.to_owned()))?;
+        if read.catalog.change_feed.is_none() {
             return Err(TableError::Invalid(ValidationError::Argument(format!(
                 "table {} keeps no change feed: create it with change_feed, or turn the feed on \
                  with SetChangeFeed",
-                quoted(table.name().as_str())
+                quoted(read.name.as_str())
             ))));
         }
-        let changes = table.read_changes(after, limit)?;
-        // Looked at after the read: trimming notes its position before it removes anything, so
-        // a record removed before the read is seen here.
-        if let (Some(after), Some(trimmed)) = (after, table.feed_trimmed_to()?) {
+        if let (Some(after), Some(trimmed)) = (after, read.trimmed_to) {
             if after < trimmed {
-                return Err(TableError::FeedCursorExpired(table.name().to_string()));
+                return Err(TableError::FeedCursorExpired(read.name.to_string()));
             }
         }
-        Ok(changes)
+        Ok(read.changes)
     }
 
     /// Where table `name`'s feed ends now ([`crate::storage::Table::feed_end`]).

@@ -561,6 +561,35 @@ async fn an_insert_keeps_the_index_another_server_just_declared() {
     );
 }
 
+/// Server B inserts into a table without a feed (in one round trip), server A then starts the
+/// feed: B's next insert finds the catalog changed and writes its record, and B's inserts after
+/// it (one round trip again, the feed now in the catalog B read) write theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_writes_the_record_of_a_feed_another_server_just_started() {
+    let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
+    let insert = |row_key: &str| pb::InsertEntityRequest {
+        table: "Events".into(),
+        entity: Some(entity("e", row_key, &[])),
+        ..Default::default()
+    };
+    create_table(&mut a, "Events").await;
+    b.insert_entity(insert("before")).await.unwrap();
+    let start = pb::SetChangeFeedRequest {
+        table: "Events".into(),
+        enabled: true,
+        ..Default::default()
+    };
+    a.set_change_feed(start).await.unwrap();
+    for row_key in ["1", "2", "3"] {
+        b.insert_entity(insert(row_key)).await.unwrap();
+    }
+    let (recorded, _) = feed_after(&mut a, "Events", "").await;
+    assert_eq!(recorded, ["1", "2", "3"]);
+}
+
 /// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
 async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
     let request = pb::ReadChangesRequest {

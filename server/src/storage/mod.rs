@@ -162,6 +162,19 @@ pub enum CreateRefusal {
 pub type NamedGetVisitor<'a> =
     dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + 'a;
 
+/// A read of a table's change feed by the table's name ([`Store::read_changes_named`]).
+#[derive(Debug)]
+pub struct FeedRead {
+    /// The table's name as created.
+    pub name: TableName,
+    /// The table's catalog (whether it keeps a feed).
+    pub catalog: IndexCatalog,
+    /// The records read, in feed order (none if the table keeps no feed).
+    pub changes: Vec<StoredChange>,
+    /// The position the feed was trimmed to, if it was.
+    pub trimmed_to: Option<FeedPosition>,
+}
+
 /// A table the housekeeping tends, with its catalog as read ([`Store::tables_to_tend`]).
 pub type TendedTable = (Arc<dyn Table>, IndexCatalog);
 
@@ -223,6 +236,34 @@ pub trait Store: Send + Sync + Debug {
             Some(table) => table.commit(partition_key, operations).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Up to `limit` records of the change feed of the table called `name` after `after`, with
+    /// the table's name and catalog and where its feed was trimmed to, all as of one instant:
+    /// `None` if there is no live table of that name. By default [`Store::table`], then
+    /// [`Table::read_changes`] and [`Table::feed_trimmed_to`] (after the read: trimming notes its
+    /// position before it removes a record); a remote store reads all of it in one statement, so
+    /// that a follower polling the feed costs one round trip.
+    fn read_changes_named(
+        &self,
+        name: &TableName,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Option<FeedRead>, StorageError> {
+        let Some(table) = self.table(name)? else {
+            return Ok(None);
+        };
+        let catalog = table.indexes()?;
+        let changes = match catalog.change_feed {
+            Some(_) => table.read_changes(after, limit)?,
+            None => Vec::new(),
+        };
+        Ok(Some(FeedRead {
+            name: table.name().clone(),
+            catalog,
+            changes,
+            trimmed_to: table.feed_trimmed_to()?,
+        }))
     }
 
     /// Every live table that keeps a change feed or lets its entities expire (what the server's

@@ -10,9 +10,10 @@ use postgres::Client;
 
 use super::pool::Prepared;
 use super::table::PostgresTable;
-use crate::model::{CommitPlan, Ticks};
+use super::PostgresStore;
+use crate::model::{CommitPlan, TableName, Ticks};
 use crate::storage::changes::{self, FeedEnd, FeedPosition, StoredChange};
-use crate::storage::StorageError;
+use crate::storage::{FeedRead, IndexCatalog, StorageError};
 
 const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
     SELECT $1, record, $4, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
@@ -39,6 +40,18 @@ const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_
     WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
       AND xid < pg_snapshot_xmin(pg_current_snapshot())
     ORDER BY xid, record LIMIT $4";
+
+/// The table of a name, where its feed was trimmed to, and the records after a position, at one
+/// instant (no row: no live table of the name; one row without a record: no records).
+const READ_NAMED: &str = "SELECT t.name, t.indexes, tr.xid::text::int8, tr.record,
+        c.xid::text::int8, c.record, c.change
+    FROM trestle_tables t
+    LEFT JOIN trestle_feed_trims tr ON tr.table_id = t.id
+    LEFT JOIN LATERAL (SELECT xid, record, change FROM trestle_changes
+        WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
+          AND xid < pg_snapshot_xmin(pg_current_snapshot())
+        ORDER BY xid, record LIMIT $4) c ON true
+    WHERE t.folded = $1 AND t.live";
 
 /// Writes the change records of `plan` (partition `partition_key` of table `table_id`), numbered
 /// from `first` in the current transaction; how many.
@@ -96,25 +109,68 @@ impl PostgresTable {
         after: Option<FeedPosition>,
         limit: usize,
     ) -> Result<Vec<StoredChange>, StorageError> {
-        let (transaction, record) = match after {
-            Some(after) => (
-                i64::try_from(after.transaction).unwrap_or(i64::MAX),
-                i32::try_from(after.record).unwrap_or(i32::MAX),
-            ),
-            None => (0, -1),
-        };
+        let (transaction, record) = position_params(after);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
             .pool
             .query(READ_RECORDS, &[&self.id, &transaction, &record, &limit])?;
-        rows.iter()
-            .map(|row| {
-                let position = FeedPosition {
-                    transaction: row.get::<_, i64>(0) as u64,
-                    record: row.get::<_, i32>(1) as u32,
-                };
-                changes::decode(position, row.get(2))
-            })
-            .collect()
+        rows.iter().filter_map(|row| change_at(row, 0)).collect()
     }
+}
+
+impl PostgresStore {
+    /// [`crate::storage::Store::read_changes_named`]: one statement.
+    pub(super) fn read_feed_named(
+        &self,
+        name: &TableName,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Option<FeedRead>, StorageError> {
+        let (transaction, record) = position_params(after);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .pool
+            .query(READ_NAMED, &[&name.folded(), &transaction, &record, &limit])?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let name = TableName::parse(first.get::<_, &str>(0))
+            .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
+        let trimmed_to = first
+            .get::<_, Option<i64>>(2)
+            .map(|transaction| FeedPosition {
+                transaction: transaction as u64,
+                record: first.get::<_, i32>(3) as u32,
+            });
+        Ok(Some(FeedRead {
+            name,
+            catalog: IndexCatalog::decode(first.get(1))?,
+            changes: rows
+                .iter()
+                .filter_map(|row| change_at(row, 4))
+                .collect::<Result<_, _>>()?,
+            trimmed_to,
+        }))
+    }
+}
+
+/// The parameters of a position to read after (before the first record when `None`).
+fn position_params(after: Option<FeedPosition>) -> (i64, i32) {
+    match after {
+        Some(after) => (
+            i64::try_from(after.transaction).unwrap_or(i64::MAX),
+            i32::try_from(after.record).unwrap_or(i32::MAX),
+        ),
+        None => (0, -1),
+    }
+}
+
+/// The record in `row`'s columns from `first` (transaction, record, change), if there is one.
+fn change_at(row: &postgres::Row, first: usize) -> Option<Result<StoredChange, StorageError>> {
+    let transaction = row.get::<_, Option<i64>>(first)?;
+    let position = FeedPosition {
+        transaction: transaction as u64,
+        record: row.get::<_, i32>(first + 1) as u32,
+    };
+    Some(changes::decode(position, row.get(first + 2)))
 }

@@ -31,9 +31,9 @@ use self::one_trip::PlainCatalog;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
-    build_in_background, CommitOutcome, CreateRefusal, EntityView, FoundVisitor, IndexCatalog,
-    NamedGetVisitor, PartitionBatch, StorageError, Store, StoreSecret, Table, TableKey,
-    TendedTable,
+    build_in_background, CommitOutcome, CreateRefusal, EntityView, FeedPosition, FeedRead,
+    FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch, StorageError, Store, StoreSecret,
+    Table, TableKey, TendedTable,
 };
 use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
 use crate::storage::{RejectReason, Rejection};
@@ -71,8 +71,8 @@ CREATE TABLE IF NOT EXISTS trestle_changes (
 CREATE TABLE IF NOT EXISTS trestle_feed_trims (
     table_id bigint PRIMARY KEY, xid xid8 NOT NULL, record int4 NOT NULL);
 CREATE OR REPLACE FUNCTION trestle_insert_rows(t bigint, partition_lock bigint,
-    catalog bytea, p bytea, rks bytea[], records bytea[]) RETURNS bigint
-LANGUAGE plpgsql AS $$
+    catalog bytea, p bytea, rks bytea[], records bytea[], at int8, changes bytea[])
+RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE inserted bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(29810, (t % 2147483647)::int4);
@@ -81,6 +81,10 @@ BEGIN
         SELECT t, p, w.rk, w.record FROM unnest(rks, records) AS w(rk, record)
         WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = t AND live AND indexes = catalog);
     GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted > 0 THEN
+        INSERT INTO trestle_changes (table_id, record, at, change)
+            SELECT t, c.n - 1, at, c.change FROM unnest(changes) WITH ORDINALITY AS c(change, n);
+    END IF;
     RETURN inserted;
 END $$;
 COMMIT;
@@ -356,6 +360,15 @@ impl Store for PostgresStore {
         table
             .commit_operations(partition_key, &operations)
             .map(Some)
+    }
+
+    fn read_changes_named(
+        &self,
+        name: &TableName,
+        after: Option<FeedPosition>,
+        limit: usize,
+    ) -> Result<Option<FeedRead>, StorageError> {
+        self.read_feed_named(name, after, limit)
     }
 
     fn commit_across(

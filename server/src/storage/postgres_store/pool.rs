@@ -1,9 +1,11 @@
 //! The PostgreSQL store's connections: a fixed number, each lent to one call at a time, each
-//! with its statements prepared once; a connection the database dropped (a restart, a failover)
-//! is replaced by a new one at its next use, so the store recovers by itself.
+//! with its statements prepared once, lent in the order calls asked for them (a connection given
+//! back goes straight to the longest waiter, so no call, a change feed's follower among many
+//! writers say, waits behind later ones); a connection the database dropped (a restart, a
+//! failover) is replaced by a new one at its next use, so the store recovers by itself.
 
-use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use postgres::config::SslMode;
@@ -61,14 +63,47 @@ impl Prepared<'_> {
     }
 }
 
-/// A fixed set of connection slots; an empty slot (never connected, or dropped by the database)
-/// connects when it is next lent.
+/// A connection slot: `None` if it has no connection (never connected, or dropped by the
+/// database), in which case it connects when it is next lent.
+type Slot = Option<Connection>;
+
+/// A fixed set of connection slots, lent first come, first served.
 pub(super) struct Pool {
     config: Config,
     /// Set when the URL says `sslmode=require`.
     tls: Option<Rustls>,
-    slots: Mutex<Vec<Option<Connection>>>,
-    returned: Condvar,
+    slots: Mutex<Slots>,
+}
+
+/// The slots not lent, and the calls waiting for one, oldest first.
+struct Slots {
+    free: Vec<Slot>,
+    waiting: VecDeque<Arc<Handoff>>,
+}
+
+/// Where a slot given back is handed to a waiting call.
+#[derive(Default)]
+struct Handoff {
+    slot: Mutex<Option<Slot>>,
+    handed: Condvar,
+}
+
+impl Handoff {
+    /// Waits until a slot is handed over.
+    fn wait(&self) -> Slot {
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match slot.take() {
+                Some(handed) => return handed,
+                None => {
+                    slot = self
+                        .handed
+                        .wait(slot)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
+            }
+        }
+    }
 }
 
 impl Pool {
@@ -89,8 +124,10 @@ impl Pool {
         Ok(Pool {
             config,
             tls,
-            slots: Mutex::new(slots),
-            returned: Condvar::new(),
+            slots: Mutex::new(Slots {
+                free: slots,
+                waiting: VecDeque::new(),
+            }),
         })
     }
 
@@ -100,20 +137,20 @@ impl Pool {
         f: impl FnOnce(&mut Connection) -> Result<R, StorageError>,
     ) -> Result<R, StorageError> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut waited = false;
-        let slot = loop {
-            match slots.pop() {
-                Some(slot) => break slot,
-                None => {
-                    waited = true;
-                    slots = self
-                        .returned
-                        .wait(slots)
-                        .unwrap_or_else(PoisonError::into_inner)
-                }
+        let free = slots.free.pop();
+        let waited = free.is_none();
+        let slot = match free {
+            Some(slot) => {
+                drop(slots);
+                slot
+            }
+            None => {
+                let handoff = Arc::new(Handoff::default());
+                slots.waiting.push_back(handoff.clone());
+                drop(slots);
+                handoff.wait()
             }
         };
-        drop(slots);
         crate::telemetry::connection_lent(waited);
         let mut connection = match slot.filter(|connection| !connection.client.is_closed()) {
             Some(connection) => connection,
@@ -152,13 +189,18 @@ impl Pool {
         Ok(self.query(sql, params)?.into_iter().next())
     }
 
-    fn give_back(&self, slot: Option<Connection>) {
+    /// Hands `slot` to the longest waiting call, or keeps it free.
+    fn give_back(&self, slot: Slot) {
         crate::telemetry::connection_returned();
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(slot);
-        self.returned.notify_one();
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        match slots.waiting.pop_front() {
+            Some(handoff) => {
+                drop(slots);
+                *handoff.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(slot);
+                handoff.handed.notify_one();
+            }
+            None => slots.free.push(slot),
+        }
     }
 }
 
@@ -166,7 +208,13 @@ impl Drop for Pool {
     /// Closes the connections on a thread of its own: closing blocks, which a runtime worker
     /// (where the last handle on the store may go) must not.
     fn drop(&mut self) {
-        let slots = std::mem::take(self.slots.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let slots = std::mem::take(
+            &mut self
+                .slots
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .free,
+        );
         std::thread::spawn(move || drop(slots));
     }
 }
