@@ -627,6 +627,43 @@ fn the_postgres_store_records_its_schema_version_and_refuses_a_newer_one() {
     );
 }
 
+/// A call that panics on a store of one connection (a scan's visitor, here) gives its slot back:
+/// the next call gets a connection, outside the transaction the panic left, instead of waiting
+/// forever.
+#[test]
+fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
+    let Some(postgres) = postgres_cluster::Postgres::start() else {
+        return;
+    };
+    let url = postgres.database("panics");
+    let store = open_postgres(&url, 1, false).unwrap();
+    let name = TableName::parse("Scanned").unwrap();
+    let table = store.create_table(&name, &[]).unwrap().unwrap();
+    let inserts = (0..3)
+        .map(|n| {
+            let entity = NewEntity::new(key("p", &n.to_string()), Properties::new()).unwrap();
+            Operation::Insert(entity)
+        })
+        .collect();
+    table.commit("p", inserts).unwrap().unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        table.visit(&[KeyRange::all()], false, &mut |_| {
+            panic!("a visitor's bug")
+        })
+    }));
+    assert!(panicked.is_err());
+    let (done, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let insert = NewEntity::new(key("p", "after"), Properties::new()).unwrap();
+        let committed = table.commit("p", vec![Operation::Insert(insert)]);
+        let _ = done.send(committed.map(|outcome| outcome.is_ok()));
+    });
+    let committed = answered
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the store still has its connection");
+    assert!(committed.unwrap(), "a write after the panic commits");
+}
+
 #[test]
 fn the_postgres_store_upgrades_a_version_1_database_to_declared_indexes() {
     let Some(postgres) = postgres_cluster::Postgres::start() else {

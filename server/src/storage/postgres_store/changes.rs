@@ -109,8 +109,7 @@ impl PostgresTable {
         after: Option<FeedPosition>,
         limit: usize,
     ) -> Result<Vec<StoredChange>, StorageError> {
-        let (transaction, record) = position_params(after);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (transaction, record, limit) = read_params(after, limit);
         let rows = self
             .pool
             .query(READ_RECORDS, &[&self.id, &transaction, &record, &limit])?;
@@ -126,8 +125,7 @@ impl PostgresStore {
         after: Option<FeedPosition>,
         limit: usize,
     ) -> Result<Option<FeedRead>, StorageError> {
-        let (transaction, record) = position_params(after);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (transaction, record, limit) = read_params(after, limit);
         let rows = self
             .pool
             .query(READ_NAMED, &[&name.folded(), &transaction, &record, &limit])?;
@@ -154,14 +152,17 @@ impl PostgresStore {
     }
 }
 
-/// The parameters of a position to read after (before the first record when `None`).
-fn position_params(after: Option<FeedPosition>) -> (i64, i32) {
+/// The parameters of a read of at most `limit` records after `after` (from the first when
+/// `None`): the position's transaction and record, and the limit.
+fn read_params(after: Option<FeedPosition>, limit: usize) -> (i64, i32, i64) {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     match after {
         Some(after) => (
             i64::try_from(after.transaction).unwrap_or(i64::MAX),
             i32::try_from(after.record).unwrap_or(i32::MAX),
+            limit,
         ),
-        None => (0, -1),
+        None => (0, -1, limit),
     }
 }
 

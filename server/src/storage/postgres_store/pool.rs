@@ -152,19 +152,14 @@ impl Pool {
             }
         };
         crate::telemetry::connection_lent(waited);
-        let mut connection = match slot.filter(|connection| !connection.client.is_closed()) {
-            Some(connection) => connection,
-            None => match Connection::open(&self.config, self.tls.as_ref()) {
-                Ok(connection) => connection,
-                Err(error) => {
-                    self.give_back(None);
-                    return Err(error.into());
-                }
-            },
+        let mut lent = Lent {
+            pool: self,
+            slot: slot.filter(|connection| !connection.client.is_closed()),
         };
-        let outcome = f(&mut connection);
-        self.give_back(Some(connection).filter(|connection| !connection.client.is_closed()));
-        outcome
+        if lent.slot.is_none() {
+            lent.slot = Some(Connection::open(&self.config, self.tls.as_ref())?);
+        }
+        f(lent.slot.as_mut().expect("a connection was lent or opened"))
     }
 
     /// Runs the one statement `sql` (prepared on the connection lent) and returns its rows.
@@ -201,6 +196,24 @@ impl Pool {
             }
             None => slots.free.push(slot),
         }
+    }
+}
+
+/// A slot lent to a call, given back when the call ends, however it ends: with its connection if
+/// that is still open, empty if the call panicked (the connection may be inside a transaction
+/// the call left half done: dropping it ends that on the database's side).
+struct Lent<'a> {
+    pool: &'a Pool,
+    slot: Slot,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let slot = self
+            .slot
+            .take()
+            .filter(|connection| !connection.client.is_closed() && !std::thread::panicking());
+        self.pool.give_back(slot);
     }
 }
 
