@@ -75,13 +75,13 @@ CREATE OR REPLACE FUNCTION trestle_insert_rows(t bigint, partition_lock bigint,
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE inserted bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29810, (t % 2147483647)::int4);
-    PERFORM pg_advisory_xact_lock(partition_lock);
+    PERFORM pg_advisory_xact_lock_shared(29810, (t % 2147483647)::int4),
+        pg_advisory_xact_lock(partition_lock);
     INSERT INTO trestle_entities (table_id, pk, rk, record)
         SELECT t, p, w.rk, w.record FROM unnest(rks, records) AS w(rk, record)
         WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = t AND live AND indexes = catalog);
     GET DIAGNOSTICS inserted = ROW_COUNT;
-    IF inserted > 0 THEN
+    IF inserted > 0 AND cardinality(changes) > 0 THEN
         INSERT INTO trestle_changes (table_id, record, at, change)
             SELECT t, c.n - 1, at, c.change FROM unnest(changes) WITH ORDINALITY AS c(change, n);
     END IF;
