@@ -14,7 +14,7 @@ use super::pool::{is_unique_violation, Prepared};
 use super::sql::partition_lock;
 use super::table::{planned_rows, PostgresTable};
 use crate::model::{plan_commit, ChangeFeed, Operation, PlanRules, Ticks, TimeToLive};
-use crate::storage::{changes, CommitOutcome, Committed, IndexCatalog, StorageError};
+use crate::storage::{changes, Committed, IndexCatalog, StorageError};
 
 /// Calls the schema's function: its transaction is the statement's own.
 const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -43,10 +43,10 @@ impl PlainCatalog {
 
 /// How a one-trip insert went.
 pub(super) enum OneTrip {
-    /// Committed (or refused by its plan, nothing written).
-    Done(CommitOutcome),
-    /// Not tried, or the table's catalog was not the one planned by (or the table is gone):
-    /// nothing written; the full path decides.
+    /// Committed.
+    Done(Committed),
+    /// Not tried, refused by the plan, or the table's catalog was not the one planned by (or the
+    /// table is gone): nothing written; the full path decides.
     NotTaken,
     /// A row exists: rolled back; the full path reads the rows to refuse the right operation.
     RowExists,
@@ -78,9 +78,10 @@ impl PostgresTable {
             Ticks::next_commit(),
             rules,
         );
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(refusal) => return Ok(OneTrip::Done(Err(refusal.into()))),
+        // Refused by the catalog as last read, which may be stale (another server may have turned
+        // expiry off): the full path plans again by the catalog under the lock.
+        let Ok(plan) = planned else {
+            return Ok(OneTrip::NotTaken);
         };
         let rows = planned_rows(&plan);
         let changes = match catalog.change_feed {
@@ -113,9 +114,9 @@ impl PostgresTable {
             self.forget_plain_catalog();
             return Ok(OneTrip::NotTaken);
         }
-        Ok(OneTrip::Done(Ok(Committed {
+        Ok(OneTrip::Done(Committed {
             stored: plan.results,
             ticket: None,
-        })))
+        }))
     }
 }

@@ -183,7 +183,7 @@ impl PostgresTable {
                         partition_key,
                         operations,
                     )? {
-                        OneTrip::Done(outcome) => return Ok(outcome),
+                        OneTrip::Done(committed) => return Ok(Ok(committed)),
                         OneTrip::NotTaken => {}
                         OneTrip::RowExists => inserts_only = false,
                     }
