@@ -202,7 +202,7 @@ impl PostgresStore {
             id,
             name,
             pool: self.pool.clone(),
-            plain: Mutex::new(PlainCatalog::of(stored, &catalog)),
+            plain: Mutex::new(PlainCatalog::of(stored, &catalog).map(Arc::new)),
             catalog,
         }))
     }

@@ -21,7 +21,7 @@ const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7
 
 /// The stored catalog of a table, as a commit last read it, when it lets inserts go in one round
 /// trip (no index, no index being dropped).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct PlainCatalog {
     /// The catalog's bytes as stored: the one-trip insert checks the database still has them.
     stored: Vec<u8>,

@@ -1,7 +1,6 @@
 //! A table of the PostgreSQL store: point reads (one statement), commits (one database
 //! transaction of four round trips whatever its size, three for inserts only, one for inserts
-//! into a table without indexes or a change feed (`one_trip.rs`), under the partition's advisory
-//! lock) and scans (one statement per range, fetched through a portal a batch at a time).
+//! into a table without indexes (`one_trip.rs`), under the partition's advisory lock) and scans (one statement per range, fetched through a portal a batch at a time).
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -75,7 +74,7 @@ pub struct PostgresTable {
     /// The table's indexes as of its lookup (commits read them afresh).
     pub(super) catalog: IndexCatalog,
     /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
-    pub(super) plain: Mutex<Option<PlainCatalog>>,
+    pub(super) plain: Mutex<Option<Arc<PlainCatalog>>>,
 }
 
 impl Table for PostgresTable {
@@ -232,7 +231,7 @@ impl PostgresTable {
                     let stored = from_hex(row.get(0).unwrap_or(""))?;
                     let catalog = IndexCatalog::decode(&stored)?;
                     *self.plain.lock().unwrap_or_else(PoisonError::into_inner) =
-                        PlainCatalog::of(&stored, &catalog);
+                        PlainCatalog::of(&stored, &catalog).map(Arc::new);
                     return Ok(catalog);
                 }
             }
@@ -243,7 +242,7 @@ impl PostgresTable {
     }
 
     /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
-    pub(super) fn plain_catalog(&self) -> Option<PlainCatalog> {
+    pub(super) fn plain_catalog(&self) -> Option<Arc<PlainCatalog>> {
         self.plain
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
