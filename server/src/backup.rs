@@ -3,10 +3,11 @@
 //!
 //! A backup directory holds `tables/NNNNN.rows` (each table's rows, every one a big-endian u32
 //! length and a `BackupRow` message) and `manifest.json`, written last: the format, the instant,
-//! and per table its name, indexes, file, entity count, byte count and SHA-256. A stream that ends
-//! before its last chunk leaves no backup (the directory is removed). A restore checks every file
-//! against the manifest before it writes anything, then loads the rows as stored (Timestamps and
-//! ETags kept) and builds each declared index anew.
+//! the service's properties (CORS rules), and per table its name, indexes, feed and expiry
+//! settings, stored access policies, file, entity count, byte count and SHA-256. A stream that
+//! ends before its last chunk leaves no backup (the directory is removed). A restore checks every
+//! file and setting against the manifest before it writes anything, then loads the rows as stored
+//! (Timestamps and ETags kept), sets the settings again and builds each declared index anew.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -23,7 +24,11 @@ use trestle_proto::pb::table_service_client::TableServiceClient;
 
 use crate::engine::Engine;
 use crate::error::TableError;
-use crate::model::{ChangeFeed, EntityKey, IndexDefinition, IndexScope, IndexState};
+use crate::grpc::access_policy_from_pb;
+use crate::model::{
+    validate_policies, AccessPolicy, ChangeFeed, EntityKey, IndexDefinition, IndexScope,
+    IndexState, ServiceProperties, ValidationError,
+};
 use crate::storage::{StoreConfig, StoredRow, CURRENT_FORMAT};
 
 /// The version of the backup directory's layout.
@@ -70,6 +75,9 @@ struct Manifest {
     /// The backup's instant, RFC 3339.
     instant: String,
     tables: Vec<TableManifest>,
+    /// The service's properties (CORS rules), if any were set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    service_properties: Option<ServiceProperties>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -90,6 +98,9 @@ struct TableManifest {
     time_to_live: bool,
     #[serde(default)]
     default_time_to_live_seconds: u64,
+    /// Its stored access policies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    access_policies: Vec<AccessPolicy>,
     /// Below the backup directory.
     file: String,
     entities: u64,
@@ -192,7 +203,19 @@ async fn receive(
         .ok_or_else(|| BackupError::Damaged("the backup stream began without a header".into()))?;
     std::fs::create_dir_all(to.join("tables")).map_err(io(to))?;
     let mut files = Vec::with_capacity(header.tables.len());
+    let service_properties = match header.service_properties.as_slice() {
+        [] => None,
+        record => Some(ServiceProperties::decode(record).ok_or_else(|| {
+            BackupError::Damaged("the server sent service properties that do not decode".into())
+        })?),
+    };
     for (at, table) in header.tables.into_iter().enumerate() {
+        let access_policies = table
+            .access_policies
+            .into_iter()
+            .map(access_policy_from_pb)
+            .collect::<Result<_, _>>()
+            .map_err(|e| BackupError::Damaged(format!("table {}: {e}", table.name)))?;
         let file = format!("tables/{at:05}.rows");
         let path = to.join(&file);
         let out = BufWriter::new(File::create(&path).map_err(io(&path))?);
@@ -205,6 +228,7 @@ async fn receive(
                 change_feed_before_images: table.change_feed_before_images,
                 time_to_live: table.time_to_live,
                 default_time_to_live_seconds: table.default_time_to_live_seconds,
+                access_policies,
                 file,
                 entities: 0,
                 bytes: 0,
@@ -247,6 +271,7 @@ async fn receive(
         record_format: header.record_format,
         instant,
         tables,
+        service_properties,
     };
     let summary = Summary {
         tables: manifest.tables.len(),
@@ -435,13 +460,28 @@ fn verify(from: &Path) -> Result<Manifest, BackupError> {
 /// every file against the manifest; waits until every index is built.
 pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
     let manifest = verify(from)?;
+    // Everything the manifest declares is checked before anything is written.
+    let damaged =
+        |what: String| move |e: ValidationError| BackupError::Damaged(format!("{what}: {e}"));
     for table in &manifest.tables {
         for index in &table.indexes {
             index_definition(index)?;
         }
+        validate_policies(&mut table.access_policies.clone()).map_err(damaged(format!(
+            "the access policies of table {}",
+            table.name
+        )))?;
+    }
+    if let Some(properties) = &manifest.service_properties {
+        properties
+            .validate()
+            .map_err(damaged("the service properties".into()))?;
     }
     prepare_empty_dir(data_dir)?;
     let engine = Engine::open(&StoreConfig::embedded(data_dir))?;
+    if let Some(properties) = &manifest.service_properties {
+        engine.set_service_properties(properties)?;
+    }
     let mut entities = 0;
     for table in &manifest.tables {
         engine.create_table(&table.name)?;
@@ -455,6 +495,9 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
         }
         if table.time_to_live {
             engine.set_time_to_live(&table.name, true, table.default_time_to_live_seconds)?;
+        }
+        if !table.access_policies.is_empty() {
+            engine.set_access_policies(&table.name, table.access_policies.clone())?;
         }
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         for row in open_rows(from.join(&table.file))? {

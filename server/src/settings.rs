@@ -34,10 +34,8 @@ pub struct TableDescription {
     pub time_to_live: Option<crate::model::TimeToLive>,
 }
 
-fn corrupt(what: &str) -> TableError {
-    TableError::Storage(StorageError::Corrupt(format!(
-        "the stored {what} cannot be read"
-    )))
+fn corrupt(what: &str) -> StorageError {
+    StorageError::Corrupt(format!("the stored {what} cannot be read"))
 }
 
 impl Engine {
@@ -46,7 +44,8 @@ impl Engine {
         match self.store().setting(SERVICE_PROPERTIES)? {
             None => Ok(ServiceProperties::default()),
             Some(record) => {
-                ServiceProperties::decode(&record).ok_or_else(|| corrupt("service properties"))
+                Ok(ServiceProperties::decode(&record)
+                    .ok_or_else(|| corrupt("service properties"))?)
             }
         }
     }
@@ -81,6 +80,19 @@ impl Engine {
 
     /// The policies of the table incarnation `table_id`.
     fn policies_of(&self, table_id: u64) -> Result<Vec<AccessPolicy>, TableError> {
+        Ok(self.stored_policies(table_id)?)
+    }
+
+    /// The stored access policies of table `name`, none if it is no longer live (what a backup
+    /// keeps of a table its snapshot holds).
+    pub fn live_table_policies(&self, name: &TableName) -> Result<Vec<AccessPolicy>, StorageError> {
+        match self.store().table(name)? {
+            Some(table) => self.stored_policies(table.id()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn stored_policies(&self, table_id: u64) -> Result<Vec<AccessPolicy>, StorageError> {
         match self.store().setting(&policies_setting(table_id))? {
             None => Ok(Vec::new()),
             Some(record) => decode_policies(&record).ok_or_else(|| corrupt("access policies")),

@@ -1,8 +1,9 @@
 //! Online backup and restore of the embedded store, with the built binary: a backup taken while
 //! writers insert entities and commit transactions across two tables holds every entity
 //! acknowledged before it began with its ETag and Timestamp, and every transaction whole or not
-//! at all; the restored data directory serves it, declared indexes included; a backup that is
-//! altered, truncated or unfinished is refused, and nothing is written over.
+//! at all; the restored data directory serves it, declared indexes, stored access policies and
+//! CORS rules included; a backup that is altered, truncated or unfinished is refused, and nothing
+//! is written over.
 
 mod support;
 
@@ -97,9 +98,19 @@ fn tool(args: &[&str]) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_transactions() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(&dir.path().join("data"));
+    let (server, rest) = with_rest(&dir.path().join("data"));
     let mut client = server.client().await;
     create(&mut client, "Orders", vec![index("ByCode", "Code", true)]).await;
+    // Settings beside the entities: a stored access policy and a CORS rule.
+    client
+        .set_table_access_policies(pb::SetTableAccessPoliciesRequest {
+            table: "Orders".into(),
+            access_policies: vec![readers_policy()],
+        })
+        .await
+        .unwrap();
+    let answer = http(&rest, "PUT", SERVICE_PROPERTIES, CORS_PROPERTIES);
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
     client
         .create_table(pb::CreateTableRequest {
             table: "Lines".into(),
@@ -162,7 +173,7 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
         restored_dir.to_str().unwrap(),
     ]);
     assert!(ok, "{printed}");
-    let restored = ServerProcess::start(&restored_dir);
+    let (restored, restored_rest) = with_rest(&restored_dir);
     let mut restored_client = restored.client().await;
     let orders = all_entities(&mut restored_client, "Orders").await;
     let lines = all_entities(&mut restored_client, "Lines").await;
@@ -205,6 +216,23 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
         .into_inner();
     assert!(lines_table.change_feed && lines_table.change_feed_before_images);
 
+    // The settings are kept again: the stored access policy (so signatures naming it stay
+    // valid) and the CORS rule.
+    let orders_table = restored_client
+        .get_table(pb::GetTableRequest {
+            table: "Orders".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(orders_table.access_policies, vec![readers_policy()]);
+    assert!(lines_table.access_policies.is_empty());
+    let answer = http(&restored_rest, "GET", SERVICE_PROPERTIES, "");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("http://app.example"),
+        "{answer}"
+    );
+
     // The declared index was built anew over the restored entities, and answers.
     let ((pk, rk), sample) = orders.iter().find(|((pk, _), _)| pk != "pairs").unwrap();
     let code = support::int64(sample, "Code");
@@ -227,6 +255,57 @@ async fn a_backup_under_writes_restores_every_acknowledged_entity_and_whole_tran
 
     refusals(dir.path(), &backup_dir);
     server.terminate();
+}
+
+/// A server on `data_dir` with the REST endpoint too (open mode), and that endpoint's address.
+fn with_rest(data_dir: &Path) -> (ServerProcess, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rest = format!("127.0.0.1:{port}");
+    (
+        ServerProcess::start_with(data_dir, &["--rest-listen", &rest]),
+        rest,
+    )
+}
+
+const SERVICE_PROPERTIES: &str = "/devstoreaccount1/?restype=service&comp=properties";
+const CORS_PROPERTIES: &str =
+    "<?xml version=\"1.0\" encoding=\"utf-8\"?><StorageServiceProperties>\
+    <Cors><CorsRule><AllowedOrigins>http://app.example</AllowedOrigins>\
+    <AllowedMethods>GET</AllowedMethods><AllowedHeaders>x-ms-*</AllowedHeaders>\
+    <ExposedHeaders>x-ms-*</ExposedHeaders><MaxAgeInSeconds>600</MaxAgeInSeconds></CorsRule>\
+    </Cors></StorageServiceProperties>";
+
+fn readers_policy() -> pb::AccessPolicy {
+    pb::AccessPolicy {
+        id: "readers".into(),
+        start: None,
+        expiry: Some(prost_types::Timestamp {
+            seconds: 4_102_444_800,
+            nanos: 0,
+        }),
+        permissions: "r".into(),
+    }
+}
+
+/// One unsigned request to the REST endpoint at `addr` (the connection closed after it): the
+/// answer, head and body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        socket,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nx-ms-version: 2019-02-02\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).unwrap();
+    answer
 }
 
 /// Copies the backup in `from` to a new directory under `dir` called `name`.
@@ -287,6 +366,17 @@ fn refusals(dir: &Path, backup: &Path) {
     file.set_len(length - 3).unwrap();
     let printed = restore(&truncated, "from-truncated");
     assert!(printed.contains("truncated"), "{printed}");
+
+    let bad_policy = copy_backup(backup, dir, "bad-policy");
+    let manifest = std::fs::read_to_string(bad_policy.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"permissions\": \"r\""), "{manifest}");
+    let manifest = manifest.replace("\"permissions\": \"r\"", "\"permissions\": \"rx\"");
+    std::fs::write(bad_policy.join("manifest.json"), manifest).unwrap();
+    let printed = restore(&bad_policy, "from-bad-policy");
+    assert!(
+        printed.contains("the access policies of table Orders"),
+        "{printed}"
+    );
 
     let unfinished = copy_backup(backup, dir, "unfinished");
     std::fs::remove_file(unfinished.join("manifest.json")).unwrap();

@@ -11,10 +11,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
-use super::convert::index_definition_to_pb;
+use super::convert::{index_definition_to_pb, policy_to_pb};
 use super::executor::Executor;
 use super::status::internal_status;
-use crate::storage::{SnapshotItem, StorageError, CURRENT_FORMAT};
+use crate::engine::Engine;
+use crate::model::{AccessPolicy, ServiceProperties};
+use crate::storage::{SnapshotItem, SnapshotTable, StorageError, CURRENT_FORMAT};
 use trestle_proto::pb;
 
 /// Most bytes of records in one chunk (a chunk may pass it by one row).
@@ -33,14 +35,24 @@ pub(crate) async fn start(
     let (sender, receiver) = mpsc::channel(2);
     tokio::spawn(async move {
         let _holds = (permit, crate::telemetry::OpenStream::opened());
-        let mut chunks = Chunks {
-            sender: sender.clone(),
-            chunk: pb::BackupChunk::default(),
-            bytes: 0,
-        };
+        let chunk_sender = sender.clone();
         let read = executor
             .blocking(move |engine| {
-                engine.snapshot(&mut |item| chunks.take(item))?;
+                let mut chunks = Chunks {
+                    sender: chunk_sender,
+                    chunk: pb::BackupChunk::default(),
+                    bytes: 0,
+                    service_properties: engine.service_properties()?,
+                };
+                engine.snapshot(&mut |item| match item {
+                    SnapshotItem::Tables(tables) => chunks.send_header(engine, tables),
+                    SnapshotItem::Row {
+                        table,
+                        partition_key,
+                        row_key,
+                        record,
+                    } => chunks.add_row(table, partition_key, row_key, record),
+                })?;
                 chunks.chunk.complete = true;
                 chunks.send()?;
                 Ok(())
@@ -63,67 +75,63 @@ struct Chunks {
     sender: mpsc::Sender<Result<pb::BackupChunk, Status>>,
     chunk: pb::BackupChunk,
     bytes: usize,
+    /// Read as the backup began; sent in the header.
+    service_properties: ServiceProperties,
 }
 
 impl Chunks {
-    /// Adds what the snapshot gives: the header goes at once; a row of another table than the
-    /// chunk's, or past [`CHUNK_BYTES`], sends the chunk first.
-    fn take(&mut self, item: SnapshotItem<'_>) -> Result<(), StorageError> {
-        match item {
-            SnapshotItem::Tables(tables) => {
-                self.chunk.header = Some(pb::BackupHeader {
-                    record_format: CURRENT_FORMAT,
-                    instant: Some(SystemTime::now().into()),
-                    tables: tables
-                        .iter()
-                        .map(|table| pb::BackupTable {
-                            name: table.name.to_string(),
-                            indexes: table
-                                .indexes
-                                .iter()
-                                .cloned()
-                                .map(index_definition_to_pb)
-                                .collect(),
-                            change_feed: table.change_feed.is_some(),
-                            change_feed_retention_seconds: table
-                                .change_feed
-                                .map_or(0, |feed| feed.retention_seconds),
-                            change_feed_before_images: table
-                                .change_feed
-                                .is_some_and(|feed| feed.before_images),
-                            time_to_live: table.time_to_live.is_some(),
-                            default_time_to_live_seconds: table
-                                .time_to_live
-                                .and_then(|ttl| ttl.default_seconds)
-                                .unwrap_or(0),
-                        })
-                        .collect(),
-                });
-                self.send()
-            }
-            SnapshotItem::Row {
+    /// Sends the header at once: the snapshot's tables, each with its stored access policies
+    /// (none for a table deleted since the snapshot began), and the service's properties.
+    fn send_header(
+        &mut self,
+        engine: &Engine,
+        tables: &[SnapshotTable],
+    ) -> Result<(), StorageError> {
+        let mut described = Vec::with_capacity(tables.len());
+        for table in tables {
+            described.push(backup_table(
                 table,
-                partition_key,
-                row_key,
-                record,
-            } => {
-                let table = u32::try_from(table).expect("fewer than 2^32 tables");
-                if self.chunk.table != table && !self.chunk.rows.is_empty() {
-                    self.send()?;
-                }
-                self.chunk.table = table;
-                self.bytes += partition_key.len() + row_key.len() + record.len();
-                self.chunk.rows.push(pb::BackupRow {
-                    partition_key: partition_key.to_owned(),
-                    row_key: row_key.to_owned(),
-                    record: record.to_vec(),
-                });
-                if self.bytes >= CHUNK_BYTES {
-                    self.send()?;
-                }
-                Ok(())
-            }
+                engine.live_table_policies(&table.name)?,
+            ));
         }
+        let service_properties = if self.service_properties == ServiceProperties::default() {
+            Vec::new()
+        } else {
+            self.service_properties.encode()
+        };
+        self.chunk.header = Some(pb::BackupHeader {
+            record_format: CURRENT_FORMAT,
+            instant: Some(SystemTime::now().into()),
+            tables: described,
+            service_properties,
+        });
+        self.send()
+    }
+
+    /// Adds a row of the `table`th table; a row of another table than the chunk's, or past
+    /// [`CHUNK_BYTES`], sends the chunk first.
+    fn add_row(
+        &mut self,
+        table: usize,
+        partition_key: &str,
+        row_key: &str,
+        record: &[u8],
+    ) -> Result<(), StorageError> {
+        let table = u32::try_from(table).expect("fewer than 2^32 tables");
+        if self.chunk.table != table && !self.chunk.rows.is_empty() {
+            self.send()?;
+        }
+        self.chunk.table = table;
+        self.bytes += partition_key.len() + row_key.len() + record.len();
+        self.chunk.rows.push(pb::BackupRow {
+            partition_key: partition_key.to_owned(),
+            row_key: row_key.to_owned(),
+            record: record.to_vec(),
+        });
+        if self.bytes >= CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(())
     }
 
     /// Sends the chunk, waiting while two wait for the reader; a reader gone ends the snapshot.
@@ -136,5 +144,27 @@ impl Chunks {
                 "the backup's reader went away",
             ))
         })
+    }
+}
+
+/// A table of the snapshot as a backup describes it.
+fn backup_table(table: &SnapshotTable, policies: Vec<AccessPolicy>) -> pb::BackupTable {
+    pb::BackupTable {
+        name: table.name.to_string(),
+        indexes: table
+            .indexes
+            .iter()
+            .cloned()
+            .map(index_definition_to_pb)
+            .collect(),
+        change_feed: table.change_feed.is_some(),
+        change_feed_retention_seconds: table.change_feed.map_or(0, |feed| feed.retention_seconds),
+        change_feed_before_images: table.change_feed.is_some_and(|feed| feed.before_images),
+        time_to_live: table.time_to_live.is_some(),
+        default_time_to_live_seconds: table
+            .time_to_live
+            .and_then(|ttl| ttl.default_seconds)
+            .unwrap_or(0),
+        access_policies: policies.into_iter().map(policy_to_pb).collect(),
     }
 }

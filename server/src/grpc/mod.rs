@@ -35,6 +35,7 @@ use tracing::instrument;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 
+pub(crate) use convert::policy as access_policy_from_pb;
 pub use edge::{Edge, EdgeLayer};
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 pub use stream::ScanStream;
