@@ -424,9 +424,10 @@ async fn before_images_show_each_entity_as_it_was() {
 }
 
 /// A read without `follow` shows every write acknowledged before it began. Over PostgreSQL, a
-/// record becomes readable only once every transaction that began before it has ended: the read
-/// waits for one still running (another client's, in another database of the cluster) rather than
-/// end without the acknowledged write.
+/// record becomes readable once every transaction that may write the table's records and took
+/// its id before it has ended: the read waits for one still running (holding the table's lock,
+/// as every commit to it does), and not for any other transaction of the cluster, however long
+/// it runs.
 #[tokio::test]
 async fn a_read_shows_every_write_acknowledged_before_it() {
     let mut database = None;
@@ -438,38 +439,77 @@ async fn a_read_shows_every_write_acknowledged_before_it() {
     .await;
     let mut client = server.client().await;
     create(&mut client, "Orders", true).await;
-    let running = database.map(|url| {
-        let (began, end) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
-        let transaction = std::thread::spawn(move || {
-            let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-            let mut transaction = other.transaction().unwrap();
-            transaction
-                .query("SELECT pg_current_xact_id()", &[])
-                .unwrap();
-            began.0.send(()).unwrap();
-            end.1.recv().unwrap();
-            transaction.commit().unwrap();
-        });
-        began.1.recv().unwrap();
-        (end.0, transaction)
-    });
+    // Another client's transaction, with an id, running throughout.
+    let unrelated = database.clone().map(|url| hold_transaction(url, ""));
     insert(&mut client, "Orders", "o", "1", 1).await;
+    let changes = tokio::time::timeout(Duration::from_secs(5), read_all(&mut client, "Orders", ""))
+        .await
+        .expect("a transaction that writes no record of the table keeps no reader waiting");
+    let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
+    assert_eq!(rows, ["1"]);
+
+    // A transaction holding the table's lock, as a commit to it does, with an id below the
+    // next write's.
+    let writer = database.map(|url| {
+        hold_transaction(
+            url,
+            "SELECT pg_advisory_xact_lock_shared(29810, (id % 2147483647)::int4)
+             FROM trestle_tables WHERE folded = 'orders' AND live",
+        )
+    });
+    insert(&mut client, "Orders", "o", "2", 2).await;
     let reading = tokio::spawn(async move { read_all(&mut client, "Orders", "").await });
-    if let Some((end, transaction)) = running {
+    if let Some(writer) = writer {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             !reading.is_finished(),
-            "the read waits for the running transaction"
+            "the read waits for the transaction that may write the table's records"
         );
-        end.send(()).unwrap();
-        transaction.join().unwrap();
+        writer.end();
     }
     let changes = tokio::time::timeout(Duration::from_secs(5), reading)
         .await
         .expect("the read ends once the running transaction has")
         .unwrap();
     let rows: Vec<&str> = changes.iter().map(|c| c.row_key.as_str()).collect();
-    assert_eq!(rows, ["1"]);
+    assert_eq!(rows, ["1", "2"]);
+    if let Some(unrelated) = unrelated {
+        unrelated.end();
+    }
+}
+
+/// A transaction running on a connection of its own until [`HeldTransaction::end`].
+struct HeldTransaction {
+    end: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl HeldTransaction {
+    fn end(self) {
+        self.end.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
+/// Begins a transaction on the database at `url` that runs `first` (if not empty) and then takes
+/// an id, and holds it open.
+fn hold_transaction(url: String, first: &'static str) -> HeldTransaction {
+    let (began, end) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let thread = std::thread::spawn(move || {
+        let mut other = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut transaction = other.transaction().unwrap();
+        if !first.is_empty() {
+            transaction.batch_execute(first).unwrap();
+        }
+        transaction
+            .query("SELECT pg_current_xact_id()", &[])
+            .unwrap();
+        began.0.send(()).unwrap();
+        end.1.recv().unwrap();
+        transaction.commit().unwrap();
+    });
+    began.1.recv().unwrap();
+    HeldTransaction { end: end.0, thread }
 }
 
 #[tokio::test]

@@ -3,8 +3,14 @@
 //! the record's place in it.
 //!
 //! Transaction ids are taken in one order and commits finish in another: readers read only below
-//! the oldest transaction still running (`pg_snapshot_xmin`), which every later transaction's id
-//! is above, so that a reader on any server never passes a record that appears later.
+//! the table's *feed horizon*, the schema's `trestle_feed_horizon`, so that a reader on any server
+//! never passes a record that appears later. Every transaction that writes a table's records
+//! holds the table's advisory lock (shared) from before it takes its id until it ends, so the
+//! records below the oldest id among the lock's holders are all committed (or never will be),
+//! except those of transactions that ended between the reading statement's snapshot and its look
+//! at the locks: the horizon is also below every transaction running at the snapshot that is gone
+//! from the locks, and below the snapshot's `xmax` (ids taken later are above it). A transaction
+//! that writes no record of the table, however long it runs, keeps no reader of it waiting.
 
 use postgres::Client;
 
@@ -30,15 +36,15 @@ const TRIM_RECORDS: &str = "WITH doomed AS (
             < (EXCLUDED.xid, EXCLUDED.record))
     DELETE FROM trestle_changes c USING doomed d
     WHERE c.table_id = $1 AND c.xid = d.xid AND c.record = d.record";
-/// Every transaction below the first has ended, and every later one's id is above it; the second
-/// is the id the next transaction will take.
-const ENDS: &str = "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8
+/// The table's feed horizon (every record below it is readable), and the id the next
+/// transaction will take.
+const ENDS: &str = "SELECT trestle_feed_horizon($1), pg_snapshot_xmax(s)::text::int8
     FROM pg_current_snapshot() s";
 const TRIMMED_TO: &str =
     "SELECT xid::text::int8, record FROM trestle_feed_trims WHERE table_id = $1";
 const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
     WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
-      AND xid < pg_snapshot_xmin(pg_current_snapshot())
+      AND xid < (SELECT trestle_feed_horizon($1))::text::xid8
     ORDER BY xid, record LIMIT $4";
 
 /// The table of a name, where its feed was trimmed to, and the records after a position, at one
@@ -49,7 +55,7 @@ const READ_NAMED: &str = "SELECT t.name, t.indexes, tr.xid::text::int8, tr.recor
     LEFT JOIN trestle_feed_trims tr ON tr.table_id = t.id
     LEFT JOIN LATERAL (SELECT xid, record, change FROM trestle_changes
         WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
-          AND xid < pg_snapshot_xmin(pg_current_snapshot())
+          AND xid < (SELECT trestle_feed_horizon(t.id))::text::xid8
         ORDER BY xid, record LIMIT $4) c ON true
     WHERE t.folded = $1 AND t.live";
 
@@ -89,7 +95,7 @@ impl PostgresTable {
 
     /// [`crate::storage::Table::feed_end`].
     pub(super) fn end(&self) -> Result<FeedEnd, StorageError> {
-        let row = &self.pool.query(ENDS, &[])?[0];
+        let row = &self.pool.query(ENDS, &[&self.id])?[0];
         let (horizon, next): (i64, i64) = (row.get(0), row.get(1));
         Ok(FeedEnd::new(horizon as u64, next as u64))
     }

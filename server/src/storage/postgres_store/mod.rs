@@ -87,6 +87,28 @@ BEGIN
     END IF;
     RETURN inserted;
 END $$;
+CREATE OR REPLACE FUNCTION trestle_feed_horizon(t bigint) RETURNS int8
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    snapshot pg_snapshot := pg_current_snapshot();
+    xmax int8 := pg_snapshot_xmax(snapshot)::text::int8;
+    here oid := (SELECT oid FROM pg_database WHERE datname = current_database());
+    holders int8;
+    running int8[];
+    ended int8;
+BEGIN
+    SELECT min(v.xid) FILTER (WHERE v.holds), array_agg(v.xid) FILTER (WHERE v.xid IS NOT NULL)
+    INTO holders, running
+    FROM (SELECT bool_or(locktype = 'advisory' AND database = here AND classid = 29810
+                    AND objid = (t % 2147483647)::oid AND objsubid = 2) AS holds,
+                xmax + ((min(transactionid::text::int8) FILTER (WHERE locktype = 'transactionid'
+                    AND mode = 'ExclusiveLock' AND granted) - xmax % 4294967296 + 6442450944)
+                    % 4294967296 - 2147483648) AS xid
+          FROM pg_locks GROUP BY virtualtransaction) v;
+    SELECT min(x::text::int8) INTO ended FROM pg_snapshot_xip(snapshot) AS x
+        WHERE x::text::int8 <> ALL (coalesce(running, '{}'));
+    RETURN LEAST(xmax, holders, ended);
+END $$;
 COMMIT;
 ";
 
