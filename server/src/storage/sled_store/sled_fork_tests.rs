@@ -1,5 +1,6 @@
 //! Tests of the changes Trestle's vendored sled makes (`server/vendor/sled/TRESTLE.md`): leaves of
-//! up to 48 entries within 16 KiB, and leaves paged in as one shared buffer.
+//! up to 48 entries within 16 KiB, leaves written in key order split near their end, and leaves
+//! paged in as one shared buffer.
 
 /// The leaves of `tree`, counted in sled's debug dump of it.
 fn leaves(tree: &sled::Tree) -> usize {
@@ -17,10 +18,25 @@ fn tree_of(entries: u32, value_len: usize) -> sled::Tree {
 }
 
 #[test]
-fn sled_leaves_hold_up_to_48_small_entries() {
-    // Written in key order, a leaf splits in two halves when it passes 48 entries and the
-    // left half is never written again: leaves of 25. Upstream's 16 would give 111 leaves.
+fn sled_leaves_hold_up_to_48_small_entries_and_fill_up_when_written_in_key_order() {
+    // Written in key order, a leaf that passes 48 entries keeps 45 and leaves 4 to the next,
+    // which the writes go on filling: leaves of 45. Upstream's halves of 16 would give 111
+    // leaves.
     let leaves = leaves(&tree_of(1_000, 150));
+    assert!((22..=24).contains(&leaves), "{leaves} leaves");
+}
+
+#[test]
+fn sled_leaves_written_out_of_key_order_split_in_halves() {
+    // Written in descending key order, each write lands before a leaf's last key: a leaf
+    // passing 48 entries splits in two halves, of which the right one is never written again:
+    // leaves of 25.
+    let db = sled::Config::new().temporary(true).open().unwrap();
+    let tree = db.open_tree("t").unwrap();
+    for i in (0..1_000).rev() {
+        tree.insert(format!("key{i:06}"), vec![7u8; 150]).unwrap();
+    }
+    let leaves = leaves(&tree);
     assert!((39..=41).contains(&leaves), "{leaves} leaves");
 }
 

@@ -163,18 +163,30 @@ impl Node {
         true
     }
 
-    pub(crate) fn split(mut self) -> (Node, Node) {
+    /// Trestle: `appending` (the write that finds this node too large is past
+    /// its last key, as writes in key order are) splits a leaf of more than
+    /// `LEAF_MAX_ENTRIES` near its end rather than in half, so that the leaf
+    /// left behind, which such writes never touch again, is full, and the one
+    /// they go on filling starts small. Upstream always splits in half.
+    pub(crate) fn split(mut self, appending: bool) -> (Node, Node) {
         fn split_inner<T>(
             keys: &mut Vec<IVec>,
             values: &mut Vec<T>,
             old_prefix: &[u8],
             old_hi: &[u8],
             suffix_truncation: bool,
+            appending: bool,
         ) -> (IVec, u8, Vec<IVec>, Vec<T>)
         where
             T: Clone + Ord,
         {
-            let split_point = keys.len() / 2 + 1;
+            // (Only a leaf too large by count: one too large by bytes holds
+            // large entries, and splits in half to keep its reads short.)
+            let split_point = if appending && keys.len() > LEAF_MAX_ENTRIES {
+                keys.len() - APPEND_SPLIT_RIGHT_ENTRIES
+            } else {
+                keys.len() / 2 + 1
+            };
             let right_keys = keys.split_off(split_point);
             let right_values = values.split_off(split_point);
             let right_min = &right_keys[0];
@@ -252,6 +264,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         false,
+                        false,
                     );
 
                 (
@@ -271,6 +284,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         true,
+                        appending,
                     );
 
                 (
@@ -596,6 +610,18 @@ impl Node {
         }
     }
 
+    /// Trestle: whether `key` is past this leaf's last key (false for an
+    /// index node or an empty leaf).
+    pub(crate) fn is_past_last_key(&self, key: &[u8]) -> bool {
+        match &self.data {
+            Data::Leaf(leaf) => leaf
+                .keys
+                .last()
+                .map_or(false, |last| &*self.prefix_decode(last) < key),
+            Data::Index(_) => false,
+        }
+    }
+
     pub(crate) fn should_split(&self) -> bool {
         let size_checks = if cfg!(any(test, feature = "lock_free_delays")) {
             self.data.len() > 2
@@ -661,6 +687,10 @@ const UPSTREAM_LEAF_MAX_ENTRIES: usize = 16;
 /// Trestle: the bytes of keys and values past which a leaf of more than
 /// `UPSTREAM_LEAF_MAX_ENTRIES` splits.
 const LEAF_MAX_BYTES: u64 = 16 * 1024;
+
+/// Trestle: the entries an appending split leaves in the new right leaf: at
+/// least the 4 below which a leaf is merged into its neighbour.
+const APPEND_SPLIT_RIGHT_ENTRIES: usize = 4;
 
 /// Trestle: whether a leaf of `len` entries, whose keys and values take `bytes()`, splits.
 /// `bytes` is only summed for a leaf that upstream would already have split.
