@@ -14,7 +14,7 @@ use std::io::{BufRead, Write};
 
 use clap::CommandFactory;
 use futures_util::TryStreamExt;
-use trestle_client::{Client, IfMatch, Properties, Query, UpsertMode};
+use trestle_client::{Client, Entity, IfMatch, Properties, Query, UpsertMode};
 
 pub use args::{Cli, Command, Format, ImportMode};
 
@@ -52,11 +52,7 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
         clap_complete::generate(shell, &mut Cli::command(), "trestle", out);
         return Ok(());
     }
-    let mut builder = Client::builder().endpoint(cli.endpoint);
-    if let Some(token) = cli.token {
-        builder = builder.token(token);
-    }
-    let client = builder.connect().await?;
+    let client = connect(cli.endpoint, cli.token).await?;
     match cli.command {
         Command::Tables { prefix } => {
             for name in client.list_tables(&prefix).await? {
@@ -71,10 +67,8 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             row_key,
             format,
         } => {
-            let entity = client
-                .table(table)
-                .get::<Properties>((partition_key, row_key))
-                .await?;
+            let key = (partition_key, row_key);
+            let entity = client.table(table).get::<Properties>(key).await?;
             output::print(format, &[entity], out)?;
         }
         Command::Put(write) => {
@@ -89,14 +83,9 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             row_key,
             if_match,
         } => {
-            let if_match = match if_match {
-                Some(etag) => IfMatch::Tag(etag.into()),
-                None => IfMatch::Any,
-            };
-            client
-                .table(table)
-                .delete((partition_key, row_key), if_match)
-                .await?;
+            let key = (partition_key, row_key);
+            let if_match = if_match.map_or(IfMatch::Any, |etag| IfMatch::Tag(etag.into()));
+            client.table(table).delete(key, if_match).await?;
         }
         Command::Query {
             query,
@@ -105,18 +94,7 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             limit,
             format,
         } => {
-            let mut found = query_of(&client, &query).select(select);
-            if reverse {
-                found = found.reverse();
-            }
-            let mut stream = found.stream();
-            let mut entities = Vec::new();
-            while limit.is_none_or(|limit| entities.len() < limit) {
-                match stream.try_next().await? {
-                    Some(entity) => entities.push(entity),
-                    None => break,
-                }
-            }
+            let entities = find(&client, &query, select, reverse, limit).await?;
             output::print(format, &entities, out)?;
         }
         Command::Count { query } => {
@@ -124,7 +102,7 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             writeln!(out, "{count}")?;
         }
         Command::Export { table, filter } => {
-            transfer::export(&client.table(table), filter, out).await?;
+            transfer::export(&client.table(table), filter, out).await?
         }
         Command::Import { table, mode } => {
             let report = transfer::import(&client.table(table), mode, input).await?;
@@ -137,8 +115,8 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             filter,
             mode,
         } => {
-            let azure = azure::AzureTables::from_connection_string(&from)?;
             let into = client.table(to_table.unwrap_or_else(|| table.clone()));
+            let azure = azure::AzureTables::from_connection_string(&from)?;
             let report = transfer::copy(&azure, &table, filter, &into, mode).await?;
             writeln!(out, "{report}")?;
         }
@@ -146,6 +124,39 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
         Command::Completions { .. } => {}
     }
     Ok(())
+}
+
+/// A client of the server at `endpoint`, presenting `token` if given.
+async fn connect(endpoint: String, token: Option<String>) -> Result<Client, CliError> {
+    let mut builder = Client::builder().endpoint(endpoint);
+    if let Some(token) = token {
+        builder = builder.token(token);
+    }
+    Ok(builder.connect().await?)
+}
+
+/// The entities `query` finds, with the properties `select` names (all if empty), in reverse
+/// order if asked, at most `limit`.
+async fn find(
+    client: &Client,
+    query: &args::QueryArgs,
+    select: Vec<String>,
+    reverse: bool,
+    limit: Option<usize>,
+) -> Result<Vec<Entity<Properties>>, CliError> {
+    let mut found = query_of(client, query).select(select);
+    if reverse {
+        found = found.reverse();
+    }
+    let mut stream = found.stream();
+    let mut entities = Vec::new();
+    while limit.is_none_or(|limit| entities.len() < limit) {
+        match stream.try_next().await? {
+            Some(entity) => entities.push(entity),
+            None => break,
+        }
+    }
+    Ok(entities)
 }
 
 /// Upserts the entity `write` describes; its new ETag.

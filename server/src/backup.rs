@@ -139,6 +139,38 @@ struct RowsFile {
 }
 
 impl RowsFile {
+    /// The new, empty file of the backup's table number `at`, described by `table`.
+    fn create(to: &Path, at: usize, table: pb::BackupTable) -> Result<RowsFile, BackupError> {
+        let access_policies = table
+            .access_policies
+            .into_iter()
+            .map(access_policy_from_pb)
+            .collect::<Result<_, _>>()
+            .map_err(|e| BackupError::Damaged(format!("table {}: {e}", table.name)))?;
+        let file = format!("tables/{at:05}.rows");
+        let path = to.join(&file);
+        let out = BufWriter::new(File::create(&path).map_err(io(&path))?);
+        Ok(RowsFile {
+            manifest: TableManifest {
+                name: table.name,
+                indexes: table.indexes.into_iter().map(index_manifest).collect(),
+                change_feed: table.change_feed,
+                change_feed_retention_seconds: table.change_feed_retention_seconds,
+                change_feed_before_images: table.change_feed_before_images,
+                time_to_live: table.time_to_live,
+                default_time_to_live_seconds: table.default_time_to_live_seconds,
+                access_policies,
+                file,
+                entities: 0,
+                bytes: 0,
+                sha256: String::new(),
+            },
+            hash: digest::Context::new(&digest::SHA256),
+            out,
+            path,
+        })
+    }
+
     fn append(&mut self, row: &pb::BackupRow) -> Result<(), BackupError> {
         let body = row.encode_to_vec();
         let length = u32::try_from(body.len()).expect("a row is under 4 GiB");
@@ -186,63 +218,32 @@ async fn receive(
     ca_file: Option<&Path>,
     to: &Path,
 ) -> Result<Summary, BackupError> {
-    let mut client = TableServiceClient::new(connect(endpoint, ca_file).await?)
-        .max_decoding_message_size(64 * 1024 * 1024);
-    let mut request = tonic::Request::new(pb::BackupRequest {});
-    if let Some(token) = token {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| BackupError::Usage("the token is not a valid header value".into()))?;
-        request.metadata_mut().insert("authorization", value);
-    }
-    let server = |status: tonic::Status| BackupError::Server(status.message().to_owned());
-    let mut stream = client.backup(request).await.map_err(server)?.into_inner();
-    let first = stream.message().await.map_err(server)?;
+    let mut stream = open_stream(endpoint, token, ca_file).await?;
+    let first = stream.message().await.map_err(server_error)?;
     let header = first
         .and_then(|chunk| chunk.header)
         .ok_or_else(|| BackupError::Damaged("the backup stream began without a header".into()))?;
     std::fs::create_dir_all(to.join("tables")).map_err(io(to))?;
-    let mut files = Vec::with_capacity(header.tables.len());
     let service_properties = match header.service_properties.as_slice() {
         [] => None,
         record => Some(ServiceProperties::decode(record).ok_or_else(|| {
             BackupError::Damaged("the server sent service properties that do not decode".into())
         })?),
     };
-    for (at, table) in header.tables.into_iter().enumerate() {
-        let access_policies = table
-            .access_policies
-            .into_iter()
-            .map(access_policy_from_pb)
-            .collect::<Result<_, _>>()
-            .map_err(|e| BackupError::Damaged(format!("table {}: {e}", table.name)))?;
-        let file = format!("tables/{at:05}.rows");
-        let path = to.join(&file);
-        let out = BufWriter::new(File::create(&path).map_err(io(&path))?);
-        files.push(RowsFile {
-            manifest: TableManifest {
-                name: table.name,
-                indexes: table.indexes.into_iter().map(index_manifest).collect(),
-                change_feed: table.change_feed,
-                change_feed_retention_seconds: table.change_feed_retention_seconds,
-                change_feed_before_images: table.change_feed_before_images,
-                time_to_live: table.time_to_live,
-                default_time_to_live_seconds: table.default_time_to_live_seconds,
-                access_policies,
-                file,
-                entities: 0,
-                bytes: 0,
-                sha256: String::new(),
-            },
-            hash: digest::Context::new(&digest::SHA256),
-            out,
-            path,
-        });
-    }
+    let mut files = header
+        .tables
+        .into_iter()
+        .enumerate()
+        .map(|(at, table)| RowsFile::create(to, at, table))
+        .collect::<Result<Vec<_>, _>>()?;
     loop {
-        let chunk = stream.message().await.map_err(server)?.ok_or_else(|| {
-            BackupError::Damaged("the backup stream ended before its last chunk".into())
-        })?;
+        let chunk = stream
+            .message()
+            .await
+            .map_err(server_error)?
+            .ok_or_else(|| {
+                BackupError::Damaged("the backup stream ended before its last chunk".into())
+            })?;
         if !chunk.rows.is_empty() {
             let file = files.get_mut(chunk.table as usize).ok_or_else(|| {
                 BackupError::Damaged(format!("rows of table {} the header lacks", chunk.table))
@@ -259,13 +260,7 @@ async fn receive(
         .into_iter()
         .map(RowsFile::finish)
         .collect::<Result<_, _>>()?;
-    let instant = header
-        .instant
-        .map(|t| {
-            let ticks = t.seconds * datetime::TICKS_PER_SECOND + i64::from(t.nanos) / 100;
-            datetime::format(ticks)
-        })
-        .unwrap_or_default();
+    let instant = header.instant.map(instant_text).unwrap_or_default();
     let manifest = Manifest {
         layout: LAYOUT_VERSION,
         record_format: header.record_format,
@@ -279,6 +274,35 @@ async fn receive(
     };
     write_manifest(to, &manifest)?;
     Ok(summary)
+}
+
+/// The `Backup` stream of the server at `endpoint`, asked for with `token`.
+async fn open_stream(
+    endpoint: &str,
+    token: Option<&str>,
+    ca_file: Option<&Path>,
+) -> Result<tonic::Streaming<pb::BackupChunk>, BackupError> {
+    let mut client = TableServiceClient::new(connect(endpoint, ca_file).await?)
+        .max_decoding_message_size(64 * 1024 * 1024);
+    let mut request = tonic::Request::new(pb::BackupRequest {});
+    if let Some(token) = token {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| BackupError::Usage("the token is not a valid header value".into()))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let response = client.backup(request).await.map_err(server_error)?;
+    Ok(response.into_inner())
+}
+
+fn server_error(status: tonic::Status) -> BackupError {
+    BackupError::Server(status.message().to_owned())
+}
+
+/// The backup's instant as the manifest writes it (Azure's `Timestamp` form).
+fn instant_text(instant: prost_types::Timestamp) -> String {
+    let ticks = instant.seconds * datetime::TICKS_PER_SECOND + i64::from(instant.nanos) / 100;
+    datetime::format(ticks)
 }
 
 /// A channel to `endpoint`, over TLS trusting `ca_file` for `https`.

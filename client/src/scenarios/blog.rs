@@ -260,6 +260,50 @@ fn post_row(post_id: &str) -> String {
     compound(&["post", post_id])
 }
 
+/// 20 readers comment on Ada's post `post_id` at once (each spawned on the runtime); checks the
+/// post's count and its embedded recent comments, and says what it found.
+async fn comment_at_once(blog: &Blog, post_id: &str) -> Result<String> {
+    let commenters: Vec<_> = (0..20)
+        .map(|n| {
+            let (blog, post) = (blog.clone(), post_id.to_owned());
+            tokio::spawn(async move {
+                let comment = Comment {
+                    author: format!("reader-{n}"),
+                    text: format!("comment {n}"),
+                };
+                blog.comment("ada", &post, comment).await
+            })
+        })
+        .collect();
+    for commenter in commenters {
+        commenter
+            .await
+            .map_err(|error| wrong(format!("a commenter failed: {error}")))??;
+    }
+    let (post, comments) = blog.post_with_comments("ada", post_id).await?;
+    let embedded = &post.value.recent_comments;
+    if post.value.comments != 20 || comments.len() != 20 || embedded.len() != 3 {
+        return Err(wrong(format!(
+            "20 comments written, the post counts {}, holds {} and embeds {}",
+            post.value.comments,
+            comments.len(),
+            embedded.len()
+        )));
+    }
+    Ok(format!(
+        "20 concurrent commenters: the post counts {} comments, holds {} and embeds the {} most \
+         recent ({})",
+        post.value.comments,
+        comments.len(),
+        embedded.len(),
+        embedded
+            .iter()
+            .map(|c| c.author.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// The whole scenario on `blog`, as the `blog` example runs it: an author, three posts, 20
 /// commenters at once on one post (each spawned on the runtime), likes, the newest posts, a typed
 /// filter, and a post deleted with its comments. Checks every count on the way; returns what it
@@ -282,45 +326,7 @@ pub async fn tour(blog: &Blog) -> Result<Vec<String>> {
         .await?;
     report.push(format!("published 3 posts: {first}, {second}, {third}"));
 
-    let commenters: Vec<_> = (0..20)
-        .map(|n| {
-            let (blog, post) = (blog.clone(), second.clone());
-            tokio::spawn(async move {
-                let comment = Comment {
-                    author: format!("reader-{n}"),
-                    text: format!("comment {n}"),
-                };
-                blog.comment("ada", &post, comment).await
-            })
-        })
-        .collect();
-    for commenter in commenters {
-        commenter
-            .await
-            .map_err(|error| wrong(format!("a commenter failed: {error}")))??;
-    }
-    let (post, comments) = blog.post_with_comments("ada", &second).await?;
-    let embedded = &post.value.recent_comments;
-    if post.value.comments != 20 || comments.len() != 20 || embedded.len() != 3 {
-        return Err(wrong(format!(
-            "20 comments written, the post counts {}, holds {} and embeds {}",
-            post.value.comments,
-            comments.len(),
-            embedded.len()
-        )));
-    }
-    report.push(format!(
-        "20 concurrent commenters: the post counts {} comments, holds {} and embeds the {} most \
-         recent ({})",
-        post.value.comments,
-        comments.len(),
-        embedded.len(),
-        embedded
-            .iter()
-            .map(|c| c.author.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    report.push(comment_at_once(blog, &second).await?);
 
     for _ in 0..12 {
         blog.like("ada", &second).await?;

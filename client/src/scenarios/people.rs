@@ -127,15 +127,8 @@ fn address(line: &str, city: &str, zip: &str) -> Address {
     }
 }
 
-/// The whole scenario on `people`, as the `people` example runs it: three people with addresses
-/// and contact details of different shapes, who lives in Seattle, one of them moving there, a
-/// contact detail added twice. Checks each answer; returns what it did, a line per step.
-///
-/// # Errors
-/// A request's error, or `Internal` if an answer is wrong.
-pub async fn tour(people: &People) -> Result<Vec<String>> {
-    let mut report = Vec::new();
-    people.setup().await?;
+/// The scenario's three people, by id: addresses and contact details of different shapes.
+fn everyone() -> [(&'static str, Person); 3] {
     let email = |email: &str| ContactDetail::Email {
         email: email.into(),
     };
@@ -143,7 +136,7 @@ pub async fn tour(people: &People) -> Result<Vec<String>> {
         phone: phone.into(),
         extension,
     };
-    let everyone = [
+    [
         (
             "ada",
             Person {
@@ -174,7 +167,19 @@ pub async fn tour(people: &People) -> Result<Vec<String>> {
                 contact_details: vec![email("alan@example.com")],
             },
         ),
-    ];
+    ]
+}
+
+/// The whole scenario on `people`, as the `people` example runs it: three people with addresses
+/// and contact details of different shapes, who lives in Seattle, one of them moving there, a
+/// contact detail added twice. Checks each answer; returns what it did, a line per step.
+///
+/// # Errors
+/// A request's error, or `Internal` if an answer is wrong.
+pub async fn tour(people: &People) -> Result<Vec<String>> {
+    let mut report = Vec::new();
+    people.setup().await?;
+    let everyone = everyone();
     for (id, person) in &everyone {
         people.add(id, person).await?;
     }
@@ -205,7 +210,9 @@ pub async fn tour(people: &People) -> Result<Vec<String>> {
         "Grace moved by a patch at Addresses/0: Seattle has {seattle:?}"
     ));
 
-    let detail = email("grace@example.com");
+    let detail = ContactDetail::Email {
+        email: "grace@example.com".into(),
+    };
     people.add_contact("grace", &detail).await?;
     people.add_contact("grace", &detail).await?;
     let grace = people.get("grace").await?.value;

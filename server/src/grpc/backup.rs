@@ -11,11 +11,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
-use super::convert::{index_definition_to_pb, policy_to_pb};
+use super::convert::{index_definition_to_pb, table_to_pb};
 use super::executor::Executor;
 use super::status::internal_status;
 use crate::engine::Engine;
 use crate::model::{AccessPolicy, ServiceProperties};
+use crate::settings::TableDescription;
 use crate::storage::{SnapshotItem, SnapshotTable, StorageError, CURRENT_FORMAT};
 use trestle_proto::pb;
 
@@ -147,24 +148,37 @@ impl Chunks {
     }
 }
 
-/// A table of the snapshot as a backup describes it.
+/// A table of the snapshot as a backup describes it: its settings as `Table` carries them.
 fn backup_table(table: &SnapshotTable, policies: Vec<AccessPolicy>) -> pb::BackupTable {
+    let pb::Table {
+        name,
+        indexes: _,
+        access_policies,
+        change_feed,
+        change_feed_retention_seconds,
+        time_to_live,
+        default_time_to_live_seconds,
+        change_feed_before_images,
+    } = table_to_pb(TableDescription {
+        name: table.name.clone(),
+        indexes: Vec::new(),
+        access_policies: policies,
+        change_feed: table.change_feed,
+        time_to_live: table.time_to_live,
+    });
     pb::BackupTable {
-        name: table.name.to_string(),
+        name,
         indexes: table
             .indexes
             .iter()
             .cloned()
             .map(index_definition_to_pb)
             .collect(),
-        change_feed: table.change_feed.is_some(),
-        change_feed_retention_seconds: table.change_feed.map_or(0, |feed| feed.retention_seconds),
-        change_feed_before_images: table.change_feed.is_some_and(|feed| feed.before_images),
-        time_to_live: table.time_to_live.is_some(),
-        default_time_to_live_seconds: table
-            .time_to_live
-            .and_then(|ttl| ttl.default_seconds)
-            .unwrap_or(0),
-        access_policies: policies.into_iter().map(policy_to_pb).collect(),
+        change_feed,
+        change_feed_retention_seconds,
+        time_to_live,
+        default_time_to_live_seconds,
+        change_feed_before_images,
+        access_policies,
     }
 }

@@ -170,21 +170,7 @@ pub fn plan_commit(
                 continue;
             }
         };
-        let after = entries_of(result.as_ref());
-        for ((old, new), kept) in before.into_iter().zip(after).zip(&kept) {
-            if old == new {
-                continue;
-            }
-            let (removed, added) = differences(old, new);
-            plan.removed_entries.extend(removed);
-            plan.added_entries
-                .extend(added.into_iter().map(|entry| AddedEntry {
-                    entry,
-                    operation: index,
-                    row_key: row_key.clone(),
-                    index_name: kept.definition.name.clone(),
-                }));
-        }
+        plan.add_entry_changes(&kept, before, entries_of(result.as_ref()), index, &row_key);
         plan.results.push(result);
         plan.changes.push(PlannedChange {
             operation: index,
@@ -197,6 +183,34 @@ pub fn plan_commit(
     match clash_within_commit(partition_key, &plan.added_entries) {
         Some(refusal) => Err(refusal),
         None => Ok(plan),
+    }
+}
+
+impl CommitPlan {
+    /// Adds the entries of the `kept` indexes that operation `operation` (on `row_key`) removes
+    /// and adds, from the entries `before` it to those `after` it (each per index, in order).
+    fn add_entry_changes(
+        &mut self,
+        kept: &[&Index],
+        before: Vec<Vec<IndexEntry>>,
+        after: Vec<Vec<IndexEntry>>,
+        operation: usize,
+        row_key: &str,
+    ) {
+        for ((old, new), kept) in before.into_iter().zip(after).zip(kept) {
+            if old == new {
+                continue;
+            }
+            let (removed, added) = differences(old, new);
+            self.removed_entries.extend(removed);
+            self.added_entries
+                .extend(added.into_iter().map(|entry| AddedEntry {
+                    entry,
+                    operation,
+                    row_key: row_key.to_owned(),
+                    index_name: kept.definition.name.clone(),
+                }));
+        }
     }
 }
 

@@ -177,10 +177,7 @@ impl SledStore {
             first.batch.partition_key.as_bytes(),
             &groups,
         )?;
-        let ticket = self.shared.durability.record_write();
-        if let Some(turn) = turn {
-            turn.written(ticket);
-        }
+        let ticket = self.shared.written(turn);
         place_results(&parts, planned, &mut stored);
         Ok(Ok(Ok(Committed { stored, ticket })))
     }

@@ -86,6 +86,18 @@ struct Shared {
     db: sled::Db,
 }
 
+impl Shared {
+    /// A commit's rows are applied: records the write for group commit, and lets its feed turn
+    /// (if it took one) be read once the write is durable. The ticket to wait for.
+    fn written(&self, turn: Option<feed::Turn<'_>>) -> Option<Ticket> {
+        let ticket = self.durability.record_write();
+        if let Some(turn) = turn {
+            turn.written(ticket);
+        }
+        ticket
+    }
+}
+
 /// The sled store: one sled database holding every table.
 #[derive(Debug)]
 pub struct SledStore {

@@ -208,10 +208,7 @@ impl SledTable {
                 },
             }));
         }
-        let ticket = self.shared.durability.record_write();
-        if let Some(turn) = turn {
-            turn.written(ticket);
-        }
+        let ticket = self.shared.written(turn);
         Ok(Ok(Committed {
             stored: plan.results,
             ticket,
@@ -359,10 +356,7 @@ impl SledTable {
             changes.extend(entries);
             self.apply(partition, partition_key, changes)?;
         }
-        let ticket = self.shared.durability.record_write();
-        if let Some(turn) = turn {
-            turn.written(ticket);
-        }
+        let ticket = self.shared.written(turn);
         Ok(Ok(Committed {
             stored: plan.results,
             ticket,
