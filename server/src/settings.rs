@@ -61,7 +61,7 @@ impl Engine {
 
     /// The stored access policies of table `table`.
     pub fn access_policies(&self, table: &str) -> Result<Vec<AccessPolicy>, TableError> {
-        self.policies_of(self.table_id(table)?)
+        Ok(self.table_policies(self.table_id(table)?)?)
     }
 
     /// Table `name` as created, its indexes with their states, and its stored access policies
@@ -72,27 +72,15 @@ impl Engine {
         Ok(TableDescription {
             name: table.name().clone(),
             indexes: catalog.indexes,
-            access_policies: self.policies_of(table.id())?,
+            access_policies: self.table_policies(table.id())?,
             change_feed: catalog.change_feed,
             time_to_live: catalog.time_to_live,
         })
     }
 
-    /// The policies of the table incarnation `table_id`.
-    fn policies_of(&self, table_id: u64) -> Result<Vec<AccessPolicy>, TableError> {
-        Ok(self.stored_policies(table_id)?)
-    }
-
-    /// The stored access policies of table `name`, none if it is no longer live (what a backup
-    /// keeps of a table its snapshot holds).
-    pub fn live_table_policies(&self, name: &TableName) -> Result<Vec<AccessPolicy>, StorageError> {
-        match self.store().table(name)? {
-            Some(table) => self.stored_policies(table.id()),
-            None => Ok(Vec::new()),
-        }
-    }
-
-    fn stored_policies(&self, table_id: u64) -> Result<Vec<AccessPolicy>, StorageError> {
+    /// The stored access policies of the table whose id is `table_id` (none if it has none, or
+    /// is deleted).
+    pub fn table_policies(&self, table_id: u64) -> Result<Vec<AccessPolicy>, StorageError> {
         match self.store().setting(&policies_setting(table_id))? {
             None => Ok(Vec::new()),
             Some(record) => decode_policies(&record).ok_or_else(|| corrupt("access policies")),

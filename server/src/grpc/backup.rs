@@ -90,10 +90,7 @@ impl Chunks {
     ) -> Result<(), StorageError> {
         let mut described = Vec::with_capacity(tables.len());
         for table in tables {
-            described.push(backup_table(
-                table,
-                engine.live_table_policies(&table.name)?,
-            ));
+            described.push(backup_table(table, engine.table_policies(table.id)?));
         }
         let service_properties = if self.service_properties == ServiceProperties::default() {
             Vec::new()

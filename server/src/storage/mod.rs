@@ -112,6 +112,8 @@ pub type FoundVisitor<'a> = dyn FnMut(usize, EntityView<'_>) -> Result<(), Stora
 /// (those not failed), which a restore declares anew.
 #[derive(Debug, Clone)]
 pub struct SnapshotTable {
+    /// The table's id in the store (what its settings, such as access policies, are kept by).
+    pub id: u64,
     /// The table's name as created.
     pub name: TableName,
     /// Its indexes' definitions, in declaration order.

@@ -155,6 +155,7 @@ impl SledStore {
                 .map(|table| {
                     let catalog = table.index_catalog();
                     SnapshotTable {
+                        id: table.id(),
                         name: table.name().clone(),
                         indexes: catalog
                             .indexes
