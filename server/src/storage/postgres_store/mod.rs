@@ -12,6 +12,15 @@
 //!
 //! The SQL keeps to what PostgreSQL, YugabyteDB (YSQL) and Citus all run.
 
+/// The table lock's class: the first of its two advisory-lock keys (the second is the table id
+/// modulo 2^31-1). One literal for the Rust code (`sql::table_lock`, `sql::LOCK_TABLE`) and the
+/// schema's functions, which take the same lock and look for its holders.
+macro_rules! table_lock_class {
+    () => {
+        "29810"
+    };
+}
+
 mod across;
 mod changes;
 mod indexes;
@@ -48,7 +57,8 @@ pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema, created under an advisory lock: servers starting together over a new database
 /// would otherwise race in `CREATE ... IF NOT EXISTS`.
-const SCHEMA: &str = "
+const SCHEMA: &str = concat!(
+    "
 BEGIN;
 SELECT pg_advisory_xact_lock(7461626);
 CREATE TABLE IF NOT EXISTS trestle_meta (key text PRIMARY KEY, value bytea NOT NULL);
@@ -75,7 +85,9 @@ CREATE OR REPLACE FUNCTION trestle_insert_rows(t bigint, partition_lock bigint,
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE inserted bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(29810, (t % 2147483647)::int4),
+    PERFORM pg_advisory_xact_lock_shared(",
+    table_lock_class!(),
+    ", (t % 2147483647)::int4),
         pg_advisory_xact_lock(partition_lock);
     INSERT INTO trestle_entities (table_id, pk, rk, record)
         SELECT t, p, w.rk, w.record FROM unnest(rks, records) AS w(rk, record)
@@ -99,7 +111,9 @@ DECLARE
 BEGIN
     SELECT min(v.xid) FILTER (WHERE v.holds), array_agg(v.xid) FILTER (WHERE v.xid IS NOT NULL)
     INTO holders, running
-    FROM (SELECT bool_or(locktype = 'advisory' AND database = here AND classid = 29810
+    FROM (SELECT bool_or(locktype = 'advisory' AND database = here AND classid = ",
+    table_lock_class!(),
+    "
                     AND objid = (t % 2147483647)::oid AND objsubid = 2) AS holds,
                 xmax + ((min(transactionid::text::int8) FILTER (WHERE locktype = 'transactionid'
                     AND mode = 'ExclusiveLock' AND granted) - xmax % 4294967296 + 6442450944)
@@ -110,7 +124,8 @@ BEGIN
     RETURN LEAST(xmax, holders, ended);
 END $$;
 COMMIT;
-";
+"
+);
 
 const FIND_TABLE: &str = "SELECT id, name, indexes FROM trestle_tables WHERE folded = $1 AND live";
 const BUILDING_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables

@@ -13,15 +13,22 @@ pub(super) const SCAN_BATCH: i32 = 256;
 /// deletion, which so waits for the commits under way, and after which commits find the table
 /// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
 /// write nothing, however many commits hold them at once. (The two-key space is apart from the
-/// partitions' one-key space.) The schema's `trestle_insert_rows` takes the same key in SQL, and
-/// its `trestle_feed_horizon` finds the lock's holders by it: a change to the key changes all three.
+/// partitions' one-key space.) The schema's `trestle_insert_rows` takes the same lock in SQL, and
+/// its `trestle_feed_horizon` finds the lock's holders by it: all take its class from
+/// `table_lock_class!`.
 pub(super) fn table_lock(table_id: i64) -> String {
-    format!("29810, {}", table_id % i64::from(i32::MAX))
+    format!(
+        concat!(table_lock_class!(), ", {}"),
+        table_id % i64::from(i32::MAX)
+    )
 }
 
 /// The exclusive form of the table's lock, for its deletion.
-pub(super) const LOCK_TABLE: &str =
-    "SELECT pg_advisory_xact_lock(29810, ($1::bigint % 2147483647)::int4)";
+pub(super) const LOCK_TABLE: &str = concat!(
+    "SELECT pg_advisory_xact_lock(",
+    table_lock_class!(),
+    ", ($1::bigint % 2147483647)::int4)"
+);
 
 /// The advisory-lock key of a partition: 64 bits of FNV-1a over the table id and the key.
 pub(super) fn partition_lock(table_id: i64, partition_key: &str) -> i64 {
