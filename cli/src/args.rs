@@ -14,8 +14,14 @@ pub struct Cli {
         global = true
     )]
     pub endpoint: String,
-    /// An account key or scoped token, sent with every request.
-    #[arg(long, env = "TRESTLE_TOKEN", global = true, hide_env_values = true)]
+    /// An account key or scoped token, sent with every request. A key may begin with `-`.
+    #[arg(
+        long,
+        env = "TRESTLE_TOKEN",
+        global = true,
+        hide_env_values = true,
+        allow_hyphen_values = true
+    )]
     pub token: Option<String>,
     /// What to do.
     #[command(subcommand)]

@@ -59,3 +59,20 @@ fn an_unreachable_server_is_an_error_naming_it() {
         "{message}"
     );
 }
+
+#[test]
+fn a_token_may_begin_with_a_hyphen() {
+    // An account key is random: one in 64 begins with `-`, which is a value here, not a flag.
+    let failed = trestle(&[
+        "--endpoint",
+        "http://127.0.0.1:1",
+        "--token",
+        "-6key",
+        "tables",
+    ]);
+    let message = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        !message.contains("unexpected argument") && message.contains("127.0.0.1:1"),
+        "{message}"
+    );
+}

@@ -213,8 +213,13 @@ pub enum Command {
             default_value = "http://127.0.0.1:50051"
         )]
         endpoint: String,
-        /// An account key of the server (not needed in open mode).
-        #[arg(long, env = "TRESTLE_TOKEN", hide_env_values = true)]
+        /// An account key of the server (not needed in open mode). A key may begin with `-`.
+        #[arg(
+            long,
+            env = "TRESTLE_TOKEN",
+            hide_env_values = true,
+            allow_hyphen_values = true
+        )]
         token: Option<String>,
         /// The CA certificate (PEM) that signed an `https` endpoint's certificate.
         #[arg(long)]
@@ -488,5 +493,20 @@ impl ServeArgs {
             },
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn a_backup_key_may_begin_with_a_hyphen() {
+        let args = ["trestle-server", "backup", "--token", "-6key", "--to", "b"];
+        let parsed = Args::try_parse_from(args).expect("parsed");
+        assert!(
+            matches!(parsed.command, Some(Command::Backup { token: Some(token), .. }) if token == "-6key")
+        );
     }
 }
