@@ -43,7 +43,9 @@ pub enum Command {
     /// Prints one entity.
     Get {
         table: String,
+        #[arg(allow_hyphen_values = true)]
         partition_key: String,
+        #[arg(allow_hyphen_values = true)]
         row_key: String,
         #[arg(long, value_enum, default_value_t = Format::Json)]
         format: Format,
@@ -57,7 +59,9 @@ pub enum Command {
     /// Deletes an entity.
     Delete {
         table: String,
+        #[arg(allow_hyphen_values = true)]
         partition_key: String,
+        #[arg(allow_hyphen_values = true)]
         row_key: String,
         /// Only this version (an ETag); any version without it.
         #[arg(long)]
@@ -127,7 +131,9 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct Write {
     pub table: String,
+    #[arg(allow_hyphen_values = true)]
     pub partition_key: String,
+    #[arg(allow_hyphen_values = true)]
     pub row_key: String,
     /// `Name=value` or `Name:type=value`.
     pub properties: Vec<String>,
@@ -138,10 +144,10 @@ pub struct Write {
 pub struct QueryArgs {
     pub table: String,
     /// One partition.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub partition: Option<String>,
     /// RowKeys starting with this (with --partition).
-    #[arg(long, requires = "partition")]
+    #[arg(long, requires = "partition", allow_hyphen_values = true)]
     pub prefix: Option<String>,
     /// An Azure `$filter`, e.g. "Age ge 30 and Address/City eq 'Seattle'".
     #[arg(long)]
@@ -166,4 +172,82 @@ pub enum ImportMode {
     Insert,
     /// Replace it.
     Upsert,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Command {
+        Cli::try_parse_from(args).expect("parsed").command
+    }
+
+    #[test]
+    fn keys_may_begin_with_a_hyphen_and_flags_still_follow_them() {
+        let Command::Get {
+            partition_key,
+            row_key,
+            format,
+            ..
+        } = parse(&["trestle", "get", "T", "-1", "-r", "--format", "csv"])
+        else {
+            panic!("not a get");
+        };
+        assert_eq!((partition_key.as_str(), row_key.as_str()), ("-1", "-r"));
+        assert_eq!(format, Format::Csv);
+        let Command::Delete {
+            partition_key,
+            if_match,
+            ..
+        } = parse(&["trestle", "delete", "T", "-p", "r", "--if-match", "W/\"x\""])
+        else {
+            panic!("not a delete");
+        };
+        assert_eq!(
+            (partition_key.as_str(), if_match.as_deref()),
+            ("-p", Some("W/\"x\""))
+        );
+        let Command::Put(write) = parse(&["trestle", "put", "T", "-p", "-r", "Amount:int32=-5"])
+        else {
+            panic!("not a put");
+        };
+        assert_eq!(
+            (write.partition_key.as_str(), write.row_key.as_str()),
+            ("-p", "-r")
+        );
+        assert_eq!(write.properties, ["Amount:int32=-5"]);
+        let Command::Query { query, limit, .. } = parse(&[
+            "trestle",
+            "query",
+            "T",
+            "--partition",
+            "-p",
+            "--prefix",
+            "-r",
+            "--limit",
+            "3",
+        ]) else {
+            panic!("not a query");
+        };
+        assert_eq!(query.partition.as_deref(), Some("-p"));
+        assert_eq!(query.prefix.as_deref(), Some("-r"));
+        assert_eq!(limit, Some(3));
+    }
+
+    #[test]
+    fn keys_without_a_hyphen_parse_as_before() {
+        let Command::Get {
+            partition_key,
+            row_key,
+            format,
+            ..
+        } = parse(&["trestle", "get", "T", "p", "r", "--format", "table"])
+        else {
+            panic!("not a get");
+        };
+        assert_eq!((partition_key.as_str(), row_key.as_str()), ("p", "r"));
+        assert_eq!(format, Format::Table);
+        assert!(Cli::try_parse_from(["trestle", "get", "T", "p"]).is_err());
+    }
 }
