@@ -254,16 +254,16 @@ pub struct TokenArgs {
     #[arg(long)]
     pub table: Option<String>,
     /// Smallest PartitionKey covered (inclusive).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub partition_start: Option<String>,
     /// First PartitionKey past the range (exclusive).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub partition_end: Option<String>,
     /// Smallest RowKey covered in each partition (inclusive).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub row_start: Option<String>,
     /// First RowKey past the range (exclusive).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub row_end: Option<String>,
     /// Seconds the token is valid from now.
     #[arg(long, default_value_t = 3600)]
@@ -500,6 +500,37 @@ impl ServeArgs {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn scoped_token_key_ranges_may_begin_with_a_hyphen() {
+        let args = [
+            "trestle-server",
+            "token",
+            "--key-file",
+            "k",
+            "--permissions",
+            "r",
+            "--partition-start",
+            "-a",
+            "--partition-end",
+            "-b",
+            "--row-start",
+            "-c",
+            "--row-end",
+            "-d",
+        ];
+        let Some(Command::Token(token)) = Args::try_parse_from(args).expect("parsed").command
+        else {
+            panic!("not a token");
+        };
+        let range = [
+            token.partition_start,
+            token.partition_end,
+            token.row_start,
+            token.row_end,
+        ];
+        assert_eq!(range.map(|key| key.unwrap()), ["-a", "-b", "-c", "-d"]);
+    }
 
     #[test]
     fn a_backup_key_may_begin_with_a_hyphen() {
