@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use trestle_proto::pb;
 
+use crate::framed::Framed;
 use crate::measure::{drive, Measurement, OpResult, Rng};
 use crate::workloads::{load_with, partition_key, row_key, small_entity, Client, Plan};
 
@@ -117,10 +118,10 @@ pub(crate) async fn lookups(
 
 /// Ranges of 1,000 consecutive ranks through `ByRank`, one page each; `extra` counts the
 /// entities the server examined.
-pub(crate) async fn index_range(client: &Client, plan: &Plan) -> Measurement {
-    let (client, plan) = (client.clone(), plan.clone());
+pub(crate) async fn index_range(framed: &Framed, plan: &Plan) -> Measurement {
+    let (framed, plan) = (framed.clone(), plan.clone());
     drive(2, plan.warmup, plan.duration, move |worker, seq| {
-        let mut client = client.clone();
+        let framed = framed.clone();
         let mut rng = Rng::new((worker as u64) << 32 | seq);
         let first = rng.below(plan.entities() - RANGE);
         let request = pb::QueryEntitiesRequest {
@@ -131,11 +132,7 @@ pub(crate) async fn index_range(client: &Client, plan: &Plan) -> Measurement {
             ..Default::default()
         };
         async move {
-            let page = client
-                .query_entities(request)
-                .await
-                .expect("range")
-                .into_inner();
+            let page = framed.query(request).await;
             assert!(
                 page.continuation_token.is_empty(),
                 "one page holds the range"

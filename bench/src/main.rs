@@ -18,6 +18,7 @@ mod documents;
 mod echo;
 mod engine_only;
 mod feed;
+mod framed;
 mod indexed;
 mod large;
 
@@ -410,10 +411,10 @@ async fn main() {
             .endpoint
             .clone()
             .unwrap_or_else(|| format!("http://{}", server.as_ref().expect("server").addr));
-        let client: Client = Client::connect(endpoint).await.expect("connect to trestle");
-        let client = client.max_decoding_message_size(16 << 20);
+        let (client, framed) = framed::connect(endpoint).await;
         let target = Target {
             client,
+            framed,
             server,
             store: store.as_deref(),
             metrics: false,
@@ -461,11 +462,10 @@ async fn metrics_cost(
     rows: &[Row],
 ) -> Row {
     let server = ServerProcess::start_with(None, &["--metrics-listen", "127.0.0.1:0"]);
-    let client: Client = Client::connect(format!("http://{}", server.addr))
-        .await
-        .expect("connect to trestle");
+    let (client, framed) = framed::connect(format!("http://{}", server.addr)).await;
     let target = Target {
         client,
+        framed,
         server: Some(server),
         store: None,
         metrics: true,
@@ -547,6 +547,8 @@ async fn azurite_rows(
 /// PostgreSQL store that server keeps its data in (`None`: sled).
 struct Target<'a> {
     client: Client,
+    /// Over `client`'s channel, for the workloads that move many entities.
+    framed: framed::Framed,
     server: Option<ServerProcess>,
     store: Option<&'a str>,
     /// The server keeps Prometheus metrics.
@@ -658,8 +660,16 @@ async fn run_workloads(
             "insert" => (workloads::insert(client, plan).await, false, false),
             "tx_insert_100" => (workloads::tx_insert_100(client, plan).await, false, false),
             "tx_hot_update" => (workloads::tx_hot_update(client, plan).await, false, false),
-            "scan_paged" => (workloads::scan_paged(client, plan).await, true, true),
-            "scan_stream" => (workloads::scan_stream(client, plan).await, true, true),
+            "scan_paged" => (
+                workloads::scan_paged(&target.framed, plan).await,
+                true,
+                true,
+            ),
+            "scan_stream" => (
+                workloads::scan_stream(&target.framed, plan).await,
+                true,
+                true,
+            ),
             "filter_scan" | "partition_range_scan" => {
                 let m = if workload == "filter_scan" {
                     workloads::filter_scan(client, plan).await
@@ -797,7 +807,11 @@ async fn run_workloads(
                         false,
                         "point_read",
                     ),
-                    "index_range" => (indexed::index_range(client, plan).await, true, "scan_paged"),
+                    "index_range" => (
+                        indexed::index_range(&target.framed, plan).await,
+                        true,
+                        "scan_paged",
+                    ),
                     _ => (indexed::indexed_insert(client, plan).await, false, "insert"),
                 };
                 let what = match workload {

@@ -8,6 +8,7 @@ use tonic::transport::Channel;
 use trestle_proto::pb;
 use trestle_proto::pb::table_service_client::TableServiceClient;
 
+use crate::framed::Framed;
 use crate::measure::{drive, Measurement, OpResult, Rng};
 
 pub(crate) type Client = TableServiceClient<Channel>;
@@ -374,23 +375,15 @@ pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
     .await
 }
 
-pub(crate) async fn scan_paged(client: &Client, plan: &Plan) -> Measurement {
-    let client = client.clone();
+pub(crate) async fn scan_paged(framed: &Framed, plan: &Plan) -> Measurement {
+    let framed = framed.clone();
     drive(2, plan.warmup, plan.duration, move |_, _| {
-        let mut client = client.clone();
+        let framed = framed.clone();
         async move {
-            let mut request = pb::QueryEntitiesRequest {
-                table: SCAN_TABLE.into(),
-                partition_key: Some(SCAN_PARTITION.into()),
-                ..Default::default()
-            };
+            let mut request = scan_request();
             let mut entities = 0;
             loop {
-                let page = client
-                    .query_entities(request.clone())
-                    .await
-                    .expect("page")
-                    .into_inner();
+                let page = framed.query(request.clone()).await;
                 entities += page.entities.len() as u64;
                 if page.continuation_token.is_empty() {
                     return OpResult { entities, extra: 0 };
@@ -402,21 +395,12 @@ pub(crate) async fn scan_paged(client: &Client, plan: &Plan) -> Measurement {
     .await
 }
 
-pub(crate) async fn scan_stream(client: &Client, plan: &Plan) -> Measurement {
-    let client = client.clone();
+pub(crate) async fn scan_stream(framed: &Framed, plan: &Plan) -> Measurement {
+    let framed = framed.clone();
     drive(2, plan.warmup, plan.duration, move |_, _| {
-        let mut client = client.clone();
+        let framed = framed.clone();
         async move {
-            let request = pb::QueryEntitiesRequest {
-                table: SCAN_TABLE.into(),
-                partition_key: Some(SCAN_PARTITION.into()),
-                ..Default::default()
-            };
-            let mut stream = client
-                .scan_entities(request)
-                .await
-                .expect("scan")
-                .into_inner();
+            let mut stream = framed.scan(scan_request()).await;
             let mut entities = 0;
             while let Some(batch) = stream.message().await.expect("batch") {
                 entities += batch.entities.len() as u64;
@@ -425,6 +409,15 @@ pub(crate) async fn scan_stream(client: &Client, plan: &Plan) -> Measurement {
         }
     })
     .await
+}
+
+/// The whole scan partition.
+fn scan_request() -> pb::QueryEntitiesRequest {
+    pb::QueryEntitiesRequest {
+        table: SCAN_TABLE.into(),
+        partition_key: Some(SCAN_PARTITION.into()),
+        ..Default::default()
+    }
 }
 
 /// Follows a filtered query of `table` to its end: `entities` = returned, `extra` = examined.
