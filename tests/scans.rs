@@ -95,6 +95,33 @@ async fn paging_across_2500_rows_and_partitions_returns_everything_in_order() {
     assert_eq!(pages, vec![100; 5]);
 }
 
+/// A page whose filter examines thousands of rows of one partition reads them in several
+/// batches from the store (the PostgreSQL store fetches 256 rows at a time): no row at a batch's
+/// edge is skipped or seen twice, forward or reverse.
+#[tokio::test]
+async fn a_filter_examining_thousands_of_rows_misses_none_at_the_batches_edges() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let all = load(&mut client, 1, 3000).await;
+    let wanted = [0, 255, 256, 511, 512, 2047, 2048, 2999];
+    let filter = wanted
+        .iter()
+        .map(|r| format!("N eq 'r{r:04}'"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let mut expected: Vec<_> = wanted.iter().map(|r| all[*r].clone()).collect();
+    for reverse in [false, true] {
+        let request = pb::QueryEntitiesRequest {
+            filter: filter.clone(),
+            reverse,
+            ..in_partition("part-0")
+        };
+        let (found, _) = query_all(&mut client, request).await;
+        assert_eq!(keys(&found), expected, "reverse: {reverse}");
+        expected.reverse();
+    }
+}
+
 #[tokio::test]
 async fn prefix_and_range_scans_cover_exactly_their_keys() {
     let server = TestServer::start().await;
