@@ -562,6 +562,16 @@ struct Ceilings {
     stream: Option<f64>,
 }
 
+/// Says on stderr how long loading the plan's entities (`what` they carry) took.
+fn report_load(what: &str, took: std::time::Duration, plan: &Plan) {
+    eprintln!(
+        "loaded {} entities{what} in {:.1} s ({:.0} entities/s)",
+        plan.entities(),
+        took.as_secs_f64(),
+        plan.entities() as f64 / took.as_secs_f64()
+    );
+}
+
 /// Loads what the selected workloads need and runs each on `target`; rows of a PostgreSQL store
 /// are named `<workload> [postgres]`, of a server keeping metrics `<workload> [metrics]`.
 async fn run_workloads(
@@ -602,12 +612,7 @@ async fn run_workloads(
             plan.rows_per_partition,
         )
         .await;
-        eprintln!(
-            "loaded {} entities in {:.1} s ({:.0} entities/s)",
-            plan.entities(),
-            took.as_secs_f64(),
-            plan.entities() as f64 / took.as_secs_f64()
-        );
+        report_load("", took, plan);
     }
     if selected
         .iter()
@@ -620,12 +625,7 @@ async fn run_workloads(
         .any(|w| matches!(*w, "index_lookup" | "index_range"))
     {
         let took = indexed::load(client, plan).await;
-        eprintln!(
-            "loaded {} entities with two indexes in {:.1} s ({:.0} entities/s)",
-            plan.entities(),
-            took.as_secs_f64(),
-            plan.entities() as f64 / took.as_secs_f64()
-        );
+        report_load(" with two indexes", took, plan);
     }
 
     if selected
@@ -633,12 +633,7 @@ async fn run_workloads(
         .any(|w| matches!(*w, "path_filter_scan" | "array_index_lookup"))
     {
         let took = documents::load(client, plan).await;
-        eprintln!(
-            "loaded {} entities with documents and a multi-valued index in {:.1} s ({:.0} entities/s)",
-            plan.entities(),
-            took.as_secs_f64(),
-            plan.entities() as f64 / took.as_secs_f64()
-        );
+        report_load(" with documents and a multi-valued index", took, plan);
     }
 
     let mut rows = Vec::new();
