@@ -478,6 +478,67 @@ async fn a_read_shows_every_write_acknowledged_before_it() {
     }
 }
 
+/// Over PostgreSQL, a follower that has caught up with an idle feed looks for new records with
+/// an index probe, not by computing the feed's horizon (which reads `pg_locks`, taking every lock
+/// manager partition of the cluster): the horizon is computed only when a record is there to be
+/// shown. Counted by the database's own statistics of the schema's function.
+#[tokio::test]
+async fn an_idle_follower_does_not_compute_the_feed_horizon() {
+    let mut database = None;
+    let server = TestServer::start_with(|config| {
+        if let StoreConfig::Postgres { url, .. } = &config.store {
+            database = Some(url.clone());
+        }
+    })
+    .await;
+    let Some(url) = database else {
+        return;
+    };
+    let mut client = server.client().await;
+    create(&mut client, "Quiet", true).await;
+    insert(&mut client, "Quiet", "q", "1", 1).await;
+    let mut follower = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Quiet".into(),
+            follow: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = follower.message().await.unwrap().unwrap();
+    assert_eq!(first.changes.len(), 1);
+    let horizons = move || {
+        let mut observer = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        observer
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_user_functions
+                 WHERE funcname = 'trestle_feed_horizon'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    // The server's connections send their statistics at most once a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = tokio::task::spawn_blocking(horizons.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = tokio::task::spawn_blocking(horizons.clone()).await.unwrap();
+    assert!(
+        after - before < 20,
+        "an idle follower computed the horizon {} times in 3 s",
+        after - before
+    );
+    // A new record still reaches it at once.
+    insert(&mut client, "Quiet", "q", "2", 2).await;
+    let next = tokio::time::timeout(Duration::from_secs(5), follower.message())
+        .await
+        .expect("the follower got the change")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.changes[0].row_key, "2");
+}
+
 /// A transaction running on a connection of its own until [`HeldTransaction::end`].
 struct HeldTransaction {
     end: std::sync::mpsc::Sender<()>,

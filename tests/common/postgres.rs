@@ -13,8 +13,9 @@ pub fn conformance_database() -> Option<String> {
     static CLUSTER: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
     static DATABASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let cluster = CLUSTER.get_or_init(|| {
-        let cluster = Postgres::start_with(&["-c", "max_connections=400"])
-            .expect("TRESTLE_TEST_STORE=postgres needs PostgreSQL's programs on PATH");
+        let cluster =
+            Postgres::start_with(&["-c", "max_connections=400", "-c", "track_functions=pl"])
+                .expect("TRESTLE_TEST_STORE=postgres needs PostgreSQL's programs on PATH");
         cluster.stop_when_this_process_ends();
         cluster
     });

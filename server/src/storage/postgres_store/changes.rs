@@ -42,21 +42,29 @@ const ENDS: &str = "SELECT trestle_feed_horizon($1), pg_snapshot_xmax(s)::text::
     FROM pg_current_snapshot() s";
 const TRIMMED_TO: &str =
     "SELECT xid::text::int8, record FROM trestle_feed_trims WHERE table_id = $1";
-const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM trestle_changes
-    WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
-      AND xid < (SELECT trestle_feed_horizon($1))::text::xid8
-    ORDER BY xid, record LIMIT $4";
+/// The records after a position below the horizon: the first `$4` after it are read by the
+/// index, and the horizon is computed only if there is one (a caught-up follower of an idle feed
+/// costs an index probe, not a look at `pg_locks`, which takes every lock manager partition of
+/// the cluster). Those read are in order, so the ones below the horizon are a prefix of them.
+const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM (
+        SELECT xid, record, change FROM trestle_changes
+        WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
+        ORDER BY xid, record LIMIT $4) r
+    WHERE xid < (SELECT trestle_feed_horizon($1))::text::xid8
+    ORDER BY xid, record";
 
-/// The table of a name, where its feed was trimmed to, and the records after a position, at one
-/// instant (no row: no live table of the name; one row without a record: no records).
+/// The table of a name, where its feed was trimmed to, and the records after a position (read as
+/// [`READ_RECORDS`] reads them), at one instant (no row: no live table of the name; one row without a record: no records).
 const READ_NAMED: &str = "SELECT t.name, t.indexes, tr.xid::text::int8, tr.record,
         c.xid::text::int8, c.record, c.change
     FROM trestle_tables t
     LEFT JOIN trestle_feed_trims tr ON tr.table_id = t.id
-    LEFT JOIN LATERAL (SELECT xid, record, change FROM trestle_changes
-        WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
-          AND xid < (SELECT trestle_feed_horizon(t.id))::text::xid8
-        ORDER BY xid, record LIMIT $4) c ON true
+    LEFT JOIN LATERAL (SELECT xid, record, change FROM (
+            SELECT xid, record, change FROM trestle_changes
+            WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
+            ORDER BY xid, record LIMIT $4) r
+        WHERE xid < (SELECT trestle_feed_horizon(t.id))::text::xid8
+        ORDER BY xid, record) c ON true
     WHERE t.folded = $1 AND t.live";
 
 /// Writes the change records of `plan` (partition `partition_key` of table `table_id`), numbered
