@@ -439,9 +439,22 @@ impl<'a> RecoveryGuard<'a> {
 pub struct Page {
     pub(crate) update: Option<Box<Update>>,
     pub(crate) cache_infos: Vec<CacheInfo>,
+    /// Trestle: the memory of the node in `update`, summed on the first
+    /// [`Page::cache_size`] (every access of a cached page asks for it, and a
+    /// leaf's sum visits each of its keys and values); a page's update never
+    /// changes once it is made.
+    node_memory: std::sync::OnceLock<u64>,
 }
 
 impl Page {
+    /// Trestle: a page of `update` and `cache_infos`.
+    pub(crate) fn new(
+        update: Option<Box<Update>>,
+        cache_infos: Vec<CacheInfo>,
+    ) -> Page {
+        Page { update, cache_infos, node_memory: std::sync::OnceLock::new() }
+    }
+
     pub(crate) fn to_page_state(&self) -> PageState {
         let base = &self.cache_infos[0];
         if self.is_free() {
@@ -495,10 +508,12 @@ impl Page {
     /// entities) is the size of the blob's pointer: such pages were never evicted, and 2,000
     /// entities of 1 MiB kept their 1.9 GiB resident under a 48 MiB cache.
     pub(crate) fn cache_size(&self) -> u64 {
-        let in_memory = match self.update.as_deref() {
-            Some(Update::Node(node)) => node.rss(),
-            _ => 0,
-        };
+        let in_memory = *self.node_memory.get_or_init(|| {
+            match self.update.as_deref() {
+                Some(Update::Node(node)) => node.rss(),
+                _ => 0,
+            }
+        });
         in_memory.max(self.log_size())
     }
 
@@ -852,7 +867,7 @@ impl PageCache {
 
             trace!("allocating pid {} for the first time", pid);
 
-            let new_page = Page { update: None, cache_infos: Vec::default() };
+            let new_page = Page::new(None, Vec::default());
 
             let page_view = self.inner.insert(pid, new_page, guard);
 
@@ -1073,10 +1088,10 @@ impl PageCache {
             return Ok(short_circuit.map_err(|a| a.map(|b| (b.0, new))));
         }
 
-        let mut new_page = Some(Owned::new(Page {
-            update: Some(Box::new(Update::Node(node))),
-            cache_infos: Vec::default(),
-        }));
+        let mut new_page = Some(Owned::new(Page::new(
+            Some(Box::new(Update::Node(node))),
+            Vec::default(),
+        )));
 
         loop {
             // TODO handle replacement on threshold here instead
@@ -1303,10 +1318,10 @@ impl PageCache {
                         .unwrap(),
                 };
 
-                let new_page = Owned::new(Page {
-                    update: page_view.update.clone(),
-                    cache_infos: vec![cache_info],
-                });
+                let new_page = Owned::new(Page::new(
+                    page_view.update.clone(),
+                    vec![cache_info],
+                ));
 
                 debug_delay();
                 let result = page_view.entry.compare_and_set(
@@ -1495,10 +1510,10 @@ impl PageCache {
         let log_kind = log_kind_from_update(&update);
         trace!("cas_page on pid {} has log kind: {:?}", pid, log_kind);
 
-        let mut new_page = Some(Owned::new(Page {
-            update: Some(Box::new(update)),
-            cache_infos: Vec::default(),
-        }));
+        let mut new_page = Some(Owned::new(Page::new(
+            Some(Box::new(update)),
+            Vec::default(),
+        )));
 
         loop {
             let mut page_ptr = new_page.take().unwrap();
@@ -1770,10 +1785,10 @@ impl PageCache {
         updates.truncate(1);
         let base = updates.pop().unwrap();
 
-        let page = Owned::new(Page {
-            update: Some(Box::new(base)),
-            cache_infos: page_view.cache_infos.clone(),
-        });
+        let page = Owned::new(Page::new(
+            Some(Box::new(base)),
+            page_view.cache_infos.clone(),
+        ));
 
         debug_delay();
         let result = page_view.entry.compare_and_set(
@@ -1968,10 +1983,10 @@ impl PageCache {
                         // don't page-out Freed suckas
                         break;
                     }
-                    let new_page = Owned::new(Page {
-                        update: None,
-                        cache_infos: page_view.cache_infos.clone(),
-                    });
+                    let new_page = Owned::new(Page::new(
+                        None,
+                        page_view.cache_infos.clone(),
+                    ));
 
                     debug_delay();
                     if page_view
@@ -2162,7 +2177,7 @@ impl PageCache {
             } else {
                 None
             };
-            let page = Page { update, cache_infos };
+            let page = Page::new(update, cache_infos);
 
             self.inner.insert(pid, page, &guard);
         }
