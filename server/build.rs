@@ -26,6 +26,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             ".trestle.v1.ScanEntitiesResponse",
             "crate::grpc::pages::ScanEntitiesResponse",
         )
+        .extern_path(
+            ".trestle.v1.ReadChangesResponse",
+            "crate::grpc::reply::ChangesReply",
+        )
         .compile_fds(trestle)?;
     Ok(())
 }

@@ -14,13 +14,15 @@ use tonic::Status;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 
-use super::convert::entity_to_pb;
 use super::executor::Executor;
-use super::invalid;
+use super::reply::ChangesReply;
+use super::status::to_status;
 use super::stream::Holds;
+use super::{invalid, wire};
 use crate::auth::Access;
+use crate::error::TableError;
 use crate::model::{ChangeKind, ValidationError};
-use crate::storage::{FeedEnd, FeedPosition, StoredChange};
+use crate::storage::{FeedEnd, FeedPosition, StorageError, StoredChange};
 
 /// Records one batch holds at most.
 const BATCH: usize = 500;
@@ -32,8 +34,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(5);
 const SETTLE_AT_MOST: Duration = Duration::from_secs(10);
 
 /// The batches of a feed, then its end (or the status that ended it).
-pub(crate) type ChangeStream =
-    Pin<Box<dyn Stream<Item = Result<pb::ReadChangesResponse, Status>> + Send>>;
+pub(crate) type ChangeStream = Pin<Box<dyn Stream<Item = Result<ChangesReply, Status>> + Send>>;
 
 /// A reader of one table's feed, and where it is.
 pub(crate) struct Reader {
@@ -83,7 +84,7 @@ impl Reader {
         let end = self.end(&executor).await?;
         if self.from_end {
             self.after = Some(end.readable);
-            let at_end = pb::ReadChangesResponse {
+            let at_end = ChangesReply {
                 changes: Vec::new(),
                 cursor: cursor_of(end.readable),
             };
@@ -105,8 +106,14 @@ impl Reader {
                         () = sender.closed() => return,
                         () = tokio::time::sleep(FOLLOW_EVERY) => {}
                     }
-                } else if sender.send(Ok(self.answer(batch))).await.is_err() {
-                    return;
+                } else {
+                    let answer = self
+                        .answer(batch)
+                        .map_err(|error| to_status(&TableError::from(error)));
+                    let failed = answer.is_err();
+                    if sender.send(answer).await.is_err() || failed {
+                        return;
+                    }
                 }
                 batch = match self.read(&executor).await {
                     Ok(batch) => batch,
@@ -148,52 +155,46 @@ impl Reader {
             .await
     }
 
-    /// The response of `batch`, of the records the caller may see; the reader moves past all.
-    fn answer(&mut self, batch: Vec<StoredChange>) -> pb::ReadChangesResponse {
+    /// The response of `batch`, of the records the caller may see, written from their stored
+    /// bytes; the reader moves past all.
+    fn answer(&mut self, batch: Vec<StoredChange>) -> Result<ChangesReply, StorageError> {
         self.after = batch.last().map(|change| change.position).or(self.after);
-        let changes = batch
-            .into_iter()
-            .filter(|change| {
-                let key = &change.key;
-                if self
-                    .partition_key
-                    .as_ref()
-                    .is_some_and(|pk| *pk != key.partition_key)
-                {
-                    return false;
-                }
-                let read = Permissions::READ;
-                let access = &self.access;
-                access
-                    .entity(&self.table, read, &key.partition_key, &key.row_key)
-                    .is_ok()
-            })
-            .map(change_to_pb)
-            .collect();
-        pb::ReadChangesResponse {
+        let mut changes = Vec::with_capacity(batch.len() * 256);
+        for change in &batch {
+            let key = &change.key;
+            if self
+                .partition_key
+                .as_ref()
+                .is_some_and(|pk| *pk != key.partition_key)
+            {
+                continue;
+            }
+            let read = Permissions::READ;
+            let access = &self.access;
+            if access
+                .entity(&self.table, read, &key.partition_key, &key.row_key)
+                .is_err()
+            {
+                continue;
+            }
+            let kind = kind_to_pb(change.kind) as i32;
+            wire::put_change(change, kind, &cursor_of(change.position), &mut changes)?;
+        }
+        Ok(ChangesReply {
             changes,
             cursor: self.after.map(cursor_of).unwrap_or_default(),
-        }
+        })
     }
 }
 
-fn change_to_pb(change: StoredChange) -> pb::Change {
-    let kind = match change.kind {
+fn kind_to_pb(kind: ChangeKind) -> pb::ChangeKind {
+    match kind {
         ChangeKind::Insert => pb::ChangeKind::Insert,
         ChangeKind::Replace => pb::ChangeKind::Replace,
         ChangeKind::Merge => pb::ChangeKind::Merge,
         ChangeKind::Patch => pb::ChangeKind::Patch,
         ChangeKind::Delete => pb::ChangeKind::Delete,
         ChangeKind::Expire => pb::ChangeKind::Expire,
-    };
-    pb::Change {
-        kind: kind as i32,
-        partition_key: change.key.partition_key,
-        row_key: change.key.row_key,
-        entity: change.after.map(entity_to_pb),
-        before: change.before.map(entity_to_pb),
-        transaction_id: change.position.transaction,
-        cursor: cursor_of(change.position),
     }
 }
 

@@ -2,13 +2,16 @@
 //! server's stubs send it. Besides a generated [`Entity`] it can carry the message already encoded,
 //! which the server writes straight from an entity's stored bytes instead of building an `Entity`
 //! (a map of strings) only to encode it. On the wire it is exactly `trestle.v1.Entity`; clients
-//! decode it as that. `GetEntitiesReply` answers `GetEntities` the same way.
+//! decode it as that. `GetEntitiesReply` answers `GetEntities` the same way, and `ChangesReply`
+//! `ReadChanges`.
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{DecodeContext, WireType};
 use prost::{DecodeError, Message};
 
 use trestle_proto::pb::Entity;
+
+use super::wire::{CHANGES_CHANGES, CHANGES_CURSOR};
 
 /// An `Entity` answering a call.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,6 +132,57 @@ impl Message for GetEntitiesReply {
 
     fn clear(&mut self) {
         self.entities.clear();
+    }
+}
+
+/// A `ReadChangesResponse` whose changes are already encoded ([`super::wire::put_change`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChangesReply {
+    /// The `changes` fields, each complete (key, length, `Change` message).
+    pub changes: Vec<u8>,
+    /// After the last record of the batch.
+    pub cursor: String,
+}
+
+impl Message for ChangesReply {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&self.changes);
+        if !self.cursor.is_empty() {
+            prost::encoding::string::encode(CHANGES_CURSOR, &self.cursor, buf);
+        }
+    }
+
+    /// Decoding (which only tests do) keeps each change encoded as it came.
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        match tag {
+            CHANGES_CHANGES => {
+                let mut change = trestle_proto::pb::Change::default();
+                prost::encoding::message::merge(wire_type, &mut change, buf, ctx)?;
+                prost::encoding::message::encode(CHANGES_CHANGES, &change, &mut self.changes);
+                Ok(())
+            }
+            CHANGES_CURSOR => prost::encoding::string::merge(wire_type, &mut self.cursor, buf, ctx),
+            _ => prost::encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        let cursor = match self.cursor.is_empty() {
+            true => 0,
+            false => prost::encoding::string::encoded_len(CHANGES_CURSOR, &self.cursor),
+        };
+        self.changes.len() + cursor
+    }
+
+    fn clear(&mut self) {
+        self.changes.clear();
+        self.cursor.clear();
     }
 }
 

@@ -1,14 +1,15 @@
 //! Query results and point reads written straight from stored bytes into protobuf wire form: each
 //! entity becomes an encoded `trestle.v1.Entity` without an owned entity or a `pb::Entity` built in
 //! between.
-//! Decoded, the bytes are exactly what [`super::convert::entity_to_pb`] would have sent.
+//! Decoded, the bytes are exactly what [`super::convert::entity_to_pb`] would have sent. Change
+//! records go the same way into `ReadChangesResponse`s.
 
 use prost::encoding::{encoded_len_varint, key_len, WireType};
 
 use super::pages::EncodedEntities;
 use crate::engine::MatchSink;
 use crate::model::{DocumentRef, ETag, Ticks, ValueRef};
-use crate::storage::{EntityView, StorageError};
+use crate::storage::{EntityView, StorageError, StoredChange};
 
 // Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` (and of the documents it
 // nests) and of `Timestamp`.
@@ -34,6 +35,16 @@ pub(super) const OBJECT_MEMBERS: u32 = 1;
 pub(super) const ARRAY_VALUES: u32 = 1;
 pub(super) const TIMESTAMP_SECONDS: u32 = 1;
 pub(super) const TIMESTAMP_NANOS: u32 = 2;
+// Field numbers of `trestle.v1.Change` and of `ReadChangesResponse`.
+pub(super) const CHANGE_KIND: u32 = 1;
+pub(super) const CHANGE_PARTITION_KEY: u32 = 2;
+pub(super) const CHANGE_ROW_KEY: u32 = 3;
+pub(super) const CHANGE_ENTITY: u32 = 4;
+pub(super) const CHANGE_TRANSACTION_ID: u32 = 5;
+pub(super) const CHANGE_CURSOR: u32 = 6;
+pub(super) const CHANGE_BEFORE: u32 = 7;
+pub(super) const CHANGES_CHANGES: u32 = 1;
+pub(super) const CHANGES_CURSOR: u32 = 2;
 
 /// Collects matches as encoded entities, reusing one scratch buffer (and one for the ETag) for all
 /// of them.
@@ -73,6 +84,59 @@ pub(crate) fn entity_message(entity: &EntityView<'_>) -> Result<Vec<u8>, Storage
     let mut out = Vec::with_capacity(64 + keys + entity.stored_len() * 5 / 4);
     write_entity(entity, &mut String::new(), &mut out)?;
     Ok(out)
+}
+
+/// Appends `change` to `out` as a `changes` field of `ReadChangesResponse`: a `Change` whose kind
+/// is `kind` (the enum's number) and whose cursor is `cursor`, its entities written from their
+/// stored bytes.
+pub(crate) fn put_change(
+    change: &StoredChange,
+    kind: i32,
+    cursor: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), StorageError> {
+    let mut message = Vec::with_capacity(64);
+    if kind != 0 {
+        put_varint(CHANGE_KIND, kind as u64, &mut message);
+    }
+    put_text(
+        CHANGE_PARTITION_KEY,
+        &change.key.partition_key,
+        &mut message,
+    );
+    put_text(CHANGE_ROW_KEY, &change.key.row_key, &mut message);
+    let mut etag = String::new();
+    if let Some(after) = change.after()? {
+        put_nested_entity(CHANGE_ENTITY, &after, &mut etag, &mut message)?;
+    }
+    if change.position.transaction != 0 {
+        put_varint(
+            CHANGE_TRANSACTION_ID,
+            change.position.transaction,
+            &mut message,
+        );
+    }
+    put_text(CHANGE_CURSOR, cursor, &mut message);
+    if let Some(before) = change.before()? {
+        put_nested_entity(CHANGE_BEFORE, &before, &mut etag, &mut message)?;
+    }
+    put_len_prefix(CHANGES_CHANGES, message.len(), out);
+    out.extend_from_slice(&message);
+    Ok(())
+}
+
+/// Appends `entity` as the `Entity` message of field `field`.
+fn put_nested_entity(
+    field: u32,
+    entity: &EntityView<'_>,
+    etag: &mut String,
+    out: &mut Vec<u8>,
+) -> Result<(), StorageError> {
+    let mut message = Vec::with_capacity(64 + entity.stored_len() * 5 / 4);
+    write_entity(entity, etag, &mut message)?;
+    put_len_prefix(field, message.len(), out);
+    out.extend_from_slice(&message);
+    Ok(())
 }
 
 /// Appends `entity`'s `Entity` message to `out`, formatting its ETag in `etag`.

@@ -1,6 +1,6 @@
 //! The hand-encoded messages checked against the wire contract's descriptor set: every field
-//! that `trestle.proto` declares for `Entity`, `Value`, the map entries, the two query responses
-//! and `google.protobuf.Timestamp` is one the hand encoders know, under the same number, so a
+//! that `trestle.proto` declares for `Entity`, `Value`, the map entries, the two query responses,
+//! `Change`, `ReadChangesResponse` and `google.protobuf.Timestamp` is one the hand encoders know, under the same number, so a
 //! field added to the .proto cannot be silently missed; and what they write decodes with the
 //! generated types.
 
@@ -10,8 +10,9 @@ use prost::Message;
 use prost_types::{DescriptorProto, FileDescriptorSet};
 use trestle_proto::pb;
 
+use super::convert::entity_to_pb;
 use super::pages::{self, EncodedEntities, QueryEntitiesResponse, ScanEntitiesResponse};
-use super::reply::EntityReply;
+use super::reply::{ChangesReply, EntityReply};
 use super::wire;
 
 /// The fields of message `path` (nested with `.`) of `package`, by number.
@@ -85,6 +86,15 @@ const HAND_ENCODED: &[(&str, &str, Fields)] = &[
         (pages::STATS, "stats"),
     ]),
     ("trestle.v1", "ScanEntitiesResponse", &[(pages::ENTITIES, "entities")]),
+    ("trestle.v1", "Change", &[
+        (wire::CHANGE_KIND, "kind"), (wire::CHANGE_PARTITION_KEY, "partition_key"),
+        (wire::CHANGE_ROW_KEY, "row_key"), (wire::CHANGE_ENTITY, "entity"),
+        (wire::CHANGE_TRANSACTION_ID, "transaction_id"), (wire::CHANGE_CURSOR, "cursor"),
+        (wire::CHANGE_BEFORE, "before"),
+    ]),
+    ("trestle.v1", "ReadChangesResponse", &[
+        (wire::CHANGES_CHANGES, "changes"), (wire::CHANGES_CURSOR, "cursor"),
+    ]),
     ("google.protobuf", "Timestamp", &[(wire::TIMESTAMP_SECONDS, "seconds"), (wire::TIMESTAMP_NANOS, "nanos")]),
 ];
 
@@ -148,4 +158,77 @@ fn the_hand_encoded_responses_decode_with_the_generated_types() {
         pb::Entity::decode(&reply.encode_to_vec()[..]).unwrap(),
         entity("c")
     );
+}
+
+/// Change records written from their stored bytes decode as the generated `Change`s with the
+/// entities (and before images) as `entity_to_pb` sends them.
+#[test]
+fn hand_encoded_changes_decode_with_the_generated_types() {
+    use crate::model::{
+        plan_commit, EntityKey, IfMatch, NewEntity, Operation, PlanRules, Properties, Ticks, Value,
+    };
+    use crate::storage::changes::{decode, records_of};
+    use crate::storage::FeedPosition;
+
+    let key = |row: &str| EntityKey::new("p".into(), row.into()).unwrap();
+    let new = |row: &str, n: i64| {
+        let properties = Properties::from([("N".to_owned(), Value::Int64(n))]);
+        NewEntity::new(key(row), properties).unwrap()
+    };
+    let rules = PlanRules {
+        before_images: true,
+        ..PlanRules::default()
+    };
+    let existing = plan_commit(
+        "p",
+        vec![Operation::Insert(new("b", 1))],
+        vec![None],
+        Ticks::next_commit(),
+        rules,
+    )
+    .unwrap()
+    .results;
+    let operations = vec![
+        Operation::Insert(new("a", 2)),
+        Operation::Update(new("b", 3), IfMatch::Any),
+    ];
+    let plan = plan_commit(
+        "p",
+        operations,
+        vec![None, existing[0].clone()],
+        Ticks::next_commit(),
+        rules,
+    )
+    .unwrap();
+    let mut reply = ChangesReply {
+        changes: Vec::new(),
+        cursor: "9-1".into(),
+    };
+    let mut expected = Vec::new();
+    for (n, record) in records_of(&plan, "p").iter().enumerate() {
+        let position = FeedPosition {
+            transaction: 9,
+            record: n as u32,
+        };
+        let change = decode(position, record).unwrap();
+        let kind = [pb::ChangeKind::Insert, pb::ChangeKind::Replace][n];
+        let cursor = format!("9-{n}");
+        wire::put_change(&change, kind as i32, &cursor, &mut reply.changes).unwrap();
+        expected.push(pb::Change {
+            kind: kind as i32,
+            partition_key: "p".into(),
+            row_key: ["a", "b"][n].into(),
+            entity: plan.results[n].clone().map(entity_to_pb),
+            transaction_id: 9,
+            cursor,
+            before: [None, existing[0].clone()][n].clone().map(entity_to_pb),
+        });
+    }
+    let bytes = reply.encode_to_vec();
+    assert_eq!(bytes.len(), reply.encoded_len());
+    let decoded = pb::ReadChangesResponse::decode(&bytes[..]).unwrap();
+    assert_eq!(decoded.changes, expected);
+    assert_eq!(decoded.cursor, "9-1");
+    assert!(expected[1].before.is_some() && expected[1].entity.is_some());
+    assert_eq!(ChangesReply::decode(&bytes[..]).unwrap(), reply);
 }

@@ -9,7 +9,7 @@
 //! resumes after a position misses nothing and sees nothing twice.
 
 use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity, Ticks};
-use crate::storage::{codec, StorageError};
+use crate::storage::{codec, EntityView, StorageError};
 
 /// The versions of a record's encoding: without a before image, and with one.
 const RECORD_V1: u8 = 1;
@@ -58,7 +58,8 @@ impl FeedEnd {
     }
 }
 
-/// A change record as read back.
+/// A change record as read back: the entities it holds stay in their stored form, read in place
+/// ([`StoredChange::after`]) by whoever sends them on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredChange {
     /// Where it is.
@@ -69,12 +70,45 @@ pub struct StoredChange {
     pub at: Ticks,
     /// The entity.
     pub key: EntityKey,
+    /// The entity as stored after the change; empty for a delete.
+    after: Vec<u8>,
+    /// The entity as stored before the change; empty where the feed keeps no before images or
+    /// there was none.
+    before: Vec<u8>,
+}
+
+impl StoredChange {
     /// The entity as stored after the change (Timestamp, and so ETag, included), or `None` for a
     /// delete.
-    pub after: Option<StoredEntity>,
+    pub fn after(&self) -> Result<Option<EntityView<'_>>, StorageError> {
+        self.view(&self.after)
+    }
+
     /// The entity as it was before the change, where the feed keeps before images and there was
     /// one.
-    pub before: Option<StoredEntity>,
+    pub fn before(&self) -> Result<Option<EntityView<'_>>, StorageError> {
+        self.view(&self.before)
+    }
+
+    fn view<'a>(&'a self, stored: &'a [u8]) -> Result<Option<EntityView<'a>>, StorageError> {
+        if stored.is_empty() {
+            return Ok(None);
+        }
+        let key = &self.key;
+        EntityView::parse(&key.partition_key, &key.row_key, stored).map(Some)
+    }
+
+    /// The entities after and before the change, decoded.
+    #[cfg(test)]
+    pub(crate) fn entities(
+        &self,
+    ) -> Result<(Option<StoredEntity>, Option<StoredEntity>), StorageError> {
+        let entity = |stored: &[u8]| match stored.is_empty() {
+            true => Ok(None),
+            false => codec::decode_selected(self.key.clone(), stored, None).map(Some),
+        };
+        Ok((entity(&self.after)?, entity(&self.before)?))
+    }
 }
 
 /// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
@@ -145,18 +179,18 @@ pub(crate) fn decode(position: FeedPosition, bytes: &[u8]) -> Result<StoredChang
     if after.is_empty() != removed {
         return Err(corrupt());
     }
-    let entity = |stored: &[u8]| match stored.is_empty() {
-        true => Ok(None),
-        false => codec::decode_selected(key.clone(), stored, None).map(Some),
-    };
-    Ok(StoredChange {
+    let change = StoredChange {
         position,
         kind,
         at,
-        after: entity(after)?,
-        before: entity(before)?,
         key,
-    })
+        after: after.to_vec(),
+        before: before.to_vec(),
+    };
+    // The headers are checked here, the properties as they are read.
+    change.after()?;
+    change.before()?;
+    Ok(change)
 }
 
 fn take_text(bytes: &[u8]) -> Option<(&str, &[u8])> {
@@ -213,9 +247,13 @@ mod tests {
         let inserted = decode(at(0), &records[0]).unwrap();
         assert_eq!(inserted.kind, ChangeKind::Insert);
         assert_eq!(inserted.key.row_key, "a");
-        assert!(inserted.after.is_some());
+        assert_eq!(
+            inserted.entities().unwrap(),
+            (Some(plan.results[0].clone().unwrap()), None)
+        );
         let deleted = decode(at(1), &records[1]).unwrap();
-        assert_eq!((deleted.kind, deleted.after), (ChangeKind::Delete, None));
+        assert_eq!(deleted.kind, ChangeKind::Delete);
+        assert_eq!(deleted.entities().unwrap(), (None, None));
         for cut in 0..records[0].len().min(8) {
             assert!(decode(at(0), &records[0][..cut]).is_err(), "cut at {cut}");
         }
@@ -239,9 +277,10 @@ mod tests {
         let record = &records_of(&plan, "p")[0];
         let deleted = decode(at(2), record).unwrap();
         assert_eq!(deleted.kind, ChangeKind::Delete);
-        assert_eq!((deleted.after, deleted.before), (None, existing[0].clone()));
+        assert_eq!(deleted.entities().unwrap(), (None, existing[0].clone()));
         for cut in 0..record.len() {
-            assert!(decode(at(2), &record[..cut]).is_err(), "cut at {cut}");
+            let read = decode(at(2), &record[..cut]).and_then(|change| change.entities());
+            assert!(read.is_err(), "cut at {cut}");
         }
     }
 }

@@ -19,7 +19,7 @@
 //! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
 //! store's short calls are run inline on a runtime worker.
 
-mod changes;
+pub(crate) mod changes;
 mod codec;
 mod config;
 mod error;

@@ -211,7 +211,10 @@ pub(super) fn drop_unfinished<'a>(
             last_of_entity.insert(change.key.clone(), change);
         }
         for (entity_key, change) in last_of_entity {
-            let Some(after) = change.after.filter(|_| change.kind == ChangeKind::Insert) else {
+            let Some(after) = change
+                .after()?
+                .filter(|_| change.kind == ChangeKind::Insert)
+            else {
                 continue;
             };
             let EntityKey {
