@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use trestle_proto::pb;
 
+use crate::framed::Framed;
 use crate::measure::Measurement;
 use crate::workloads::{insert_into, load, point_read, Client, Plan};
 
@@ -17,7 +18,11 @@ const TABLE: &str = "FeedBench";
 
 /// The inserts' measurement, and each record's delivery delay in microseconds (0 where the
 /// follower had it before the writer had its answer).
-pub(crate) async fn change_feed(client: &Client, plan: &Plan) -> (Measurement, Vec<u32>) {
+pub(crate) async fn change_feed(
+    client: &Client,
+    framed: &Framed,
+    plan: &Plan,
+) -> (Measurement, Vec<u32>) {
     let answered: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let create = pb::CreateTableRequest {
         table: TABLE.into(),
@@ -26,7 +31,7 @@ pub(crate) async fn change_feed(client: &Client, plan: &Plan) -> (Measurement, V
     };
     let stop = Arc::new(tokio::sync::Notify::new());
     let follower = {
-        let (mut client, answered, stop) = (client.clone(), answered.clone(), stop.clone());
+        let (framed, answered, stop) = (framed.clone(), answered.clone(), stop.clone());
         tokio::spawn(async move {
             // Until the table exists (the inserts create it).
             let mut stream = loop {
@@ -35,8 +40,8 @@ pub(crate) async fn change_feed(client: &Client, plan: &Plan) -> (Measurement, V
                     follow: true,
                     ..Default::default()
                 };
-                match client.read_changes(request).await {
-                    Ok(stream) => break stream.into_inner(),
+                match framed.changes(request).await {
+                    Ok(stream) => break stream,
                     Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
                 }
             };
@@ -84,7 +89,11 @@ const EXPIRING: &str = "ExpireBench";
 /// Point reads of the main table (loaded already) while every entity of a table as large expires
 /// at once; and how long after the expiry began the last one was removed (`None` if not within
 /// two minutes).
-pub(crate) async fn ttl_expire(client: &Client, plan: &Plan) -> (Measurement, Option<Duration>) {
+pub(crate) async fn ttl_expire(
+    client: &Client,
+    framed: &Framed,
+    plan: &Plan,
+) -> (Measurement, Option<Duration>) {
     load(client, EXPIRING, plan.partitions, plan.rows_per_partition).await;
     let mut c = client.clone();
     // The feed from now on holds only the removals; then every entity (written over a second
@@ -108,14 +117,14 @@ pub(crate) async fn ttl_expire(client: &Client, plan: &Plan) -> (Measurement, Op
     let expiring_since = Instant::now();
     let total = plan.entities() as usize;
     let counting = {
-        let mut client = client.clone();
+        let framed = framed.clone();
         tokio::spawn(async move {
             let request = pb::ReadChangesRequest {
                 table: EXPIRING.into(),
                 follow: true,
                 ..Default::default()
             };
-            let mut stream = client.read_changes(request).await.ok()?.into_inner();
+            let mut stream = framed.changes(request).await.ok()?;
             let mut removed = 0;
             while removed < total {
                 let batch = tokio::time::timeout(Duration::from_secs(120), stream.message())

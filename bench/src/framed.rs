@@ -1,7 +1,7 @@
 //! Calls whose answers keep their entities framed: the workloads that move many entities (page
 //! and stream scans, index ranges) count what the server sent without decoding each entity's
-//! properties. The benchmark client shares the cores of the server (and of the database) it
-//! measures; decoding every entity into maps cost it about as much CPU as the server spent reading
+//! properties, and the followers of change feeds read only each record's row key. The benchmark
+//! client shares the cores of the server (and of the database) it measures; decoding every entity into maps cost it about as much CPU as the server spent reading
 //! and encoding them, so those rows measured the client as much as the server. pgbench, the
 //! PostgreSQL store's yardstick, does not convert the rows it fetches either.
 
@@ -28,7 +28,21 @@ pub(crate) struct FramedPage {
     pub(crate) stats: Option<pb::QueryStats>,
 }
 
-/// Calls `QueryEntities` and `ScanEntities`, answers framed.
+/// A batch of `ReadChanges`: of each record only its row key (the other fields are skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct FramedChanges {
+    #[prost(message, repeated, tag = "1")]
+    pub(crate) changes: Vec<FramedChange>,
+}
+
+/// A `Change` of which only the row key is read.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct FramedChange {
+    #[prost(string, tag = "3")]
+    pub(crate) row_key: String,
+}
+
+/// Calls `QueryEntities`, `ScanEntities` and `ReadChanges`, answers framed.
 #[derive(Debug, Clone)]
 pub(crate) struct Framed {
     channel: Channel,
@@ -69,6 +83,20 @@ impl Framed {
             .await
             .expect("a scan")
             .into_inner()
+    }
+
+    /// The stream of batches of `request`, or the status that refused it.
+    pub(crate) async fn changes(
+        &self,
+        request: pb::ReadChangesRequest,
+    ) -> Result<tonic::Streaming<FramedChanges>, tonic::Status> {
+        let path = PathAndQuery::from_static("/trestle.v1.TableService/ReadChanges");
+        let stream = self
+            .grpc()
+            .await
+            .server_streaming(tonic::Request::new(request), path, ProstCodec::default())
+            .await?;
+        Ok(stream.into_inner())
     }
 
     async fn grpc(&self) -> tonic::client::Grpc<Channel> {

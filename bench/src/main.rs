@@ -739,7 +739,7 @@ async fn run_workloads(
                 continue;
             }
             "ttl_expire" => {
-                let (mut m, gone) = feed::ttl_expire(client, plan).await;
+                let (mut m, gone) = feed::ttl_expire(client, &target.framed, plan).await;
                 let p99 = m.percentile_ms(0.99);
                 let without = rows
                     .iter()
@@ -767,7 +767,7 @@ async fn run_workloads(
                 continue;
             }
             "change_feed" => {
-                let (m, mut delays) = feed::change_feed(client, plan).await;
+                let (m, mut delays) = feed::change_feed(client, &target.framed, plan).await;
                 delays.sort_unstable();
                 let quantile = |q: f64| {
                     let at =
