@@ -506,8 +506,9 @@ pub struct SegmentHeader {
 /// The result of a read of a log message
 #[derive(Debug)]
 pub enum LogRead {
-    /// Successful read, entirely on-log
-    Inline(MessageHeader, Vec<u8>, u32),
+    /// Successful read, entirely on-log (Trestle: in a shared buffer, which a
+    /// node read from it keeps)
+    Inline(MessageHeader, Arc<[u8]>, u32),
     /// Successful read, spilled to its own blob file
     Blob(MessageHeader, Vec<u8>, BlobPointer, u32),
     /// A cancelled message was encountered
@@ -534,9 +535,8 @@ impl LogRead {
     /// Return the underlying data read from a log read, if successful.
     pub fn into_data(self) -> Option<Vec<u8>> {
         match self {
-            LogRead::Blob(_, buf, _, _) | LogRead::Inline(_, buf, _) => {
-                Some(buf)
-            }
+            LogRead::Blob(_, buf, _, _) => Some(buf),
+            LogRead::Inline(_, buf, _) => Some(buf.to_vec()),
             _ => None,
         }
     }
@@ -753,14 +753,16 @@ pub(crate) fn read_message<R: ReadAt>(
     }
 
     // perform crc check on everything that isn't Corrupted
-    let mut buf = vec![0; header_len];
+    // Trestle: read into the buffer a node read from it will share.
+    let mut buf = Arc::<[u8]>::zeroed(header_len);
+    let filling = Arc::get_mut(&mut buf).expect("a new buffer is not shared");
 
     if header_len > len_after {
         // we have to read more data from disk
-        file.pread_exact(&mut buf, lid + message_offset as LogOffset)?;
+        file.pread_exact(filling, lid + message_offset as LogOffset)?;
     } else {
         // we already read this data in the initial read
-        buf.copy_from_slice(header_cursor[..header_len].as_ref());
+        filling.copy_from_slice(header_cursor[..header_len].as_ref());
     }
 
     let crc32 = calculate_message_crc32(
@@ -831,7 +833,7 @@ pub(crate) fn read_message<R: ReadAt>(
         | MessageKind::Counter => {
             trace!("read a successful inline message");
             let buf = if config.use_compression {
-                maybe_decompress(buf)?
+                Arc::from(maybe_decompress(buf.to_vec())?)
             } else {
                 buf
             };

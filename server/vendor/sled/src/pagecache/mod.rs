@@ -2053,7 +2053,7 @@ impl PageCache {
                     expected_segment_number, pointer, header.segment_number
                 );
 
-                Ok((header, buf))
+                Ok((header, Arc::from(buf)))
             }
             Ok(other) => {
                 debug!("read unexpected page: {:?}", other);
@@ -2068,7 +2068,7 @@ impl PageCache {
         // We create this &mut &[u8] to assist the `Serializer`
         // implementation that incrementally consumes bytes
         // without taking ownership of them.
-        let buf = &mut bytes.as_slice();
+        let buf = &mut &bytes[..];
 
         let update_res = {
             let _deserialize_latency = Measure::new(&M.deserialize);
@@ -2082,10 +2082,9 @@ impl PageCache {
                     Link::deserialize(buf).map(Update::Link)
                 }
                 BlobNode | InlineNode => {
-                    // Trestle: the node's keys and values share one copy of
-                    // the bytes read, instead of one allocation each.
-                    Node::deserialize_shared(&Arc::from(&buf[..]))
-                        .map(Update::Node)
+                    // Trestle: the node's keys and values share the bytes
+                    // read, instead of one allocation each.
+                    Node::deserialize_shared(&bytes).map(Update::Node)
                 }
                 Free => Ok(Update::Free),
                 Corrupted | Canceled | Cap | BatchManifest => {
