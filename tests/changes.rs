@@ -430,13 +430,7 @@ async fn before_images_show_each_entity_as_it_was() {
 /// it runs.
 #[tokio::test]
 async fn a_read_shows_every_write_acknowledged_before_it() {
-    let mut database = None;
-    let server = TestServer::start_with(|config| {
-        if let StoreConfig::Postgres { url, .. } = &config.store {
-            database = Some(url.clone());
-        }
-    })
-    .await;
+    let (server, database) = start_with_database().await;
     let mut client = server.client().await;
     create(&mut client, "Orders", true).await;
     // Another client's transaction, with an id, running throughout.
@@ -484,13 +478,7 @@ async fn a_read_shows_every_write_acknowledged_before_it() {
 /// shown. Counted by the database's own statistics of the schema's function.
 #[tokio::test]
 async fn an_idle_follower_does_not_compute_the_feed_horizon() {
-    let mut database = None;
-    let server = TestServer::start_with(|config| {
-        if let StoreConfig::Postgres { url, .. } = &config.store {
-            database = Some(url.clone());
-        }
-    })
-    .await;
+    let (server, database) = start_with_database().await;
     let Some(url) = database else {
         return;
     };
@@ -537,6 +525,18 @@ async fn an_idle_follower_does_not_compute_the_feed_horizon() {
         .unwrap()
         .unwrap();
     assert_eq!(next.changes[0].row_key, "2");
+}
+
+/// A server, and the URL of its PostgreSQL database (`None` on sled).
+async fn start_with_database() -> (TestServer, Option<String>) {
+    let mut database = None;
+    let server = TestServer::start_with(|config| {
+        if let StoreConfig::Postgres { url, .. } = &config.store {
+            database = Some(url.clone());
+        }
+    })
+    .await;
+    (server, database)
 }
 
 /// A transaction running on a connection of its own until [`HeldTransaction::end`].
