@@ -105,9 +105,8 @@ pub(crate) fn put_change(
         &mut message,
     );
     put_text(CHANGE_ROW_KEY, &change.key.row_key, &mut message);
-    let mut etag = String::new();
     if let Some(after) = change.after()? {
-        put_nested_entity(CHANGE_ENTITY, &after, &mut etag, &mut message)?;
+        put_bytes(CHANGE_ENTITY, &entity_message(&after)?, &mut message);
     }
     if change.position.transaction != 0 {
         put_varint(
@@ -118,23 +117,9 @@ pub(crate) fn put_change(
     }
     put_text(CHANGE_CURSOR, cursor, &mut message);
     if let Some(before) = change.before()? {
-        put_nested_entity(CHANGE_BEFORE, &before, &mut etag, &mut message)?;
+        put_bytes(CHANGE_BEFORE, &entity_message(&before)?, &mut message);
     }
     put_len_prefix(CHANGES_CHANGES, message.len(), out);
-    out.extend_from_slice(&message);
-    Ok(())
-}
-
-/// Appends `entity` as the `Entity` message of field `field`.
-fn put_nested_entity(
-    field: u32,
-    entity: &EntityView<'_>,
-    etag: &mut String,
-    out: &mut Vec<u8>,
-) -> Result<(), StorageError> {
-    let mut message = Vec::with_capacity(64 + entity.stored_len() * 5 / 4);
-    write_entity(entity, etag, &mut message)?;
-    put_len_prefix(field, message.len(), out);
     out.extend_from_slice(&message);
     Ok(())
 }
