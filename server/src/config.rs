@@ -291,7 +291,8 @@ pub struct ServeArgs {
     /// that several servers serve one store. `--data-dir` is then unused.
     #[arg(long, env = "TRESTLE_STORE")]
     pub store: Option<String>,
-    /// Connections to the `--store` database: at most this many storage calls at once.
+    /// Connections to the `--store` database, twice over: at most this many point reads and
+    /// one-trip inserts (awaited) and this many other storage calls (blocking) at once.
     #[arg(long, env = "TRESTLE_STORE_POOL_SIZE", default_value_t = DEFAULT_STORE_POOL_SIZE,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub store_pool_size: usize,

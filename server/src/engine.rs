@@ -317,14 +317,21 @@ impl Engine {
     ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
         let partition_key = operation.partition_key().to_owned();
         let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
-        Ok(match attempt {
-            Attempt::Done(committed) => {
-                Attempt::Done(committed.map(|mut stored| stored.pop().flatten()))
-            }
-            Attempt::WouldWait(mut operations) => {
-                Attempt::WouldWait(operations.pop().expect("the one operation"))
-            }
-        })
+        Ok(only_one(attempt))
+    }
+
+    /// [`Engine::write`], awaited where the store can commit it so ([`Store::awaited`]);
+    /// elsewhere the operation is given back.
+    pub async fn write_awaited(
+        &self,
+        table: &str,
+        operation: Operation,
+    ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
+        let partition_key = operation.partition_key().to_owned();
+        let attempt = self
+            .commit_awaited(table, &partition_key, vec![operation])
+            .await?;
+        Ok(only_one(attempt))
     }
 
     /// Deletes one entity outside a transaction. Not allowed to wait, it gives the key and
@@ -360,10 +367,51 @@ impl Engine {
     ) -> Result<CommitAttempt, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
         self.commit(table, partition_key, operations, true, waiting)
-            .map_err(|error| match error {
-                TableError::TableNotFound(_) => error.at_operation(0),
-                other => other,
-            })
+            .map_err(in_transaction)
+    }
+
+    /// [`Engine::transact`], awaited where the store can commit the operations so
+    /// ([`Store::awaited`]); elsewhere they are given back.
+    pub async fn transact_awaited(
+        &self,
+        table: &str,
+        partition_key: &str,
+        operations: Vec<Operation>,
+        request_bytes: usize,
+    ) -> Result<CommitAttempt, TableError> {
+        crate::transaction::validate(partition_key, &operations, request_bytes)?;
+        self.commit_awaited(table, partition_key, operations)
+            .await
+            .map_err(in_transaction)
+    }
+
+    /// Commits `operations` on one partition awaited, if the store can ([`Store::awaited`]);
+    /// else gives them back (nothing written).
+    async fn commit_awaited(
+        &self,
+        table_name: &str,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<CommitAttempt, TableError> {
+        let Some(awaited) = self.store.awaited() else {
+            return Ok(Attempt::WouldWait(operations));
+        };
+        let name = lookup_name(table_name)?;
+        let committed = awaited
+            .try_commit_named(&name, partition_key, &operations)
+            .await?;
+        Ok(match committed {
+            Some(Committed { stored, ticket }) => Attempt::Done(Pending {
+                value: stored,
+                ticket,
+            }),
+            None => Attempt::WouldWait(operations),
+        })
+    }
+
+    /// Whether the store serves some calls awaited ([`Store::awaited`]).
+    pub fn serves_awaited(&self) -> bool {
+        self.store.awaited().is_some()
     }
 
     /// Commits `operations` on one partition; errors name the operation when `in_transaction`.
@@ -419,41 +467,47 @@ impl Engine {
     where
         F: FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
     {
-        query::validate_selection(select)?;
-        let now = Ticks::now();
-        let (mut read, mut value) = (Some(read), None);
-        let mut visit = |ttl, entity: EntityView<'_>| {
-            // An expired entity reads as missing (until the server removes it).
-            if entity.expired(ttl, now)? {
-                return Ok(());
-            }
-            if let Some(read) = read.take() {
-                value = Some(read(&entity.selecting(select))?);
-            }
-            Ok(())
-        };
+        let mut point = PointRead::new(select, read)?;
         let found = match waiting {
             Waiting::Allowed => {
                 let name = lookup_name(table)?;
-                match self.store.get_named(&name, key, &mut visit)? {
-                    Some(found) => Some(found),
-                    None => return Err(TableError::TableNotFound(name.to_string())),
-                }
+                let found = self
+                    .store
+                    .get_named(&name, key, &mut |ttl, entity| point.visit(ttl, entity))?;
+                Some(found.ok_or_else(|| TableError::TableNotFound(name.to_string()))?)
             }
             Waiting::NotAllowed => {
                 let table = self.table(table)?;
                 let ttl = table.time_to_live();
-                table.try_get(key, &mut |entity| visit(ttl, entity))?
+                table.try_get(key, &mut |entity| point.visit(ttl, entity))?
             }
         };
-        match (found, value) {
-            (Some(true), Some(value)) => Ok(Attempt::Done(value)),
-            (None, _) => Ok(Attempt::WouldWait(read.expect("not read"))),
-            _ => Err(TableError::EntityNotFound {
-                partition_key: key.partition_key.clone(),
-                row_key: key.row_key.clone(),
-            }),
-        }
+        point.finish(found, key)
+    }
+
+    /// [`Engine::get`], awaited where the store serves point reads so ([`Store::awaited`]);
+    /// elsewhere `read` is given back.
+    pub async fn get_awaited<R, F>(
+        &self,
+        table: &str,
+        key: &EntityKey,
+        select: &[String],
+        read: F,
+    ) -> Result<Attempt<R, F>, TableError>
+    where
+        F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send,
+        R: Send,
+    {
+        let Some(awaited) = self.store.awaited() else {
+            return Ok(Attempt::WouldWait(read));
+        };
+        let mut point = PointRead::new(select, read)?;
+        let name = lookup_name(table)?;
+        let found = awaited
+            .get_named(&name, key, &mut |ttl, entity| point.visit(ttl, entity))
+            .await?;
+        let found = found.ok_or_else(|| TableError::TableNotFound(name.to_string()))?;
+        point.finish(Some(found), key)
     }
 
     /// `spec` validated, planned on `table` and positioned at `continuation`.
@@ -693,6 +747,78 @@ impl Engine {
         self.store
             .table(&name)?
             .ok_or_else(|| TableError::TableNotFound(name.to_string()))
+    }
+}
+
+/// A commit of one operation's stored entity, or its operation given back.
+fn only_one(attempt: CommitAttempt) -> Attempt<Pending<Option<StoredEntity>>, Operation> {
+    match attempt {
+        Attempt::Done(committed) => {
+            Attempt::Done(committed.map(|mut stored| stored.pop().flatten()))
+        }
+        Attempt::WouldWait(mut operations) => {
+            Attempt::WouldWait(operations.pop().expect("the one operation"))
+        }
+    }
+}
+
+/// A transaction's failure: a missing table is its first operation's.
+fn in_transaction(error: TableError) -> TableError {
+    match error {
+        TableError::TableNotFound(_) => error.at_operation(0),
+        other => other,
+    }
+}
+
+/// A point read's look at the entity the store finds: an expired entity reads as missing (until
+/// the server removes it), and `read` is shown only the `select`ed properties.
+struct PointRead<'s, F, R> {
+    select: &'s [String],
+    now: Ticks,
+    read: Option<F>,
+    value: Option<R>,
+}
+
+impl<'s, F, R> PointRead<'s, F, R>
+where
+    F: FnOnce(&EntityView<'_>) -> Result<R, StorageError>,
+{
+    fn new(select: &'s [String], read: F) -> Result<Self, TableError> {
+        query::validate_selection(select)?;
+        Ok(PointRead {
+            select,
+            now: Ticks::now(),
+            read: Some(read),
+            value: None,
+        })
+    }
+
+    /// Reads `entity`, of a table whose entities expire after `ttl`.
+    fn visit(
+        &mut self,
+        ttl: Option<TimeToLive>,
+        entity: EntityView<'_>,
+    ) -> Result<(), StorageError> {
+        if entity.expired(ttl, self.now)? {
+            return Ok(());
+        }
+        if let Some(read) = self.read.take() {
+            self.value = Some(read(&entity.selecting(self.select))?);
+        }
+        Ok(())
+    }
+
+    /// The value read, given whether the store found the entity at `key` (`None`: it would have
+    /// waited, and `read` is given back).
+    fn finish(self, found: Option<bool>, key: &EntityKey) -> Result<Attempt<R, F>, TableError> {
+        match (found, self.value) {
+            (Some(true), Some(value)) => Ok(Attempt::Done(value)),
+            (None, _) => Ok(Attempt::WouldWait(self.read.expect("not read"))),
+            _ => Err(TableError::EntityNotFound {
+                partition_key: key.partition_key.clone(),
+                row_key: key.row_key.clone(),
+            }),
+        }
     }
 }
 

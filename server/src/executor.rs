@@ -5,7 +5,9 @@
 //!   partition): on the calling runtime worker when the store is local and the work need not wait
 //!   for a lock, sparing two thread hand-offs that cost more than the work; when it would wait (a
 //!   commit or scan holds the partition), or the store is remote, it is handed to the blocking
-//!   pool instead. A runtime worker is never parked behind a lock.
+//!   pool instead. A runtime worker is never parked behind a lock. A remote store may serve the
+//!   commonest short work awaited instead ([`Executor::awaited_or_short`]: point reads, commits
+//!   of inserts), holding no thread while its database answers.
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
 //!   a flush): on the blocking pool; the task runs to completion even if the client goes away.
 //!
@@ -17,8 +19,11 @@
 //! else down. A write is acknowledged once the group commit has made it durable
 //! ([`Executor::durable`]), awaited without holding a thread.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use crate::engine::{Attempt, Engine, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
@@ -101,6 +106,37 @@ impl Executor {
         };
         self.blocking(move |engine| op(engine, input, Waiting::Allowed).map(Attempt::ran))
             .await
+    }
+
+    /// Short work that a store over the network may serve awaited
+    /// ([`crate::storage::Store::awaited`]): `awaited` first, holding no thread while the database
+    /// answers; if it gives its input back (the store serves that call only the blocking way),
+    /// `op` in short mode with it.
+    pub async fn awaited_or_short<T, I, A, Fut, F>(
+        &self,
+        input: I,
+        awaited: A,
+        op: F,
+    ) -> Result<T, WorkError>
+    where
+        T: Send + 'static,
+        I: Send + 'static,
+        A: FnOnce(Arc<Engine>, I) -> Fut,
+        Fut: Future<Output = Result<Attempt<T, I>, TableError>>,
+        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
+    {
+        let input = if self.engine.serves_awaited() {
+            let attempt = AssertUnwindSafe(awaited(self.engine.clone(), input))
+                .catch_unwind()
+                .await;
+            match finish(attempt.map_err(drop))? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::WouldWait(input) => input,
+            }
+        } else {
+            input
+        };
+        self.short(input, op).await
     }
 
     /// Blocking mode: `op` on the blocking pool.

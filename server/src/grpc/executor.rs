@@ -3,6 +3,9 @@
 //! of a `ScanEntities` stream at a time on the blocking pool, the reader awaited without a thread
 //! in between ([`super::stream`]).
 
+use std::future::Future;
+use std::sync::Arc;
+
 use tonic::Status;
 
 use super::status;
@@ -36,6 +39,27 @@ impl Executor {
         F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
     {
         self.0.short(input, op).await.map_err(to_status)
+    }
+
+    /// Short mode, awaited first where the store serves the call so
+    /// ([`executor::Executor::awaited_or_short`]).
+    pub(crate) async fn awaited_or_short<T, I, A, Fut, F>(
+        &self,
+        input: I,
+        awaited: A,
+        op: F,
+    ) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        I: Send + 'static,
+        A: FnOnce(Arc<Engine>, I) -> Fut,
+        Fut: Future<Output = Result<Attempt<T, I>, TableError>>,
+        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
+    {
+        self.0
+            .awaited_or_short(input, awaited, op)
+            .await
+            .map_err(to_status)
     }
 
     /// Blocking mode ([`executor::Executor::blocking`]).

@@ -17,7 +17,10 @@
 //! already runs long work on the blocking pool. A store whose calls go over the network (a
 //! PostgreSQL store) blocks the pool thread while it waits, bounded by the pool's size and the
 //! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
-//! store's short calls are run inline on a runtime worker.
+//! store's short calls are run inline on a runtime worker. Such a store may serve the two calls
+//! most requests are made of, a point read and a commit of inserts, awaited as well
+//! ([`Store::awaited`], [`AwaitedCalls`]): a request waiting for them holds no thread, and
+//! whatever they cannot serve goes the blocking way.
 
 pub(crate) mod changes;
 mod codec;
@@ -29,6 +32,8 @@ mod secret;
 mod sled_store;
 
 use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 pub use changes::{FeedEnd, FeedPosition, StoredChange};
@@ -388,6 +393,42 @@ pub trait Store: Send + Sync + Debug {
     fn calls_are_local(&self) -> bool {
         false
     }
+
+    /// The calls this store serves awaited, holding no thread while its database answers, if it
+    /// serves any ([`AwaitedCalls`]). None, unless a store says so.
+    fn awaited(&self) -> Option<&dyn AwaitedCalls> {
+        None
+    }
+}
+
+/// What an awaited store call gives.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageError>> + Send + 'a>>;
+
+/// Reads an awaited point read's entity, told the table's time to live as it stands.
+pub type AwaitedGetVisitor<'a> =
+    dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
+
+/// The calls a store over the network serves awaited ([`Store::awaited`]): the two most
+/// requests are made of, a point read and a commit of inserts in one round trip. While the
+/// database answers, the request holds no thread (the blocking pool's threads are for the rest).
+pub trait AwaitedCalls: Send + Sync {
+    /// [`Store::get_named`], awaited.
+    fn get_named<'a>(
+        &'a self,
+        name: &'a TableName,
+        key: &'a EntityKey,
+        read: &'a mut AwaitedGetVisitor<'_>,
+    ) -> StoreFuture<'a, Option<bool>>;
+
+    /// [`Store::commit_named`] of `operations`, awaited, if the store can commit them in one
+    /// round trip (inserts into a table it knows whose catalog allows it): what they stored, or
+    /// `None` (nothing written) if the commit must go the blocking way.
+    fn try_commit_named<'a>(
+        &'a self,
+        name: &'a TableName,
+        partition_key: &'a str,
+        operations: &'a [Operation],
+    ) -> StoreFuture<'a, Option<Committed>>;
 }
 
 /// A table's declared indexes: part of the [`Table`] contract. Every commit keeps every index

@@ -22,6 +22,7 @@ macro_rules! table_lock_class {
 }
 
 mod across;
+mod awaited;
 mod changes;
 mod indexes;
 mod one_trip;
@@ -34,15 +35,17 @@ mod tls;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use postgres::config::SslMode;
 use postgres::Client;
 
+use self::awaited::AwaitedPool;
 use self::one_trip::PlainCatalog;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
-    build_in_background, CommitOutcome, CreateRefusal, EntityView, FeedPosition, FeedRead,
-    FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch, StorageError, Store, StoreSecret,
-    Table, TableKey, TendedTable,
+    build_in_background, AwaitedCalls, CommitOutcome, CreateRefusal, EntityView, FeedPosition,
+    FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch, StorageError, Store,
+    StoreSecret, Table, TableKey, TendedTable,
 };
 use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
 use crate::storage::{RejectReason, Rejection};
@@ -140,7 +143,7 @@ const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live, inde
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
 const DELETE_TABLE: &str = "UPDATE trestle_tables SET live = false WHERE id = $1 AND live";
 /// A point read by the table's name: the table's catalog (none: no such live table) and the row.
-const GET_NAMED: &str = "SELECT t.indexes, e.record FROM trestle_tables t
+pub(super) const GET_NAMED: &str = "SELECT t.indexes, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
     WHERE t.folded = $1 AND t.live";
 const LIVE_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables WHERE live";
@@ -154,7 +157,8 @@ pub struct PostgresOptions {
     /// The CA certificates (PEM) that verify the database's certificate when the URL says
     /// `sslmode=require`; the system's roots if `None`.
     pub ca_pem: Option<Vec<u8>>,
-    /// Connections held to the database: at most this many storage calls at once.
+    /// Connections held to the database for blocking calls, and as many for awaited calls
+    /// (point reads and one-trip inserts): at most this many calls of each kind at once.
     pub pool_size: usize,
     /// Purge deleted tables in the background (off only in tests that observe a table being
     /// deleted).
@@ -178,6 +182,8 @@ const KNOWN_TABLES_AT_MOST: usize = 4_096;
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: Arc<Pool>,
+    /// The connections of the calls served awaited (point reads, one-trip inserts).
+    awaited: AwaitedPool,
     secret: StoreSecret,
     wake_purger: Arc<purge::Wake>,
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
@@ -197,6 +203,12 @@ impl PostgresStore {
         })?;
         let place = describe(&config);
         let tls = tls::Rustls::trusting(options.ca_pem.as_deref())?;
+        let awaited_tls = (config.get_ssl_mode() == SslMode::Require).then(|| tls.clone());
+        let awaited = AwaitedPool::new(
+            url.parse().map_err(StorageError::from)?,
+            options.pool_size,
+            awaited_tls,
+        );
         let pool = Pool::connect(config, options.pool_size, tls).map_err(|error| {
             StorageError::from(error).during(format!("cannot connect to {place}"))
         })?;
@@ -219,12 +231,19 @@ impl PostgresStore {
         }
         let store = PostgresStore {
             pool,
+            awaited,
             secret,
             wake_purger,
             known: Mutex::default(),
         };
         store.resume_builds()?;
         Ok(store)
+    }
+
+    /// The table commits to `name` went to last, if the store keeps it.
+    fn known_table(&self, name: &TableName) -> Option<Arc<PostgresTable>> {
+        let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.get(name.folded()).cloned()
     }
 
     /// The table `id` whose catalog is stored as `stored`.
@@ -452,21 +471,14 @@ impl Store for PostgresStore {
         read: &mut NamedGetVisitor<'_>,
     ) -> Result<Option<bool>, StorageError> {
         let (pk, rk) = (key.partition_key.as_bytes(), key.row_key.as_bytes());
-        let Some(row) = self
+        let row = self
             .pool
-            .query_opt(GET_NAMED, &[&name.folded(), &pk, &rk])?
-        else {
-            return Ok(None);
-        };
-        let Some(record) = row.get::<_, Option<&[u8]>>(1) else {
-            return Ok(Some(false));
-        };
-        let ttl = IndexCatalog::decode(row.get(0))?.time_to_live;
-        read(
-            ttl,
-            EntityView::parse(&key.partition_key, &key.row_key, record)?,
-        )?;
-        Ok(Some(true))
+            .query_opt(GET_NAMED, &[&name.folded(), &pk, &rk])?;
+        named_entity(row.as_ref(), key, read)
+    }
+
+    fn awaited(&self) -> Option<&dyn AwaitedCalls> {
+        Some(self)
     }
 
     /// One query over every live table's catalog.
@@ -557,4 +569,26 @@ impl Store for PostgresStore {
     fn secret(&self) -> &StoreSecret {
         &self.secret
     }
+}
+
+/// What a row of [`GET_NAMED`] says of the entity at `key` (`read` is shown it with the table's
+/// time to live): `None` if there is no such live table (no row), else whether the entity is
+/// there.
+fn named_entity(
+    row: Option<&postgres::Row>,
+    key: &EntityKey,
+    read: &mut NamedGetVisitor<'_>,
+) -> Result<Option<bool>, StorageError> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let Some(record) = row.get::<_, Option<&[u8]>>(1) else {
+        return Ok(Some(false));
+    };
+    let ttl = IndexCatalog::decode(row.get(0))?.time_to_live;
+    read(
+        ttl,
+        EntityView::parse(&key.partition_key, &key.row_key, record)?,
+    )?;
+    Ok(Some(true))
 }

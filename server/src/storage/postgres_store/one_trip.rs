@@ -7,17 +7,19 @@
 //! round trips) reads it. The transaction holds its id only inside the database, never across a
 //! round trip: feed readers, who read below the oldest transaction running, wait less.
 
+use std::sync::Arc;
+
 use postgres::types::ToSql;
 use postgres::Client;
 
 use super::pool::{is_unique_violation, Prepared};
 use super::sql::partition_lock;
-use super::table::{planned_rows, PostgresTable};
-use crate::model::{plan_commit, ChangeFeed, Operation, PlanRules, Ticks, TimeToLive};
+use super::table::{planned_rows, PlannedRows, PostgresTable};
+use crate::model::{plan_commit, ChangeFeed, CommitPlan, Operation, PlanRules, Ticks, TimeToLive};
 use crate::storage::{changes, Committed, IndexCatalog, StorageError};
 
 /// Calls the schema's function: its transaction is the statement's own.
-const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7, $8)";
+pub(super) const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7, $8)";
 
 /// The stored catalog of a table, as a commit last read it, when it lets inserts go in one round
 /// trip (no index, no index being dropped).
@@ -52,6 +54,54 @@ pub(super) enum OneTrip {
     RowExists,
 }
 
+/// A one-trip insert planned, ready to be sent ([`OneTripInsert::params`], [`INSERT_ROWS`]).
+pub(super) struct OneTripInsert {
+    catalog: Arc<PlainCatalog>,
+    partition_lock: i64,
+    partition_key: Vec<u8>,
+    plan: CommitPlan,
+    changes: Vec<Vec<u8>>,
+}
+
+impl OneTripInsert {
+    /// The commit's plan.
+    pub(super) fn plan(&self) -> &CommitPlan {
+        &self.plan
+    }
+
+    /// Sends the insert over the blocking client.
+    fn send(
+        &self,
+        table: &PostgresTable,
+        client: &mut Client,
+        prepared: &mut Prepared<'_>,
+    ) -> Result<i64, StorageError> {
+        let insert_rows = prepared.get(client, INSERT_ROWS)?;
+        let rows = planned_rows(&self.plan);
+        Ok(client
+            .query_one(&insert_rows, &self.params(&table.id, &rows))?
+            .get(0))
+    }
+
+    /// The parameters of [`INSERT_ROWS`] for table `table_id`, the plan's `rows` given.
+    pub(super) fn params<'a>(
+        &'a self,
+        table_id: &'a i64,
+        rows: &'a PlannedRows<'a>,
+    ) -> [&'a (dyn ToSql + Sync); 8] {
+        [
+            table_id,
+            &self.partition_lock,
+            &self.catalog.stored,
+            &self.partition_key,
+            &rows.written,
+            &rows.records,
+            &self.plan.stamped.0,
+            &self.changes,
+        ]
+    }
+}
+
 impl PostgresTable {
     /// Commits `operations`, inserts only, in one round trip over `client` if the table's
     /// catalog as last read is plain.
@@ -62,60 +112,72 @@ impl PostgresTable {
         partition_key: &str,
         operations: &[Operation],
     ) -> Result<OneTrip, StorageError> {
-        let Some(catalog) = self.plain_catalog() else {
+        let Some(insert) = self.plan_one_trip(partition_key, operations) else {
             return Ok(OneTrip::NotTaken);
         };
+        let sent = insert.send(self, client, prepared);
+        self.one_trip_outcome(insert, sent)
+    }
+
+    /// The one-trip insert of `operations` if they are inserts only, the table's catalog as last
+    /// read is plain and the plan by it takes them.
+    pub(super) fn plan_one_trip(
+        &self,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Option<OneTripInsert> {
+        if !operations.iter().all(|o| matches!(o, Operation::Insert(_))) {
+            return None;
+        }
+        let catalog = self.plain_catalog()?;
         let rules = PlanRules {
             indexes: &[],
             time_to_live: catalog.time_to_live,
             before_images: catalog.change_feed.is_some_and(|feed| feed.before_images),
         };
         let current = operations.iter().map(|_| None).collect();
-        let planned = plan_commit(
+        // Refused by the catalog as last read, which may be stale (another server may have turned
+        // expiry off): the full path plans again by the catalog under the lock.
+        let plan = plan_commit(
             partition_key,
             operations.to_vec(),
             current,
             Ticks::next_commit(),
             rules,
-        );
-        // Refused by the catalog as last read, which may be stale (another server may have turned
-        // expiry off): the full path plans again by the catalog under the lock.
-        let Ok(plan) = planned else {
-            return Ok(OneTrip::NotTaken);
-        };
-        let rows = planned_rows(&plan);
+        )
+        .ok()?;
         let changes = match catalog.change_feed {
             Some(_) => changes::records_of(&plan, partition_key),
             None => Vec::new(),
         };
-        let insert_rows = prepared.get(client, INSERT_ROWS)?;
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &self.id,
-            &partition_lock(self.id, partition_key),
-            &catalog.stored,
-            &partition_key.as_bytes(),
-            &rows.written,
-            &rows.records,
-            &plan.stamped.0,
-            &changes,
-        ];
-        let inserted: i64 = match client.query_one(&insert_rows, &params) {
-            Ok(row) => row.get(0),
-            Err(error) => {
-                let error = StorageError::from(error);
-                if is_unique_violation(&error) {
-                    return Ok(OneTrip::RowExists);
-                }
-                return Err(error);
-            }
+        Some(OneTripInsert {
+            partition_lock: partition_lock(self.id, partition_key),
+            partition_key: partition_key.as_bytes().to_vec(),
+            catalog,
+            plan,
+            changes,
+        })
+    }
+
+    /// How `insert` went, given what [`INSERT_ROWS`] answered (the rows it inserted).
+    pub(super) fn one_trip_outcome(
+        &self,
+        insert: OneTripInsert,
+        sent: Result<i64, StorageError>,
+    ) -> Result<OneTrip, StorageError> {
+        let inserted = match sent {
+            Ok(inserted) => inserted,
+            Err(error) if is_unique_violation(&error) => return Ok(OneTrip::RowExists),
+            Err(error) => return Err(error),
         };
-        if inserted != rows.written.len() as i64 {
+        let written = insert.plan.changes.iter().filter(|change| change.writes);
+        if inserted != written.count() as i64 {
             // The catalog changed (or the table is gone): nothing was written.
             self.forget_plain_catalog();
             return Ok(OneTrip::NotTaken);
         }
         Ok(OneTrip::Done(Committed {
-            stored: plan.results,
+            stored: insert.plan.results,
             ticket: None,
         }))
     }

@@ -1,0 +1,184 @@
+//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and a commit of inserts
+//! in one round trip, over connections of their own that the server's runtime drives
+//! (tokio-postgres), so that a request waiting for the database holds no thread. Each call
+//! borrows a connection for itself (a slow statement delays no other call), in the order calls
+//! asked for one; connections are opened when first needed, at most the pool's size, and one the
+//! database dropped (a restart, a failover) is replaced at its next use.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+
+use super::one_trip::{OneTrip, INSERT_ROWS};
+use super::table::planned_rows;
+use super::tls::Rustls;
+use super::{named_entity, PostgresStore, GET_NAMED};
+use crate::model::{EntityKey, Operation, TableName};
+use crate::storage::{AwaitedCalls, AwaitedGetVisitor, Committed, StorageError, StoreFuture};
+
+/// A connection of the awaited pool and the statements prepared on it, by their SQL.
+struct Connection {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+/// The awaited calls' connections.
+pub(super) struct AwaitedPool {
+    config: Config,
+    tls: Option<Rustls>,
+    /// One permit per connection: a call holds one while it borrows a connection.
+    permits: Semaphore,
+    free: Mutex<Vec<Connection>>,
+}
+
+impl AwaitedPool {
+    /// A pool of at most `size` connections to the database of `config` (with `tls` if given),
+    /// none opened yet.
+    pub(super) fn new(mut config: Config, size: usize, tls: Option<Rustls>) -> AwaitedPool {
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        AwaitedPool {
+            config,
+            tls,
+            permits: Semaphore::new(size.max(1)),
+            free: Mutex::default(),
+        }
+    }
+
+    /// Runs the statement `sql` (prepared on the connection borrowed, the first time) with
+    /// `params`: its rows.
+    async fn query(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StorageError> {
+        let waited = self.permits.available_permits() == 0;
+        let _permit = self.permits.acquire().await.expect("never closed");
+        crate::telemetry::connection_lent(waited);
+        let mut borrowed = Borrowed {
+            pool: self,
+            connection: None,
+        };
+        let connection = match self.take_free() {
+            Some(connection) => borrowed.connection.insert(connection),
+            None => borrowed.connection.insert(self.connect().await?),
+        };
+        let statement = match connection.statements.get(sql) {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = connection.client.prepare(sql).await?;
+                connection.statements.insert(sql, statement.clone());
+                statement
+            }
+        };
+        Ok(connection.client.query(&statement, params).await?)
+    }
+
+    /// A free connection still open, if there is one.
+    fn take_free(&self) -> Option<Connection> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        std::iter::from_fn(|| free.pop()).find(|connection| !connection.client.is_closed())
+    }
+
+    /// Opens a connection, driven by a task of its own on the runtime.
+    async fn connect(&self) -> Result<Connection, StorageError> {
+        let client = match &self.tls {
+            Some(tls) => {
+                let (client, connection) = self.config.connect(tls.clone()).await?;
+                tokio::spawn(connection);
+                client
+            }
+            None => {
+                let (client, connection) = self.config.connect(NoTls).await?;
+                tokio::spawn(connection);
+                client
+            }
+        };
+        Ok(Connection {
+            client,
+            statements: HashMap::new(),
+        })
+    }
+}
+
+/// A connection borrowed by a call, given back when the call ends however it ends (its future
+/// may be dropped mid-statement: the connection reads the answer and stays usable), if it is
+/// still open.
+struct Borrowed<'a> {
+    pool: &'a AwaitedPool,
+    connection: Option<Connection>,
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        crate::telemetry::connection_returned();
+        if let Some(connection) = self.connection.take() {
+            if !connection.client.is_closed() && !std::thread::panicking() {
+                let mut free = self
+                    .pool
+                    .free
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                free.push(connection);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for AwaitedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AwaitedPool")
+    }
+}
+
+impl AwaitedCalls for PostgresStore {
+    /// One statement, as [`crate::storage::Store::get_named`].
+    fn get_named<'a>(
+        &'a self,
+        name: &'a TableName,
+        key: &'a EntityKey,
+        read: &'a mut AwaitedGetVisitor<'_>,
+    ) -> StoreFuture<'a, Option<bool>> {
+        Box::pin(async move {
+            let (pk, rk) = (key.partition_key.as_bytes(), key.row_key.as_bytes());
+            let rows = self
+                .awaited
+                .query(GET_NAMED, &[&name.folded(), &pk, &rk])
+                .await?;
+            named_entity(rows.first(), key, read)
+        })
+    }
+
+    /// Through the table kept for `name`, if there is one (the blocking path keeps it).
+    fn try_commit_named<'a>(
+        &'a self,
+        name: &'a TableName,
+        partition_key: &'a str,
+        operations: &'a [Operation],
+    ) -> StoreFuture<'a, Option<Committed>> {
+        Box::pin(async move {
+            let Some(table) = self.known_table(name) else {
+                return Ok(None);
+            };
+            let Some(insert) = table.plan_one_trip(partition_key, operations) else {
+                return Ok(None);
+            };
+            let rows = planned_rows(insert.plan());
+            let sent = self
+                .awaited
+                .query(INSERT_ROWS, &insert.params(&table.id, &rows))
+                .await
+                .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
+            drop(rows);
+            Ok(match table.one_trip_outcome(insert, sent)? {
+                OneTrip::Done(committed) => Some(committed),
+                OneTrip::NotTaken | OneTrip::RowExists => None,
+            })
+        })
+    }
+}
