@@ -6,8 +6,8 @@
 //!   for a lock, sparing two thread hand-offs that cost more than the work; when it would wait (a
 //!   commit or scan holds the partition), or the store is remote, it is handed to the blocking
 //!   pool instead. A runtime worker is never parked behind a lock. A remote store may serve the
-//!   commonest short work awaited instead ([`Executor::awaited_or_short`]: point reads, commits
-//!   of inserts), holding no thread while its database answers.
+//!   commonest short work awaited instead (point reads, commits of inserts: [`Executor::get`],
+//!   [`Executor::write`], [`Executor::transact`]), holding no thread while its database answers.
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
 //!   a flush): on the blocking pool; the task runs to completion even if the client goes away.
 //!
@@ -27,7 +27,8 @@ use futures_util::FutureExt;
 
 use crate::engine::{Attempt, Engine, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
-use crate::storage::Ticket;
+use crate::model::{EntityKey, Operation, StoredEntity};
+use crate::storage::{EntityView, StorageError, Ticket};
 
 /// Why storage work gave no value.
 #[derive(Debug, thiserror::Error)]
@@ -108,11 +109,77 @@ impl Executor {
             .await
     }
 
+    /// Reads one entity ([`Engine::get`]): awaited where the store serves point reads so, else in
+    /// short mode.
+    pub async fn get<R, F>(
+        &self,
+        table: String,
+        key: EntityKey,
+        select: Vec<String>,
+        read: F,
+    ) -> Result<R, WorkError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send + 'static,
+    {
+        let awaited = (table.clone(), key.clone(), select.clone());
+        self.awaited_or_short(
+            read,
+            move |engine, read| async move {
+                let (table, key, select) = awaited;
+                engine.get_awaited(&table, &key, &select, read).await
+            },
+            move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
+        )
+        .await
+    }
+
+    /// Applies one write ([`Engine::write`]): awaited where the store can commit it so, else in
+    /// short mode. Acknowledge it once durable ([`Executor::durable`]).
+    pub async fn write(
+        &self,
+        table: String,
+        operation: Operation,
+    ) -> Result<Pending<Option<StoredEntity>>, WorkError> {
+        let awaited = table.clone();
+        self.awaited_or_short(
+            operation,
+            move |engine, operation| async move { engine.write_awaited(&awaited, operation).await },
+            move |engine, operation, waiting| engine.write(&table, operation, waiting),
+        )
+        .await
+    }
+
+    /// Applies a transaction on one partition ([`Engine::transact`]): awaited where the store
+    /// can commit it so, else in short mode. Acknowledge it once durable.
+    pub async fn transact(
+        &self,
+        table: String,
+        partition_key: String,
+        operations: Vec<Operation>,
+        request_bytes: usize,
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
+        let awaited = (table.clone(), partition_key.clone());
+        self.awaited_or_short(
+            operations,
+            move |engine, operations| async move {
+                let (table, partition_key) = awaited;
+                let commit =
+                    engine.transact_awaited(&table, &partition_key, operations, request_bytes);
+                commit.await
+            },
+            move |engine, operations, waiting| {
+                engine.transact(&table, &partition_key, operations, request_bytes, waiting)
+            },
+        )
+        .await
+    }
+
     /// Short work that a store over the network may serve awaited
     /// ([`crate::storage::Store::awaited`]): `awaited` first, holding no thread while the database
     /// answers; if it gives its input back (the store serves that call only the blocking way),
     /// `op` in short mode with it.
-    pub async fn awaited_or_short<T, I, A, Fut, F>(
+    async fn awaited_or_short<T, I, A, Fut, F>(
         &self,
         input: I,
         awaited: A,

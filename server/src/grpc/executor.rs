@@ -3,9 +3,6 @@
 //! of a `ScanEntities` stream at a time on the blocking pool, the reader awaited without a thread
 //! in between ([`super::stream`]).
 
-use std::future::Future;
-use std::sync::Arc;
-
 use tonic::Status;
 
 use super::status;
@@ -15,6 +12,8 @@ use crate::engine::{Attempt, Waiting};
 use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
 use crate::error::TableError;
 use crate::executor::{self, WorkError};
+use crate::model::{EntityKey, Operation, StoredEntity};
+use crate::storage::{EntityView, StorageError};
 
 /// Runs storage work for the service.
 #[derive(Debug, Clone)]
@@ -41,25 +40,43 @@ impl Executor {
         self.0.short(input, op).await.map_err(to_status)
     }
 
-    /// Short mode, awaited first where the store serves the call so
-    /// ([`executor::Executor::awaited_or_short`]).
-    pub(crate) async fn awaited_or_short<T, I, A, Fut, F>(
+    /// A point read ([`executor::Executor::get`]).
+    pub(crate) async fn get<R, F>(
         &self,
-        input: I,
-        awaited: A,
-        op: F,
-    ) -> Result<T, Status>
+        table: String,
+        key: EntityKey,
+        select: Vec<String>,
+        read: F,
+    ) -> Result<R, Status>
     where
-        T: Send + 'static,
-        I: Send + 'static,
-        A: FnOnce(Arc<Engine>, I) -> Fut,
-        Fut: Future<Output = Result<Attempt<T, I>, TableError>>,
-        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
+        R: Send + 'static,
+        F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send + 'static,
     {
-        self.0
-            .awaited_or_short(input, awaited, op)
-            .await
-            .map_err(to_status)
+        let read = self.0.get(table, key, select, read);
+        read.await.map_err(to_status)
+    }
+
+    /// One write ([`executor::Executor::write`]).
+    pub(crate) async fn write(
+        &self,
+        table: String,
+        operation: Operation,
+    ) -> Result<Pending<Option<StoredEntity>>, Status> {
+        self.0.write(table, operation).await.map_err(to_status)
+    }
+
+    /// A transaction on one partition ([`executor::Executor::transact`]).
+    pub(crate) async fn transact(
+        &self,
+        table: String,
+        partition_key: String,
+        operations: Vec<Operation>,
+        request_bytes: usize,
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, Status> {
+        let commit = self
+            .0
+            .transact(table, partition_key, operations, request_bytes);
+        commit.await.map_err(to_status)
     }
 
     /// Blocking mode ([`executor::Executor::blocking`]).

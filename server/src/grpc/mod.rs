@@ -143,17 +143,7 @@ impl TableApi {
             partition_key,
             operation.row_key(),
         )?;
-        let awaited_table = table.clone();
-        let pending = self
-            .executor
-            .awaited_or_short(
-                operation,
-                move |engine, operation| async move {
-                    engine.write_awaited(&awaited_table, operation).await
-                },
-                move |engine, operation, waiting| engine.write(&table, operation, waiting),
-            )
-            .await?;
+        let pending = self.executor.write(table, operation).await?;
         let stored = self.durable(pending).await?;
         let mut stored = stored.ok_or_else(|| status::internal_status("write stored no entity"))?;
         if return_no_content {
@@ -506,21 +496,9 @@ impl service::table_service_server::TableService for TableApi {
             &key.row_key,
         )?;
         let (table, select) = (req.table, req.select);
-        let awaited = (table.clone(), key.clone(), select.clone());
         let entity = self
             .executor
-            .awaited_or_short(
-                (),
-                move |engine, ()| async move {
-                    let (table, key, select) = awaited;
-                    let read = engine.get_awaited(&table, &key, &select, wire::entity_message);
-                    Ok(read.await?.map_input(drop))
-                },
-                move |engine, (), waiting| {
-                    let read = engine.get(&table, &key, &select, wire::entity_message, waiting)?;
-                    Ok(read.map_input(drop))
-                },
-            )
+            .get(table, key, select, wire::entity_message)
             .await?;
         Ok(Response::new(EntityReply::Encoded(entity)))
     }
@@ -651,21 +629,9 @@ impl service::table_service_server::TableService for TableApi {
             .access
             .transaction(&table, &operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
-        let awaited = (table.clone(), partition_key.clone());
         let pending = self
             .executor
-            .awaited_or_short(
-                operations,
-                move |engine, operations| async move {
-                    let (table, partition_key) = awaited;
-                    let commit =
-                        engine.transact_awaited(&table, &partition_key, operations, request_bytes);
-                    commit.await
-                },
-                move |engine, operations, waiting| {
-                    engine.transact(&table, &partition_key, operations, request_bytes, waiting)
-                },
-            )
+            .transact(table, partition_key, operations, request_bytes)
             .await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::SubmitTransactionResponse {

@@ -317,9 +317,7 @@ pub(super) async fn submit_batch(
     let request_bytes = request.body.len();
     let committed = api
         .executor
-        .short(operations, move |engine, operations, waiting| {
-            engine.transact(&table, &partition_key, operations, request_bytes, waiting)
-        })
+        .transact(table, partition_key, operations, request_bytes)
         .await;
     let outcome = match committed {
         Ok(pending) => api.executor.durable(pending).await,

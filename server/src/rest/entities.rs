@@ -82,17 +82,7 @@ pub(super) async fn write_durably(
     table: &str,
     operation: Operation,
 ) -> Result<StoredEntity, Failure> {
-    let (name, awaited_name) = (table.to_owned(), table.to_owned());
-    let pending =
-        api.executor
-            .awaited_or_short(
-                operation,
-                move |engine, operation| async move {
-                    engine.write_awaited(&awaited_name, operation).await
-                },
-                move |engine, operation, waiting| engine.write(&name, operation, waiting),
-            )
-            .await?;
+    let pending = api.executor.write(table.to_owned(), operation).await?;
     api.executor.durable(pending).await?.ok_or_else(|| {
         tracing::error!(table, "a REST write stored no entity");
         Failure::of(
@@ -209,18 +199,7 @@ pub(super) async fn get(
         odata::EntityJson::element(metadata, &base, &name).write_view(&mut json, entity)?;
         Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
     };
-    let awaited = (table.clone(), key.clone(), select.clone());
-    let (json, etag) = api
-        .executor
-        .awaited_or_short(
-            read,
-            move |engine, read| async move {
-                let (table, key, select) = awaited;
-                engine.get_awaited(&table, &key, &select, read).await
-            },
-            move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
-        )
-        .await?;
+    let (json, etag) = api.executor.get(table, key, select, read).await?;
     let mut response = json_text_response(StatusCode::OK, metadata, json);
     response
         .headers_mut()
