@@ -1,7 +1,8 @@
 //! Trestle servers over one PostgreSQL database are one service: what one writes the other reads,
 //! a continuation token from one resumes on the other, an ETag from one conditions a write on the
-//! other, and a table one deletes is gone for both; and a server reaches its database over TLS,
-//! verified, when the URL asks for it. Each test starts its own throwaway cluster
+//! other, and a table one deletes is gone for both; a server reaches its database over TLS,
+//! verified, when the URL asks for it; and point reads and inserts, served awaited, never wait
+//! behind the blocking calls. Each test starts its own throwaway cluster
 //! (skipped where PostgreSQL is not installed, unless `TRESTLE_REQUIRE_POSTGRES` is set).
 
 mod common;
@@ -11,6 +12,18 @@ use common::{assert_error, fill_partition, get_request, TestServer};
 use tonic::Code;
 use trestle_proto::pb;
 use trestle_server::storage::{PostgresOptions, StoreConfig};
+
+/// A server keeping its store in the database at `url`, `pool_size` connections a set.
+async fn server_with_pool(url: &str, pool_size: usize) -> TestServer {
+    let store = StoreConfig::Postgres {
+        url: url.to_owned(),
+        options: PostgresOptions {
+            pool_size,
+            ..PostgresOptions::default()
+        },
+    };
+    TestServer::start_with(move |config| config.store = store).await
+}
 
 /// A server keeping its store in the database at `url`.
 async fn server_over(url: &str) -> TestServer {
@@ -318,4 +331,93 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
             && !answer.contains("127.0.0.1"),
         "{answer}"
     );
+}
+
+/// Point reads and inserts are served awaited, over connections of their own: with the server's
+/// one blocking connection held by a merge that waits for a row another session has locked,
+/// reads and inserts of other partitions still answer; the merge finishes once the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
+    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
+        let cluster = Postgres::start()?;
+        let url = cluster.database("awaited");
+        Some((cluster, url))
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let server = server_with_pool(&url, 1).await;
+    let mut client = server.client_with_table("Held").await;
+    let held = common::entity("held", "r", &[("N", common::int32(1))]);
+    client
+        .insert_entity(common::insert_request("Held", held.clone()))
+        .await
+        .unwrap();
+    // Another session locks the entity's row: a merge of it waits, holding the one connection.
+    let (unlock, unlock_asked) = std::sync::mpsc::channel::<()>();
+    let (ready, is_locked) = tokio::sync::oneshot::channel();
+    let locker_url = url.clone();
+    let locker = std::thread::spawn(move || {
+        let mut admin = postgres::Client::connect(&locker_url, postgres::NoTls).unwrap();
+        let mut tx = admin.transaction().unwrap();
+        tx.execute(
+            "SELECT 1 FROM trestle_entities WHERE pk = convert_to('held', 'UTF8') FOR UPDATE",
+            &[],
+        )
+        .unwrap();
+        ready.send(()).unwrap();
+        unlock_asked.recv().unwrap();
+        tx.commit().unwrap();
+    });
+    is_locked.await.unwrap();
+    let merge = {
+        let mut client = client.clone();
+        let request = pb::MergeEntityRequest {
+            table: "Held".into(),
+            entity: Some(common::entity("held", "r", &[("M", common::int32(2))])),
+            if_match: "*".into(),
+            ..Default::default()
+        };
+        tokio::spawn(async move { client.merge_entity(request).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !merge.is_finished(),
+        "the merge did not wait for the locked row"
+    );
+    let served = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        for n in 0..20 {
+            let entity = common::entity("free", &format!("{n:03}"), &[]);
+            client
+                .insert_entity(common::insert_request("Held", entity))
+                .await
+                .unwrap();
+            client
+                .get_entity(get_request("Held", "free", &format!("{n:03}")))
+                .await
+                .unwrap();
+        }
+        client
+            .get_entity(get_request("Held", "held", "r"))
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("reads and inserts waited for the blocking connection");
+    assert!(!served.into_inner().properties.contains_key("M"));
+    assert!(
+        !merge.is_finished(),
+        "the merge finished while the row was locked"
+    );
+    unlock.send(()).unwrap();
+    locker.join().unwrap();
+    merge.await.unwrap().unwrap();
+    let merged = client
+        .get_entity(get_request("Held", "held", "r"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(merged.properties.contains_key("M") && merged.properties.contains_key("N"));
+    drop(cluster);
 }
