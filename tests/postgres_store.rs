@@ -13,30 +13,30 @@ use tonic::Code;
 use trestle_proto::pb;
 use trestle_server::storage::{PostgresOptions, StoreConfig};
 
-/// A server keeping its store in the database at `url`, `pool_size` connections a set.
-async fn server_with_pool(url: &str, pool_size: usize) -> TestServer {
-    let store = StoreConfig::Postgres {
-        url: url.to_owned(),
-        options: PostgresOptions {
-            pool_size,
-            ..PostgresOptions::default()
-        },
-    };
-    TestServer::start_with(move |config| config.store = store).await
+/// A throwaway cluster and the URL of its new database `name`; `None` where PostgreSQL is not
+/// installed. (The cluster's programs and its admin connection block: off the runtime.)
+async fn cluster_with_database(name: &'static str) -> Option<(Postgres, String)> {
+    tokio::task::spawn_blocking(move || {
+        let cluster = Postgres::start()?;
+        let url = cluster.database(name);
+        Some((cluster, url))
+    })
+    .await
+    .unwrap()
 }
 
 /// A server keeping its store in the database at `url`.
 async fn server_over(url: &str) -> TestServer {
-    server_verifying(url, None).await
+    server_with(url, 4, None).await
 }
 
-/// A server keeping its store in the database at `url`, verifying its TLS certificate with
-/// `ca_pem`.
-async fn server_verifying(url: &str, ca_pem: Option<Vec<u8>>) -> TestServer {
+/// A server keeping its store in the database at `url`, `pool_size` connections a set,
+/// verifying the database's TLS certificate with `ca_pem` (the system's roots if `None`).
+async fn server_with(url: &str, pool_size: usize, ca_pem: Option<Vec<u8>>) -> TestServer {
     let store = StoreConfig::Postgres {
         url: url.to_owned(),
         options: PostgresOptions {
-            pool_size: 4,
+            pool_size,
             ca_pem,
             ..PostgresOptions::default()
         },
@@ -46,14 +46,7 @@ async fn server_verifying(url: &str, ca_pem: Option<Vec<u8>>) -> TestServer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_over_one_database_are_one_service() {
-    // The cluster's programs and its admin connection block: off the runtime.
-    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
-        let cluster = Postgres::start()?;
-        let url = cluster.database("shared");
-        Some((cluster, url))
-    })
-    .await
-    .unwrap() else {
+    let Some((cluster, url)) = cluster_with_database("shared").await else {
         return;
     };
     let (first, second) = (server_over(&url).await, server_over(&url).await);
@@ -200,7 +193,7 @@ async fn a_server_reaches_its_database_over_verified_tls_when_the_url_asks() {
     let tls_url = format!("{url} sslmode=require");
 
     // Verified against the CA given: served, and every connection of the server is encrypted.
-    let server = server_verifying(&tls_url, Some(ca_pem.into_bytes())).await;
+    let server = server_with(&tls_url, 4, Some(ca_pem.into_bytes())).await;
     let mut client = server.client_with_table("Secret").await;
     fill_partition(&mut client, "Secret", "p", 3).await;
     client
@@ -254,13 +247,7 @@ async fn rest_get(rest: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
-    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
-        let cluster = Postgres::start()?;
-        let url = cluster.database("faulty");
-        Some((cluster, url))
-    })
-    .await
-    .unwrap() else {
+    let Some((cluster, url)) = cluster_with_database("faulty").await else {
         return;
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -338,16 +325,10 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
 /// reads and inserts of other partitions still answer; the merge finishes once the row is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
-    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
-        let cluster = Postgres::start()?;
-        let url = cluster.database("awaited");
-        Some((cluster, url))
-    })
-    .await
-    .unwrap() else {
+    let Some((cluster, url)) = cluster_with_database("awaited").await else {
         return;
     };
-    let server = server_with_pool(&url, 1).await;
+    let server = server_with(&url, 1, None).await;
     let mut client = server.client_with_table("Held").await;
     let held = common::entity("held", "r", &[("N", common::int32(1))]);
     client

@@ -174,7 +174,6 @@ impl AwaitedCalls for PostgresStore {
                 .query(INSERT_ROWS, &insert.params(&table.id, &rows))
                 .await
                 .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
-            drop(rows);
             Ok(match table.one_trip_outcome(insert, sent)? {
                 OneTrip::Done(committed) => Some(committed),
                 OneTrip::NotTaken | OneTrip::RowExists => None,
