@@ -1,8 +1,10 @@
 //! `change_feed`: the `insert` workload on a table that keeps a change feed, with one follower
-//! reading it (`ReadChanges` with `follow`): the inserts' rate beside `insert`'s, and the delay
-//! from each insert's answer to the follower receiving its record. `ttl_expire`: a table's
-//! entities all expiring at once while point reads run on the main table, and how long the server
-//! takes to remove them (counted by their `EXPIRE` records).
+//! reading it (`ReadChanges` with `follow`), against the same inserts into a table without one,
+//! measured in turns (without, with, with, without: a store that grows as it is written slows
+//! every later run a little, which the turns cancel); and the delay from each insert's answer to
+//! the follower receiving its record. `ttl_expire`: a table's entities all expiring at once while
+//! point reads run on the main table, and how long the server takes to remove them (counted by
+//! their `EXPIRE` records).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,39 +14,39 @@ use trestle_proto::pb;
 
 use crate::framed::Framed;
 use crate::measure::Measurement;
-use crate::workloads::{insert_into, load, point_read, Client, Plan};
+use crate::workloads::{create_table, insert_rows, load, point_read, Client, Plan};
 
 const TABLE: &str = "FeedBench";
+/// The table the same inserts go to without a feed.
+const PLAIN_TABLE: &str = "FeedlessBench";
 
-/// The inserts' measurement, and each record's delivery delay in microseconds (0 where the
-/// follower had it before the writer had its answer).
-pub(crate) async fn change_feed(
-    client: &Client,
-    framed: &Framed,
-    plan: &Plan,
-) -> (Measurement, Vec<u32>) {
+/// What `change_feed` measured.
+pub(crate) struct FeedRun {
+    /// The inserts into the table with a feed and a follower.
+    pub(crate) with_feed: Measurement,
+    /// The same inserts into a table without a feed, in the turns between.
+    pub(crate) without_feed: Measurement,
+    /// Each record's delivery delay in microseconds (0 where the follower had it before the
+    /// writer had its answer).
+    pub(crate) delays_us: Vec<u32>,
+}
+
+/// Inserts with and without a feed, in turns of half the plan's duration each, while one follower
+/// reads the feed table.
+pub(crate) async fn change_feed(client: &Client, framed: &Framed, plan: &Plan) -> FeedRun {
     let answered: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let create = pb::CreateTableRequest {
-        table: TABLE.into(),
-        change_feed: true,
-        ..Default::default()
-    };
+    create_table(client, TABLE, true).await;
+    create_table(client, PLAIN_TABLE, false).await;
     let stop = Arc::new(tokio::sync::Notify::new());
     let follower = {
         let (framed, answered, stop) = (framed.clone(), answered.clone(), stop.clone());
         tokio::spawn(async move {
-            // Until the table exists (the inserts create it).
-            let mut stream = loop {
-                let request = pb::ReadChangesRequest {
-                    table: TABLE.into(),
-                    follow: true,
-                    ..Default::default()
-                };
-                match framed.changes(request).await {
-                    Ok(stream) => break stream,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
+            let request = pb::ReadChangesRequest {
+                table: TABLE.into(),
+                follow: true,
+                ..Default::default()
             };
+            let mut stream = framed.changes(request).await.expect("follow the feed");
             let mut delays = Vec::new();
             loop {
                 let batch = tokio::select! {
@@ -66,21 +68,34 @@ pub(crate) async fn change_feed(
             delays
         })
     };
-    let record = {
-        let answered = answered.clone();
-        move |row_key: String| {
-            answered
-                .lock()
-                .expect("answers")
-                .insert(row_key, Instant::now());
-        }
+    // Both tables' writers keep the same book of answers, so that they cost the client alike.
+    let record = move |row_key: String| {
+        answered
+            .lock()
+            .expect("answers")
+            .insert(row_key, Instant::now());
     };
-    let measurement = insert_into(client, plan, create, record).await;
+    let (warmup, turn) = (plan.warmup, plan.duration / 2);
+    let mut turns = Vec::new();
+    for (table, prefix) in [
+        (PLAIN_TABLE, "a"),
+        (TABLE, "b"),
+        (TABLE, "c"),
+        (PLAIN_TABLE, "d"),
+    ] {
+        let run = insert_rows(client, table, prefix, warmup, turn, record.clone()).await;
+        turns.push(run);
+    }
     // Let the follower drain, then stop it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.notify_one();
-    let delays = follower.await.expect("the follower");
-    (measurement, delays)
+    let delays_us = follower.await.expect("the follower");
+    let [first, with_1, with_2, last] = <[Measurement; 4]>::try_from(turns).expect("four turns");
+    FeedRun {
+        with_feed: with_1.merged(with_2),
+        without_feed: first.merged(last),
+        delays_us,
+    }
 }
 
 /// The table whose entities expire together.

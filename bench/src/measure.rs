@@ -28,6 +28,16 @@ impl Measurement {
         self.extra as f64 / self.elapsed.as_secs_f64()
     }
 
+    /// This run and `other` as one: their operations over their time together.
+    pub(crate) fn merged(mut self, other: Measurement) -> Measurement {
+        self.elapsed += other.elapsed;
+        self.ops += other.ops;
+        self.entities += other.entities;
+        self.extra += other.extra;
+        self.latencies_us.extend(other.latencies_us);
+        self
+    }
+
     /// The `q` quantile latency in milliseconds.
     pub(crate) fn percentile_ms(&mut self, q: f64) -> Option<f64> {
         if self.latencies_us.is_empty() {

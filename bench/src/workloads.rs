@@ -220,28 +220,38 @@ pub(crate) async fn point_read(client: &Client, plan: &Plan) -> Measurement {
 }
 
 pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
-    let create = pb::CreateTableRequest {
-        table: "InsertBench".into(),
-        ..Default::default()
-    };
-    insert_into(client, plan, create, |_| {}).await
+    let table = "InsertBench";
+    create_table(client, table, false).await;
+    let (warmup, duration) = (plan.warmup, plan.duration);
+    insert_rows(client, table, "w", warmup, duration, |_| {}).await
 }
 
-/// 64 workers inserting small entities at random partitions into the table `create` makes;
-/// `acknowledged` is told each row key once its insert is answered.
-pub(crate) async fn insert_into(
+/// Creates `table`, keeping a change feed if `change_feed`.
+pub(crate) async fn create_table(client: &Client, table: &str, change_feed: bool) {
+    let create = pb::CreateTableRequest {
+        table: table.into(),
+        change_feed,
+        ..Default::default()
+    };
+    client.clone().create_table(create).await.expect("create");
+}
+
+/// 64 workers inserting small entities at random partitions into `table` for `warmup` and then
+/// `duration` (measured), their row keys beginning with `prefix` (distinct for each run into one
+/// table); `acknowledged` is told each row key once its insert is answered.
+pub(crate) async fn insert_rows(
     client: &Client,
-    plan: &Plan,
-    create: pb::CreateTableRequest,
+    table: &str,
+    prefix: &'static str,
+    warmup: Duration,
+    duration: Duration,
     acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
 ) -> Measurement {
-    let table = create.table.clone();
-    client.clone().create_table(create).await.expect("create");
-    let client = client.clone();
-    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+    let (client, table) = (client.clone(), table.to_owned());
+    drive(64, warmup, duration, move |worker, seq| {
         let mut client = client.clone();
         let mut rng = Rng::new((worker as u64) << 32 | seq);
-        let row_key = format!("w{worker:02}-{seq:09}");
+        let row_key = format!("{prefix}{worker:02}-{seq:09}");
         let entity = small_entity(
             format!("p{:08}", rng.below(100_000_000)),
             row_key.clone(),
