@@ -320,38 +320,47 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
     );
 }
 
-/// Point reads and inserts are served awaited, over connections of their own: with the server's
-/// one blocking connection held by a merge that waits for a row another session has locked,
-/// reads and inserts of other partitions still answer; the merge finishes once the row is free.
+/// Point reads and commits to tables without indexes are served awaited, over connections of
+/// their own: with the server's one blocking connection held by a merge into a table with an
+/// index (which commits go the blocking way) that waits for a row another session has locked,
+/// reads, inserts and merges of another table still answer; the merge finishes once the row is
+/// free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
+async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
     let Some((cluster, url)) = cluster_with_database("awaited").await else {
         return;
     };
     let server = server_with(&url, 1, None).await;
-    let mut client = server.client_with_table("Held").await;
+    let mut client = server.client().await;
+    let by_n = pb::IndexDefinition {
+        name: "ByN".into(),
+        properties: vec!["N".into()],
+        scope: pb::IndexScope::Table as i32,
+        unique: false,
+    };
+    for (table, indexes) in [("Held", vec![by_n]), ("Free", Vec::new())] {
+        let create = pb::CreateTableRequest {
+            table: table.into(),
+            indexes,
+            ..Default::default()
+        };
+        client.create_table(create).await.unwrap();
+        // The server learns of each table at its first commit.
+        let first = common::entity("first", "r", &[("N", common::int32(0))]);
+        client
+            .insert_entity(common::insert_request(table, first))
+            .await
+            .unwrap();
+    }
     let held = common::entity("held", "r", &[("N", common::int32(1))]);
     client
         .insert_entity(common::insert_request("Held", held.clone()))
         .await
         .unwrap();
     // Another session locks the entity's row: a merge of it waits, holding the one connection.
-    let (unlock, unlock_asked) = std::sync::mpsc::channel::<()>();
-    let (ready, is_locked) = tokio::sync::oneshot::channel();
-    let locker_url = url.clone();
-    let locker = std::thread::spawn(move || {
-        let mut admin = postgres::Client::connect(&locker_url, postgres::NoTls).unwrap();
-        let mut tx = admin.transaction().unwrap();
-        tx.execute(
-            "SELECT 1 FROM trestle_entities WHERE pk = convert_to('held', 'UTF8') FOR UPDATE",
-            &[],
-        )
-        .unwrap();
-        ready.send(()).unwrap();
-        unlock_asked.recv().unwrap();
-        tx.commit().unwrap();
-    });
-    is_locked.await.unwrap();
+    let held_row =
+        "SELECT 1 FROM trestle_entities WHERE pk = convert_to('held', 'UTF8') FOR UPDATE";
+    let locker = Locker::hold(&url, held_row).await;
     let merge = {
         let mut client = client.clone();
         let request = pb::MergeEntityRequest {
@@ -371,11 +380,20 @@ async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
         for n in 0..20 {
             let entity = common::entity("free", &format!("{n:03}"), &[]);
             client
-                .insert_entity(common::insert_request("Held", entity))
+                .insert_entity(common::insert_request("Free", entity.clone()))
                 .await
                 .unwrap();
             client
-                .get_entity(get_request("Held", "free", &format!("{n:03}")))
+                .merge_entity(pb::MergeEntityRequest {
+                    table: "Free".into(),
+                    entity: Some(entity),
+                    if_match: "*".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            client
+                .get_entity(get_request("Free", "free", &format!("{n:03}")))
                 .await
                 .unwrap();
         }
@@ -385,14 +403,13 @@ async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
             .unwrap()
     })
     .await
-    .expect("reads and inserts waited for the blocking connection");
+    .expect("reads and commits waited for the blocking connection");
     assert!(!served.into_inner().properties.contains_key("M"));
     assert!(
         !merge.is_finished(),
         "the merge finished while the row was locked"
     );
-    unlock.send(()).unwrap();
-    locker.join().unwrap();
+    locker.release();
     merge.await.unwrap().unwrap();
     let merged = client
         .get_entity(get_request("Held", "held", "r"))
@@ -401,4 +418,102 @@ async fn reads_and_inserts_are_served_while_the_blocking_connections_wait() {
         .into_inner();
     assert!(merged.properties.contains_key("M") && merged.properties.contains_key("N"));
     drop(cluster);
+}
+
+/// A commit served awaited that is dropped inside its transaction (its deadline passes while it
+/// waits for the table's lock, which another session holds) leaves no transaction behind on a
+/// connection lent again: with one awaited connection, a point read answers at once, and once the
+/// lock is free the table takes commits as before, the dropped one not among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_dropped_inside_its_transaction_leaves_no_transaction_behind() {
+    let Some((cluster, url)) = cluster_with_database("dropped").await else {
+        return;
+    };
+    let server = server_with(&url, 1, None).await;
+    let mut client = server.client_with_table("Locked").await;
+    let kept = common::entity("p", "kept", &[("N", common::int32(1))]);
+    client
+        .insert_entity(common::insert_request("Locked", kept.clone()))
+        .await
+        .unwrap();
+    // Another session takes the table's lock exclusively, as a deletion of the table does.
+    let table_lock = "SELECT pg_advisory_xact_lock(29810, (id % 2147483647)::int4)
+        FROM trestle_tables WHERE folded = 'locked' AND live";
+    let locker = Locker::hold(&url, table_lock).await;
+    let mut merge = tonic::Request::new(pb::MergeEntityRequest {
+        table: "Locked".into(),
+        entity: Some(common::entity("p", "kept", &[("M", common::int32(2))])),
+        if_match: "*".into(),
+        ..Default::default()
+    });
+    merge.set_timeout(std::time::Duration::from_millis(300));
+    let expired = client.merge_entity(merge).await.unwrap_err();
+    assert!(
+        matches!(expired.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{expired:?}"
+    );
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        client.get_entity(get_request("Locked", "p", "kept")),
+    )
+    .await
+    .expect("the read waited behind the dropped commit's connection")
+    .unwrap()
+    .into_inner();
+    assert!(!read.properties.contains_key("M"));
+    locker.release();
+    let other = common::entity("p", "other", &[("N", common::int32(3))]);
+    client
+        .insert_entity(common::insert_request("Locked", other))
+        .await
+        .unwrap();
+    client
+        .merge_entity(pb::MergeEntityRequest {
+            table: "Locked".into(),
+            entity: Some(common::entity("p", "kept", &[("O", common::int32(4))])),
+            if_match: "*".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let kept = client
+        .get_entity(get_request("Locked", "p", "kept"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(kept.properties.contains_key("O") && !kept.properties.contains_key("M"));
+    drop(cluster);
+}
+
+/// Another session of the database holding what a statement locked, in a transaction of its own,
+/// until released.
+struct Locker {
+    unlock: std::sync::mpsc::Sender<()>,
+    session: std::thread::JoinHandle<()>,
+}
+
+impl Locker {
+    /// Runs `sql` in a transaction of a session of `url`'s database, once it has locked.
+    async fn hold(url: &str, sql: &'static str) -> Locker {
+        let (unlock, unlock_asked) = std::sync::mpsc::channel::<()>();
+        let (ready, is_locked) = tokio::sync::oneshot::channel();
+        let url = url.to_owned();
+        let session = std::thread::spawn(move || {
+            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut tx = admin.transaction().unwrap();
+            tx.execute(sql, &[]).unwrap();
+            ready.send(()).unwrap();
+            // Released, or the test failed.
+            let _ = unlock_asked.recv();
+            tx.commit().unwrap();
+        });
+        is_locked.await.unwrap();
+        Locker { unlock, session }
+    }
+
+    /// Ends the transaction, freeing what it locked.
+    fn release(self) {
+        self.unlock.send(()).unwrap();
+        self.session.join().unwrap();
+    }
 }

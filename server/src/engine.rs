@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use crate::error::TableError;
 use crate::model::{
-    default_ttl, quoted, ChangeFeed, EntityKey, IfMatch, Index, IndexDefinition, Operation,
-    Refusal, StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
+    default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
+    StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    self, build_in_background, Committed, CreateRefusal, DurableListener, EntityView, FeedEnd,
-    FeedPosition, IndexRefusal, RejectReason, Rejection, SnapshotSink, StorageError, Store,
-    StoreConfig, StoredChange, StoredRow, Table, TendedTable, Ticket,
+    self, build_in_background, CommitOutcome, Committed, CreateRefusal, DurableListener,
+    EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection, SnapshotSink,
+    StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -329,30 +329,9 @@ impl Engine {
     ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
         let partition_key = operation.partition_key().to_owned();
         let attempt = self
-            .commit_awaited(table, &partition_key, vec![operation])
+            .commit_awaited(table, &partition_key, vec![operation], false)
             .await?;
         Ok(only_one(attempt))
-    }
-
-    /// Deletes one entity outside a transaction. Not allowed to wait, it gives the key and
-    /// condition back rather than wait for its partition.
-    pub fn delete(
-        &self,
-        table: &str,
-        key: EntityKey,
-        if_match: IfMatch,
-        waiting: Waiting,
-    ) -> Result<Attempt<Pending<()>, (EntityKey, IfMatch)>, TableError> {
-        let partition_key = key.partition_key.clone();
-        let operation = Operation::Delete { key, if_match };
-        let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
-        Ok(match attempt {
-            Attempt::Done(committed) => Attempt::Done(committed.map(drop)),
-            Attempt::WouldWait(mut operations) => match operations.pop() {
-                Some(Operation::Delete { key, if_match }) => Attempt::WouldWait((key, if_match)),
-                _ => unreachable!("the one delete is given back"),
-            },
-        })
     }
 
     /// Applies a transaction: all operations or none. Errors name the failing operation's index.
@@ -380,18 +359,19 @@ impl Engine {
         request_bytes: usize,
     ) -> Result<CommitAttempt, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit_awaited(table, partition_key, operations)
+        self.commit_awaited(table, partition_key, operations, true)
             .await
             .map_err(in_transaction)
     }
 
-    /// Commits `operations` on one partition awaited, if the store can ([`Store::awaited`]);
-    /// else gives them back (nothing written).
+    /// [`Engine::commit`] awaited, if the store can ([`Store::awaited`]); else gives the
+    /// operations back (nothing written).
     async fn commit_awaited(
         &self,
         table_name: &str,
         partition_key: &str,
         operations: Vec<Operation>,
+        in_transaction: bool,
     ) -> Result<CommitAttempt, TableError> {
         let Some(awaited) = self.store.awaited() else {
             return Ok(Attempt::WouldWait(operations));
@@ -400,13 +380,12 @@ impl Engine {
         let committed = awaited
             .try_commit_named(&name, partition_key, &operations)
             .await?;
-        Ok(match committed {
-            Some(Committed { stored, ticket }) => Attempt::Done(Pending {
-                value: stored,
-                ticket,
-            }),
-            None => Attempt::WouldWait(operations),
-        })
+        match committed {
+            Some(committed) => {
+                settled(table_name, partition_key, committed, in_transaction).map(Attempt::Done)
+            }
+            None => Ok(Attempt::WouldWait(operations)),
+        }
     }
 
     /// Whether the store serves some calls awaited ([`Store::awaited`]).
@@ -437,20 +416,7 @@ impl Engine {
                 }
             }
         };
-        match committed {
-            Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
-                value: stored,
-                ticket,
-            })),
-            Err(Rejection { index, reason }) => {
-                let error = rejection_error(table_name, partition_key, reason);
-                Err(if in_transaction {
-                    error.at_operation(index)
-                } else {
-                    error
-                })
-            }
-        }
+        settled(table_name, partition_key, committed, in_transaction).map(Attempt::Done)
     }
 
     /// Reads one entity in place, showing only the `select`ed properties (all when empty), and
@@ -825,6 +791,30 @@ where
 /// A table name used to look a table up: one that could never have been created does not exist.
 fn lookup_name(name: &str) -> Result<TableName, TableError> {
     TableName::parse(name).map_err(|_| TableError::TableNotFound(name.to_owned()))
+}
+
+/// What a commit's `outcome` answers: what it stored, acknowledged once durable, or its refusal
+/// as the error it is (naming the refused operation if `in_transaction`).
+fn settled(
+    table_name: &str,
+    partition_key: &str,
+    outcome: CommitOutcome,
+    in_transaction: bool,
+) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+    match outcome {
+        Ok(Committed { stored, ticket }) => Ok(Pending {
+            value: stored,
+            ticket,
+        }),
+        Err(Rejection { index, reason }) => {
+            let error = rejection_error(table_name, partition_key, reason);
+            Err(if in_transaction {
+                error.at_operation(index)
+            } else {
+                error
+            })
+        }
+    }
 }
 
 /// The error of a commit refused for `reason`, on `partition_key` of `table`.

@@ -45,7 +45,7 @@ use crate::config::Limits;
 use crate::connections::ConnectionInfo;
 use crate::engine::Pending;
 use crate::error::TableError;
-use crate::model::{ChangeFeed, IfMatch};
+use crate::model::{ChangeFeed, IfMatch, Operation};
 use crate::query::QuerySpec;
 use executor::Executor;
 use stream::{Holds, ScanSlot, StreamLimits};
@@ -470,13 +470,8 @@ impl service::table_service_server::TableService for TableApi {
             &key.partition_key,
             &key.row_key,
         )?;
-        let table = req.table;
-        let pending = self
-            .executor
-            .short((key, if_match), move |engine, (key, if_match), waiting| {
-                engine.delete(&table, key, if_match, waiting)
-            })
-            .await?;
+        let delete = Operation::Delete { key, if_match };
+        let pending = self.executor.write(req.table, delete).await?;
         self.durable(pending).await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }

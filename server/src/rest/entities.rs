@@ -156,12 +156,8 @@ pub(super) async fn delete(
         &key.partition_key,
         &key.row_key,
     )?;
-    let pending = api
-        .executor
-        .short((key, if_match), move |engine, (key, if_match), waiting| {
-            engine.delete(&table, key, if_match, waiting)
-        })
-        .await?;
+    let delete = Operation::Delete { key, if_match };
+    let pending = api.executor.write(table, delete).await?;
     api.executor.durable(pending).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -18,7 +18,7 @@
 //! PostgreSQL store) blocks the pool thread while it waits, bounded by the pool's size and the
 //! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
 //! store's short calls are run inline on a runtime worker. Such a store may serve the two calls
-//! most requests are made of, a point read and a commit of inserts, awaited as well
+//! most requests are made of, a point read and a commit on one partition, awaited as well
 //! ([`Store::awaited`], [`AwaitedCalls`]): a request waiting for them holds no thread, and
 //! whatever they cannot serve goes the blocking way.
 
@@ -409,8 +409,8 @@ pub type AwaitedGetVisitor<'a> =
     dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
 
 /// The calls a store over the network serves awaited ([`Store::awaited`]): the two most
-/// requests are made of, a point read and a commit of inserts in one round trip. While the
-/// database answers, the request holds no thread (the blocking pool's threads are for the rest).
+/// requests are made of, a point read and a commit on one partition. While the database answers,
+/// the request holds no thread (the blocking pool's threads are for the rest).
 pub trait AwaitedCalls: Send + Sync {
     /// [`Store::get_named`], awaited.
     fn get_named<'a>(
@@ -420,15 +420,15 @@ pub trait AwaitedCalls: Send + Sync {
         read: &'a mut AwaitedGetVisitor<'_>,
     ) -> StoreFuture<'a, Option<bool>>;
 
-    /// [`Store::commit_named`] of `operations`, awaited, if the store can commit them in one
-    /// round trip (inserts into a table it knows whose catalog allows it): what they stored, or
-    /// `None` (nothing written) if the commit must go the blocking way.
+    /// [`Store::commit_named`] of `operations`, awaited, if the store can commit them so (for
+    /// instance on a table it knows whose catalog allows it): what they stored or the operation
+    /// refused, or `None` (nothing written) if the commit must go the blocking way.
     fn try_commit_named<'a>(
         &'a self,
         name: &'a TableName,
         partition_key: &'a str,
         operations: &'a [Operation],
-    ) -> StoreFuture<'a, Option<Committed>>;
+    ) -> StoreFuture<'a, Option<CommitOutcome>>;
 }
 
 /// A table's declared indexes: part of the [`Table`] contract. Every commit keeps every index

@@ -1,5 +1,5 @@
-//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and a commit of inserts
-//! in one round trip, over connections of their own that the server's runtime drives
+//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and a commit on one
+//! partition of a table without indexes (`one_trip.rs`, `pipelined.rs`), over connections of their own that the server's runtime drives
 //! (tokio-postgres), so that a request waiting for the database holds no thread. Each call
 //! borrows a connection for itself (a slow statement delays no other call), in the order calls
 //! asked for one; connections are opened when first needed, at most the pool's size, and one the
@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use futures_util::future::join_all;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
@@ -18,7 +19,7 @@ use super::table::planned_rows;
 use super::tls::Rustls;
 use super::{named_entity, PostgresStore, GET_NAMED};
 use crate::model::{EntityKey, Operation, TableName};
-use crate::storage::{AwaitedCalls, AwaitedGetVisitor, Committed, StorageError, StoreFuture};
+use crate::storage::{AwaitedCalls, AwaitedGetVisitor, CommitOutcome, StorageError, StoreFuture};
 
 /// A connection of the awaited pool and the statements prepared on it, by their SQL.
 struct Connection {
@@ -57,26 +58,27 @@ impl AwaitedPool {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StorageError> {
+        let mut borrowed = self.borrow().await?;
+        let statement = borrowed.prepared(sql).await?;
+        Ok(borrowed.client().query(&statement, params).await?)
+    }
+
+    /// A connection for one call, opened if none is free, once one of the pool's permits is.
+    pub(super) async fn borrow(&self) -> Result<Borrowed<'_>, StorageError> {
         let waited = self.permits.available_permits() == 0;
-        let _permit = self.permits.acquire().await.expect("never closed");
+        let permit = self.permits.acquire().await.expect("never closed");
         crate::telemetry::connection_lent(waited);
         let mut borrowed = Borrowed {
             pool: self,
             connection: None,
+            in_transaction: false,
+            _permit: permit,
         };
-        let connection = match self.take_free() {
-            Some(connection) => borrowed.connection.insert(connection),
-            None => borrowed.connection.insert(self.connect().await?),
-        };
-        let statement = match connection.statements.get(sql) {
-            Some(statement) => statement.clone(),
-            None => {
-                let statement = connection.client.prepare(sql).await?;
-                connection.statements.insert(sql, statement.clone());
-                statement
-            }
-        };
-        Ok(connection.client.query(&statement, params).await?)
+        borrowed.connection = Some(match self.take_free() {
+            Some(connection) => connection,
+            None => self.connect().await?,
+        });
+        Ok(borrowed)
     }
 
     /// A free connection still open, if there is one.
@@ -108,17 +110,71 @@ impl AwaitedPool {
 
 /// A connection borrowed by a call, given back when the call ends however it ends (its future
 /// may be dropped mid-statement: the connection reads the answer and stays usable), if it is
-/// still open.
-struct Borrowed<'a> {
+/// still open and not inside a transaction: one left inside (the call was dropped between its
+/// round trips, or failed) is closed instead, and the database rolls the transaction back.
+pub(super) struct Borrowed<'a> {
     pool: &'a AwaitedPool,
     connection: Option<Connection>,
+    /// Set while a transaction the call began may be open.
+    pub(super) in_transaction: bool,
+    _permit: SemaphorePermit<'a>,
+}
+
+/// A statement of a pipeline and its parameters.
+pub(super) type Pipelined<'a> = (&'static str, Vec<&'a (dyn ToSql + Sync)>);
+
+impl Borrowed<'_> {
+    /// The connection's client.
+    fn client(&self) -> &Client {
+        &self
+            .connection
+            .as_ref()
+            .expect("lent with a connection")
+            .client
+    }
+
+    /// The statement `sql`, prepared on the connection the first time.
+    async fn prepared(&mut self, sql: &'static str) -> Result<Statement, StorageError> {
+        let connection = self.connection.as_mut().expect("lent with a connection");
+        if let Some(statement) = connection.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = connection.client.prepare(sql).await?;
+        connection.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    /// Runs `statements` in order in one round trip (a pipeline: tokio-postgres sends a request
+    /// when its future is first polled, and `join_all` polls them in order), each prepared the
+    /// first time it runs on the connection: each one's rows, or its error (after an error in a
+    /// transaction, the statements after it fail too, and its `COMMIT` rolls back).
+    pub(super) async fn pipeline(
+        &mut self,
+        statements: &[Pipelined<'_>],
+    ) -> Result<Vec<Result<Vec<Row>, StorageError>>, StorageError> {
+        let mut prepared = Vec::with_capacity(statements.len());
+        for (sql, _) in statements {
+            prepared.push(self.prepared(sql).await?);
+        }
+        let client = self.client();
+        let sent = prepared
+            .iter()
+            .zip(statements)
+            .map(|(statement, (_, params))| client.query(statement, params));
+        let answers = join_all(sent).await;
+        Ok(answers
+            .into_iter()
+            .map(|answer| answer.map_err(StorageError::from))
+            .collect())
+    }
 }
 
 impl Drop for Borrowed<'_> {
     fn drop(&mut self) {
         crate::telemetry::connection_returned();
         if let Some(connection) = self.connection.take() {
-            if !connection.client.is_closed() && !std::thread::panicking() {
+            let usable = !connection.client.is_closed() && !self.in_transaction;
+            if usable && !std::thread::panicking() {
                 let mut free = self
                     .pool
                     .free
@@ -154,30 +210,37 @@ impl AwaitedCalls for PostgresStore {
         })
     }
 
-    /// Through the table kept for `name`, if there is one (the blocking path keeps it).
+    /// Through the table kept for `name`, if there is one (the blocking path keeps it) and its
+    /// catalog as last read has no index: inserts in one round trip ([`OneTripInsert`]), any
+    /// other commit (or inserts that found a row there) in two (`pipelined.rs`).
     fn try_commit_named<'a>(
         &'a self,
         name: &'a TableName,
         partition_key: &'a str,
         operations: &'a [Operation],
-    ) -> StoreFuture<'a, Option<Committed>> {
+    ) -> StoreFuture<'a, Option<CommitOutcome>> {
         Box::pin(async move {
             let Some(table) = self.known_table(name) else {
                 return Ok(None);
             };
-            let Some(insert) = table.plan_one_trip(partition_key, operations) else {
-                return Ok(None);
-            };
-            let rows = planned_rows(insert.plan());
-            let sent = self
-                .awaited
-                .query(INSERT_ROWS, &insert.params(&table.id, &rows))
+            if let Some(insert) = table.plan_one_trip(partition_key, operations) {
+                let rows = planned_rows(insert.plan());
+                let sent = self
+                    .awaited
+                    .query(INSERT_ROWS, &insert.params(&table.id, &rows))
+                    .await
+                    .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
+                match table.one_trip_outcome(insert, sent)? {
+                    OneTrip::Done(committed) => return Ok(Some(Ok(committed))),
+                    OneTrip::NotTaken => return Ok(None),
+                    // Read the rows, to refuse the right operation.
+                    OneTrip::RowExists => {}
+                }
+            }
+            let mut connection = self.awaited.borrow().await?;
+            table
+                .commit_pipelined(&mut connection, partition_key, operations)
                 .await
-                .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
-            Ok(match table.one_trip_outcome(insert, sent)? {
-                OneTrip::Done(committed) => Some(committed),
-                OneTrip::NotTaken | OneTrip::RowExists => None,
-            })
         })
     }
 }

@@ -21,7 +21,7 @@ use crate::model::{CommitPlan, TableName, Ticks};
 use crate::storage::changes::{self, FeedEnd, FeedPosition, StoredChange};
 use crate::storage::{FeedRead, IndexCatalog, StorageError};
 
-const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
+pub(super) const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
     SELECT $1, record, $4, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
 /// Notes the last position it removes (never moving the note back), then removes the records.
 const TRIM_RECORDS: &str = "WITH doomed AS (
@@ -77,16 +77,27 @@ pub(super) fn write_records(
     partition_key: &str,
     first: i32,
 ) -> Result<i32, StorageError> {
-    let records = changes::records_of(plan, partition_key);
+    let (numbers, records) = numbered_records(plan, partition_key, first);
     if records.is_empty() {
         return Ok(0);
     }
     let count = records.len() as i32;
-    let numbers: Vec<i32> = (first..first + count).collect();
     let statement = prepared.get(client, WRITE_RECORDS)?;
     let at = plan.stamped.0;
     client.execute(&statement, &[&table_id, &numbers, &records, &at])?;
     Ok(count)
+}
+
+/// The change records of `plan` (partition `partition_key`), each with its number in the
+/// transaction, numbered from `first`: [`WRITE_RECORDS`]'s second and third parameters.
+pub(super) fn numbered_records(
+    plan: &CommitPlan,
+    partition_key: &str,
+    first: i32,
+) -> (Vec<i32>, Vec<Vec<u8>>) {
+    let records = changes::records_of(plan, partition_key);
+    let numbers = (first..).take(records.len()).collect();
+    (numbers, records)
 }
 
 impl PostgresTable {

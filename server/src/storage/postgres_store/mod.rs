@@ -26,6 +26,7 @@ mod awaited;
 mod changes;
 mod indexes;
 mod one_trip;
+mod pipelined;
 mod pool;
 mod purge;
 mod sql;

@@ -41,6 +41,32 @@ impl PlainCatalog {
             change_feed: catalog.change_feed,
         })
     }
+
+    /// The catalog's bytes as stored (a commit planned by it checks the database still has them).
+    pub(super) fn stored(&self) -> &Vec<u8> {
+        &self.stored
+    }
+
+    /// What a commit is planned by.
+    pub(super) fn plan_rules(&self) -> PlanRules<'static> {
+        PlanRules {
+            indexes: &[],
+            time_to_live: self.time_to_live,
+            before_images: self.change_feed.is_some_and(|feed| feed.before_images),
+        }
+    }
+
+    /// Whether a commit reads its rows' properties whole (to see their expiry, or to keep them
+    /// in its change records), as [`IndexCatalog::reads_rows_whole`].
+    pub(super) fn reads_rows_whole(&self) -> bool {
+        let rules = self.plan_rules();
+        rules.time_to_live.is_some() || rules.before_images
+    }
+
+    /// Whether the table keeps a change feed.
+    pub(super) fn keeps_change_feed(&self) -> bool {
+        self.change_feed.is_some()
+    }
 }
 
 /// How a one-trip insert went.
@@ -130,11 +156,7 @@ impl PostgresTable {
             return None;
         }
         let catalog = self.plain_catalog()?;
-        let rules = PlanRules {
-            indexes: &[],
-            time_to_live: catalog.time_to_live,
-            before_images: catalog.change_feed.is_some_and(|feed| feed.before_images),
-        };
+        let rules = catalog.plan_rules();
         let current = operations.iter().map(|_| None).collect();
         // Refused by the catalog as last read, which may be stale (another server may have turned
         // expiry off): the full path plans again by the catalog under the lock.

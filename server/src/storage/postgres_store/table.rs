@@ -1,6 +1,8 @@
 //! A table of the PostgreSQL store: point reads (one statement), commits (one database
-//! transaction of four round trips whatever its size, three for inserts only, one for inserts
-//! into a table without indexes (`one_trip.rs`), under the partition's advisory lock) and scans (one statement per range, fetched through a portal a batch at a time).
+//! transaction under the partition's advisory lock: here, on the blocking connections, four
+//! round trips whatever its size, three for inserts only; awaited, on a table without indexes,
+//! one for inserts (`one_trip.rs`) and two for any other (`pipelined.rs`)) and scans (one
+//! statement per range, fetched through a portal a batch at a time).
 
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,14 +32,14 @@ const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
 const READ_ROWS: &str = "SELECT t.live, e.rk, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = ANY($3)
     WHERE t.id = $1";
-const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
+pub(super) const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
     SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
     ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
 /// Inserts rows that must not exist (a unique violation if one does) into a live table.
 const INSERT_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
     SELECT $1, $2, w.rk, w.record FROM unnest($3::bytea[], $4::bytea[]) AS w(rk, record)
     WHERE EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)";
-const DELETE_ROWS: &str = "DELETE FROM trestle_entities
+pub(super) const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE table_id = $1 AND pk = $2 AND rk = ANY($3)";
 
 /// Commits the transaction `client` is in if `outcome` is a commit, rolls it back otherwise.
@@ -381,20 +383,7 @@ impl PostgresTable {
             &read_rows,
             &[&self.id, &partition_key.as_bytes(), &row_keys],
         )?;
-        if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
-            return Ok(None);
-        }
-        let mut records = std::collections::HashMap::new();
-        for row in &rows {
-            if let Some(row_key) = row.get::<_, Option<&[u8]>>(1) {
-                records.insert(row_key, row.get::<_, &[u8]>(2));
-            }
-        }
-        let record_of =
-            |_, operation: &Operation| records.get(operation.row_key().as_bytes()).copied();
-        Ok(Some(codec::current_entities(
-            operations, record_of, indexed,
-        )?))
+        current_entities_of(&rows, operations, indexed)
     }
 
     /// Visits one range through a portal, [`SCAN_BATCH`](super::sql::SCAN_BATCH) rows per fetch.
@@ -428,6 +417,28 @@ impl PostgresTable {
         let stopped_at = visit_portal(snapshot, &portal, visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
     }
+}
+
+/// The entity at each operation's row, from the rows of [`READ_ROWS`] (or a statement of the same
+/// columns): `None` if the first column of the first row, the table's state, is not true.
+pub(super) fn current_entities_of(
+    rows: &[postgres::Row],
+    operations: &[Operation],
+    indexed: bool,
+) -> Result<Option<Vec<Option<StoredEntity>>>, StorageError> {
+    if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+        return Ok(None);
+    }
+    let mut records = std::collections::HashMap::new();
+    for row in rows {
+        if let Some(row_key) = row.get::<_, Option<&[u8]>>(1) {
+            records.insert(row_key, row.get::<_, &[u8]>(2));
+        }
+    }
+    let record_of = |_, operation: &Operation| records.get(operation.row_key().as_bytes()).copied();
+    Ok(Some(codec::current_entities(
+        operations, record_of, indexed,
+    )?))
 }
 
 /// The rows a plan writes and removes.
