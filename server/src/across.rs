@@ -17,8 +17,37 @@ use crate::model::{
     validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
 };
 use crate::query;
-use crate::storage::{Committed, EntityView, PartitionBatch, Rejection, StorageError, TableKey};
+use crate::storage::{
+    CommitOutcome, Committed, EntityView, PartitionBatch, Rejection, StorageError, TableKey,
+};
 use crate::transaction::{validate_across, TableOperation};
+
+/// A missing table of a transaction on one partition, named at its first operation.
+fn first_table_not_found(error: TableError) -> TableError {
+    match error {
+        TableError::TableNotFound(_) => error.at_operation(0),
+        other => other,
+    }
+}
+
+/// What a commit across partitions answers: what it stored, acknowledged once durable, or its
+/// refusal as the error it is, naming the refused operation (`names` has each one's table and
+/// partition).
+fn settled_across(
+    committed: CommitOutcome,
+    names: &[(String, String)],
+) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+    match committed {
+        Ok(Committed { stored, ticket }) => Ok(Pending {
+            value: stored,
+            ticket,
+        }),
+        Err(Rejection { index, reason }) => {
+            let (table, partition_key) = &names[index];
+            Err(rejection_error(table, partition_key, reason).at_operation(index))
+        }
+    }
+}
 
 /// One key of a read across partitions: the table (case-insensitive) and the entity's keys.
 #[derive(Debug, Clone)]
@@ -91,18 +120,10 @@ impl Engine {
         let CrossCommit { mut batches, names } = commit;
         if let [batch] = batches.as_mut_slice() {
             let operations = std::mem::take(&mut batch.operations);
+            let (table, partition_key) = (batch.table.as_str(), &batch.partition_key);
             let attempt = self
-                .commit(
-                    batch.table.as_str(),
-                    &batch.partition_key,
-                    operations,
-                    true,
-                    waiting,
-                )
-                .map_err(|error| match error {
-                    TableError::TableNotFound(_) => error.at_operation(0),
-                    other => other,
-                })?;
+                .commit(table, partition_key, operations, true, waiting)
+                .map_err(first_table_not_found)?;
             return Ok(attempt.map_input(|operations| {
                 batches[0].operations = operations;
                 CrossCommit { batches, names }
@@ -116,15 +137,34 @@ impl Engine {
                 Err(batches) => return Ok(Attempt::WouldWait(CrossCommit { batches, names })),
             },
         };
-        match committed {
-            Ok(Committed { stored, ticket }) => Ok(Attempt::Done(Pending {
-                value: stored,
-                ticket,
-            })),
-            Err(Rejection { index, reason }) => {
-                let (table, partition_key) = &names[index];
-                Err(rejection_error(table, partition_key, reason).at_operation(index))
-            }
+        settled_across(committed, &names).map(Attempt::Done)
+    }
+
+    /// [`Engine::commit_across`], awaited where the store can commit it so
+    /// ([`crate::storage::Store::awaited`]); elsewhere the transaction is given back.
+    pub async fn commit_across_awaited(
+        &self,
+        commit: CrossCommit,
+    ) -> Result<CrossAttempt, TableError> {
+        let Some(awaited) = self.store().awaited() else {
+            return Ok(Attempt::WouldWait(commit));
+        };
+        let CrossCommit { mut batches, names } = commit;
+        if let [batch] = batches.as_mut_slice() {
+            let operations = std::mem::take(&mut batch.operations);
+            let (table, partition_key) = (batch.table.as_str(), &batch.partition_key);
+            let attempt = self
+                .commit_awaited(table, partition_key, operations, true)
+                .await
+                .map_err(first_table_not_found)?;
+            return Ok(attempt.map_input(|operations| {
+                batches[0].operations = operations;
+                CrossCommit { batches, names }
+            }));
+        }
+        match awaited.try_commit_across(&batches, names.len()).await? {
+            Some(committed) => settled_across(committed, &names).map(Attempt::Done),
+            None => Ok(Attempt::WouldWait(CrossCommit { batches, names })),
         }
     }
 

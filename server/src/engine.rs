@@ -366,7 +366,7 @@ impl Engine {
 
     /// [`Engine::commit`] awaited, if the store can ([`Store::awaited`]); else gives the
     /// operations back (nothing written).
-    async fn commit_awaited(
+    pub(crate) async fn commit_awaited(
         &self,
         table_name: &str,
         partition_key: &str,

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 
+use crate::across::CrossCommit;
 use crate::engine::{Attempt, Engine, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, Operation, StoredEntity};
@@ -171,6 +172,20 @@ impl Executor {
             move |engine, operations, waiting| {
                 engine.transact(&table, &partition_key, operations, request_bytes, waiting)
             },
+        )
+        .await
+    }
+
+    /// Applies a transaction across partitions ([`Engine::commit_across`]): awaited where the
+    /// store can commit it so, else in short mode. Acknowledge it once durable.
+    pub async fn transact_across(
+        &self,
+        commit: CrossCommit,
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
+        self.awaited_or_short(
+            commit,
+            |engine, commit| async move { engine.commit_across_awaited(commit).await },
+            |engine, commit, waiting| engine.commit_across(commit, waiting),
         )
         .await
     }

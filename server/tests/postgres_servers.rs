@@ -469,8 +469,27 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
     let delete_table = || pb::DeleteTableRequest {
         table: "Orders".into(),
     };
+    // Across two partitions: both rows inserted in one transaction.
+    let across = |row_key: &str| pb::TransactWriteRequest {
+        operations: ["o", "q"]
+            .map(|pk| pb::TableOperation {
+                table: "Orders".into(),
+                partition_key: pk.into(),
+                operation: Some(insert_op(entity(pk, row_key, &[]))),
+            })
+            .to_vec(),
+    };
+    let merge = |row_key: &str| pb::MergeEntityRequest {
+        table: "Orders".into(),
+        entity: Some(entity("o", row_key, &[("Merged", 1)])),
+        if_match: "*".into(),
+        ..Default::default()
+    };
     create_table(&mut a, "Orders").await;
     b.insert_entity(insert("1")).await.unwrap();
+    // B commits to the table every way it can, and so knows it.
+    b.merge_entity(merge("1")).await.unwrap();
+    b.transact_write(across("x")).await.unwrap();
     a.delete_table(delete_table()).await.unwrap();
     // The name is free again once the old table's rows are purged.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -487,6 +506,14 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
             Err(status) => panic!("{status:?}"),
         }
     }
+    // B's first commits after the change: across partitions, a merge, an insert.
+    b.transact_write(across("y")).await.unwrap();
+    a.get_entity(read("y"))
+        .await
+        .expect("the transaction is in the new table");
+    b.merge_entity(merge("y")).await.unwrap();
+    let merged = a.get_entity(read("y")).await.unwrap().into_inner();
+    assert!(merged.properties.contains_key("Merged"), "{merged:?}");
     b.insert_entity(insert("2")).await.unwrap();
     a.get_entity(read("2"))
         .await
@@ -500,8 +527,8 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
 }
 
 /// Server B inserts (in one round trip, the table having no index), server A then declares a
-/// unique index: B's next inserts find the catalog changed and go the full way, keeping the
-/// index (its entries and its uniqueness).
+/// unique index: B's next inserts and merges find the catalog changed and go the full way,
+/// keeping the index (its entries and its uniqueness).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_insert_keeps_the_index_another_server_just_declared() {
     let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
@@ -539,13 +566,32 @@ async fn an_insert_keeps_the_index_another_server_just_declared() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A transaction across partitions and a merge through B, which read the catalog before the
+    // index: their entries are written and moved.
+    let across = pb::TransactWriteRequest {
+        operations: [("o", "a7", 7), ("q", "b8", 8)]
+            .map(|(pk, rk, rank)| pb::TableOperation {
+                table: "Orders".into(),
+                partition_key: pk.into(),
+                operation: Some(insert_op(entity(pk, rk, &[("Rank", rank)]))),
+            })
+            .to_vec(),
+    };
+    b.transact_write(across).await.unwrap();
+    let merge = pb::MergeEntityRequest {
+        table: "Orders".into(),
+        entity: Some(entity("o", "1", &[("Rank", 5)])),
+        if_match: "*".into(),
+        ..Default::default()
+    };
+    b.merge_entity(merge).await.unwrap();
     b.insert_entity(insert("2", 2)).await.unwrap();
     let found = a.query_entities(by_rank).await.unwrap().into_inner();
     let row_keys: Vec<&str> = found.entities.iter().map(|e| e.row_key.as_str()).collect();
     assert_eq!(
         row_keys,
-        ["1", "2"],
-        "the insert through B has its index entry"
+        ["2", "1", "a7", "b8"],
+        "the commits through B have their index entries"
     );
     let taken = b.insert_entity(insert("3", 2)).await.unwrap_err();
     assert_eq!(taken.code(), Code::AlreadyExists, "{taken:?}");

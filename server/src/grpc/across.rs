@@ -12,8 +12,8 @@ use crate::error::TableError;
 use crate::transaction::TableOperation;
 
 impl TableApi {
-    /// `TransactWrite`: converted, authorized operation by operation, committed on the blocking
-    /// pool, acknowledged once durable.
+    /// `TransactWrite`: converted, authorized operation by operation, committed (awaited where
+    /// the store serves it so), acknowledged once durable.
     pub(super) async fn transact_across(
         &self,
         request: Request<pb::TransactWriteRequest>,
@@ -34,12 +34,7 @@ impl TableApi {
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
         let prepared = CrossCommit::prepare(operations, request_bytes)
             .map_err(|error| status::to_status(&error))?;
-        let pending = self
-            .executor
-            .short(prepared, |engine, prepared, waiting| {
-                engine.commit_across(prepared, waiting)
-            })
-            .await?;
+        let pending = self.executor.transact_across(prepared).await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::TransactWriteResponse {
             results: results.into_iter().map(convert::operation_result).collect(),

@@ -8,6 +8,7 @@ use tonic::Status;
 use super::status;
 use super::stream::{ChunkFuture, STREAM_BATCH_BYTES};
 use super::wire::EntityEncoder;
+use crate::across::CrossCommit;
 use crate::engine::{Attempt, Waiting};
 use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
 use crate::error::TableError;
@@ -63,6 +64,14 @@ impl Executor {
         operation: Operation,
     ) -> Result<Pending<Option<StoredEntity>>, Status> {
         self.0.write(table, operation).await.map_err(to_status)
+    }
+
+    /// A transaction across partitions ([`executor::Executor::transact_across`]).
+    pub(crate) async fn transact_across(
+        &self,
+        commit: CrossCommit,
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, Status> {
+        self.0.transact_across(commit).await.map_err(to_status)
     }
 
     /// A transaction on one partition ([`executor::Executor::transact`]).

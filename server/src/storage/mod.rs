@@ -408,8 +408,8 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageError
 pub type AwaitedGetVisitor<'a> =
     dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
 
-/// The calls a store over the network serves awaited ([`Store::awaited`]): the two most
-/// requests are made of, a point read and a commit on one partition. While the database answers,
+/// The calls a store over the network serves awaited ([`Store::awaited`]): those most requests
+/// are made of, a point read and a commit (on one partition or across several). While the database answers,
 /// the request holds no thread (the blocking pool's threads are for the rest).
 pub trait AwaitedCalls: Send + Sync {
     /// [`Store::get_named`], awaited.
@@ -428,6 +428,15 @@ pub trait AwaitedCalls: Send + Sync {
         name: &'a TableName,
         partition_key: &'a str,
         operations: &'a [Operation],
+    ) -> StoreFuture<'a, Option<CommitOutcome>>;
+
+    /// [`Store::commit_across`] of `batches`, awaited, if the store can commit them so: what
+    /// they stored or the operation refused, or `None` (nothing written) if the commit must go
+    /// the blocking way.
+    fn try_commit_across<'a>(
+        &'a self,
+        batches: &'a [PartitionBatch],
+        operations: usize,
     ) -> StoreFuture<'a, Option<CommitOutcome>>;
 }
 

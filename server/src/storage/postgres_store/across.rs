@@ -6,7 +6,9 @@
 //! statement, plans each part with the commit planner, writes and removes every part's rows in
 //! one statement each, then removes every index entry the parts give up and adds the entries
 //! they take (so a unique value may move from an entity of one partition to one of another): five
-//! round trips however many partitions. It is durable when the transaction commits.
+//! round trips however many partitions. It is durable when the transaction commits. Over tables
+//! without indexes it is served awaited in two round trips (`pipelined.rs`), from the same pieces:
+//! [`RowKeys`], [`plan_parts`], [`rows_of`] and [`committed`].
 //!
 //! A read across partitions is one statement: PostgreSQL shows a statement one snapshot, in which
 //! every transaction, this store's commits across partitions included, is whole or absent.
@@ -28,14 +30,14 @@ use crate::storage::{
 };
 
 /// The rows a commit's operations act on, each named by its slot (part, operation).
-const READ_ROWS: &str = "SELECT k.slot, e.record
+pub(super) const READ_ROWS: &str = "SELECT k.slot, e.record
     FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::int4[]) AS k(t, pk, rk, slot)
     JOIN trestle_entities e ON e.table_id = k.t AND e.pk = k.pk AND e.rk = k.rk";
 /// Writes rows of several tables and partitions (their tables held live under the locks).
-const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
+pub(super) const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk, rk, record)
     SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[], $4::bytea[])
     ON CONFLICT (table_id, pk, rk) DO UPDATE SET record = EXCLUDED.record";
-const DELETE_ROWS: &str = "DELETE FROM trestle_entities
+pub(super) const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE (table_id, pk, rk) IN (SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]))";
 
 /// One statement reads every key: each with its position, of a live table.
@@ -45,9 +47,9 @@ const GET_MANY: &str = "SELECT k.i, e.record
     JOIN trestle_entities e ON e.table_id = t.id AND e.pk = k.pk AND e.rk = k.rk";
 
 /// One partition's part of a commit: its table, and the batch.
-struct Part {
-    table: Arc<PostgresTable>,
-    batch: PartitionBatch,
+pub(super) struct Part<'a> {
+    pub(super) table: Arc<PostgresTable>,
+    pub(super) batch: &'a PartitionBatch,
 }
 
 impl PostgresStore {
@@ -59,7 +61,7 @@ impl PostgresStore {
     ) -> Result<CommitOutcome, StorageError> {
         let mut tables: HashMap<String, Arc<PostgresTable>> = HashMap::new();
         let mut parts = Vec::with_capacity(batches.len());
-        for batch in batches {
+        for batch in &batches {
             let folded = batch.table.folded().to_owned();
             let table = match tables.get(&folded) {
                 Some(table) => table.clone(),
@@ -75,7 +77,7 @@ impl PostgresStore {
             };
             parts.push(Part { table, batch });
         }
-        parts.sort_by_key(|part| partition_lock(part.table.id, &part.batch.partition_key));
+        in_lock_order(&mut parts);
         retrying(|| {
             self.pool.with(|connection| {
                 let (client, mut prepared) = connection.parts();
@@ -122,21 +124,29 @@ impl PostgresStore {
 fn commit_in(
     client: &mut postgres::Client,
     prepared: &mut Prepared<'_>,
-    parts: &[Part],
+    parts: &[Part<'_>],
     operations: usize,
 ) -> Result<CommitOutcome, StorageError> {
     let catalogs = begin_locked(client, parts)?;
-    if let Some(gone) = parts.iter().find(|p| !catalogs.contains_key(&p.table.id)) {
-        return Ok(Err(Rejection {
-            index: gone.batch.positions[0],
-            reason: RejectReason::TableGone,
-        }));
+    if let Some(gone) = table_gone(parts, &catalogs) {
+        return Ok(Err(gone));
     }
-    let plans = match plan_parts(client, prepared, parts, &catalogs)? {
+    let keys = RowKeys::of(parts);
+    let read_rows = prepared.get(client, READ_ROWS)?;
+    let rows = client.query(&read_rows, &keys.params())?;
+    let plans = match plan_parts(parts, &rows, &catalogs)? {
         Ok(plans) => plans,
         Err(rejection) => return Ok(Err(rejection)),
     };
-    write_rows(client, prepared, parts, &plans)?;
+    let (written, removed) = rows_of(parts, &plans);
+    if !written.tables.is_empty() {
+        let write = prepared.get(client, WRITE_ROWS)?;
+        client.execute(&write, &written.params())?;
+    }
+    if !removed.tables.is_empty() {
+        let delete = prepared.get(client, DELETE_ROWS)?;
+        client.execute(&delete, &removed.params()[..3])?;
+    }
     for (part, plan) in parts.iter().zip(&plans) {
         part.table.remove_entries(client, prepared, plan)?;
     }
@@ -153,51 +163,100 @@ fn commit_in(
             record += changes::write_records(client, prepared, id, plan, key, record)?;
         }
     }
+    Ok(Ok(committed(parts, plans, operations)))
+}
+
+/// Sorts `parts` into the order their partitions' locks are taken in (by lock key).
+pub(super) fn in_lock_order(parts: &mut [Part<'_>]) {
+    parts.sort_by_key(|part| partition_lock(part.table.id, &part.batch.partition_key));
+}
+
+/// The refusal of a commit one of whose tables has no catalog under the locks (deleted, or its
+/// row purged): at that table's first operation.
+pub(super) fn table_gone(
+    parts: &[Part<'_>],
+    catalogs: &HashMap<i64, IndexCatalog>,
+) -> Option<Rejection> {
+    let gone = parts.iter().find(|p| !catalogs.contains_key(&p.table.id))?;
+    Some(Rejection {
+        index: gone.batch.positions[0],
+        reason: RejectReason::TableGone,
+    })
+}
+
+/// What every part's plan stored, by the operations' positions in the transaction.
+pub(super) fn committed(
+    parts: &[Part<'_>],
+    plans: Vec<CommitPlan>,
+    operations: usize,
+) -> Committed {
     let mut stored = vec![None; operations];
     for (part, plan) in parts.iter().zip(plans) {
         for (result, &position) in plan.results.into_iter().zip(&part.batch.positions) {
             stored[position] = result;
         }
     }
-    Ok(Ok(Committed {
+    Committed {
         stored,
         ticket: None,
-    }))
+    }
 }
 
-/// Reads the rows every part's operations act on (one statement) and plans each part stamped
-/// one instant; or the refusal of the earliest operation (by position) that cannot apply.
-fn plan_parts(
-    client: &mut postgres::Client,
-    prepared: &mut Prepared<'_>,
-    parts: &[Part],
+/// The keys of every operation of a commit, as [`READ_ROWS`] takes them: each named by its slot
+/// (part, operation).
+pub(super) struct RowKeys<'a> {
+    tables: Vec<i64>,
+    pks: Vec<&'a [u8]>,
+    rks: Vec<&'a [u8]>,
+    slots: Vec<i32>,
+}
+
+impl<'a> RowKeys<'a> {
+    pub(super) fn of(parts: &[Part<'a>]) -> RowKeys<'a> {
+        let mut keys = RowKeys {
+            tables: Vec::new(),
+            pks: Vec::new(),
+            rks: Vec::new(),
+            slots: Vec::new(),
+        };
+        for (at, part) in parts.iter().enumerate() {
+            for (index, operation) in part.batch.operations.iter().enumerate() {
+                keys.tables.push(part.table.id);
+                keys.pks.push(part.batch.partition_key.as_bytes());
+                keys.rks.push(operation.row_key().as_bytes());
+                keys.slots.push(slot(at, index));
+            }
+        }
+        keys
+    }
+
+    /// [`READ_ROWS`]'s parameters.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 4] {
+        [&self.tables, &self.pks, &self.rks, &self.slots]
+    }
+}
+
+/// The slot of operation `index` of part `at`.
+fn slot(at: usize, index: usize) -> i32 {
+    (at * MAX_TRANSACTION_OPERATIONS + index) as i32
+}
+
+/// Plans each part, stamped one instant, over the rows [`READ_ROWS`] read for them; or the
+/// refusal of the earliest operation (by position) that cannot apply.
+pub(super) fn plan_parts(
+    parts: &[Part<'_>],
+    rows: &[postgres::Row],
     catalogs: &HashMap<i64, IndexCatalog>,
 ) -> Result<Result<Vec<CommitPlan>, Rejection>, StorageError> {
-    let (mut tables, mut pks, mut rks, mut slots) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (at, part) in parts.iter().enumerate() {
-        for (index, operation) in part.batch.operations.iter().enumerate() {
-            tables.push(part.table.id);
-            pks.push(part.batch.partition_key.as_bytes());
-            rks.push(operation.row_key().as_bytes());
-            slots.push((at * MAX_TRANSACTION_OPERATIONS + index) as i32);
-        }
-    }
-    let read_rows = prepared.get(client, READ_ROWS)?;
-    let rows = client.query(&read_rows, &[&tables, &pks, &rks, &slots])?;
     let mut records: HashMap<i32, &[u8]> = HashMap::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         records.insert(row.get(0), row.get(1));
     }
     let now = Ticks::next_commit();
     let (mut plans, mut refused) = (Vec::with_capacity(parts.len()), None);
     for (at, part) in parts.iter().enumerate() {
         let catalog = &catalogs[&part.table.id];
-        let record_of = |index: usize, _: &Operation| {
-            records
-                .get(&((at * MAX_TRANSACTION_OPERATIONS + index) as i32))
-                .copied()
-        };
+        let record_of = |index: usize, _: &Operation| records.get(&slot(at, index)).copied();
         let ops = &part.batch.operations;
         let current = codec::current_entities(ops, record_of, catalog.reads_rows_whole())?;
         let (key, ops) = (&part.batch.partition_key, ops.clone());
@@ -215,14 +274,9 @@ fn plan_parts(
     })
 }
 
-/// Writes and removes the entity rows of every plan: one statement each, whatever the number of
-/// partitions and tables.
-fn write_rows(
-    client: &mut postgres::Client,
-    prepared: &mut Prepared<'_>,
-    parts: &[Part],
-    plans: &[CommitPlan],
-) -> Result<(), StorageError> {
+/// The entity rows every plan writes and those it removes, each as one statement's arrays
+/// ([`WRITE_ROWS`], [`DELETE_ROWS`]), whatever the number of partitions and tables.
+pub(super) fn rows_of<'a>(parts: &[Part<'a>], plans: &'a [CommitPlan]) -> (RowsOf<'a>, RowsOf<'a>) {
     let (mut written, mut removed) = (RowsOf::default(), RowsOf::default());
     for (part, plan) in parts.iter().zip(plans) {
         for change in &plan.changes {
@@ -239,30 +293,23 @@ fn write_rows(
             rows.rks.push(change.row_key.as_bytes());
         }
     }
-    if !written.tables.is_empty() {
-        let write = prepared.get(client, WRITE_ROWS)?;
-        let params: [&(dyn ToSql + Sync); 4] = [
-            &written.tables,
-            &written.pks,
-            &written.rks,
-            &written.records,
-        ];
-        client.execute(&write, &params)?;
-    }
-    if !removed.tables.is_empty() {
-        let delete = prepared.get(client, DELETE_ROWS)?;
-        client.execute(&delete, &[&removed.tables, &removed.pks, &removed.rks])?;
-    }
-    Ok(())
+    (written, removed)
 }
 
 /// Rows of several tables and partitions, as the statements' arrays take them.
 #[derive(Default)]
-struct RowsOf<'a> {
-    tables: Vec<i64>,
+pub(super) struct RowsOf<'a> {
+    pub(super) tables: Vec<i64>,
     pks: Vec<&'a [u8]>,
     rks: Vec<&'a [u8]>,
     records: Vec<Vec<u8>>,
+}
+
+impl RowsOf<'_> {
+    /// [`WRITE_ROWS`]'s parameters; the first three, [`DELETE_ROWS`]'s.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 4] {
+        [&self.tables, &self.pks, &self.rks, &self.records]
+    }
 }
 
 /// Begins a transaction holding every table of `parts` (shared, in id order) and every
@@ -271,7 +318,7 @@ struct RowsOf<'a> {
 /// finds it gone, as does one deleted (the catalogs are of live tables only).
 fn begin_locked(
     client: &mut postgres::Client,
-    parts: &[Part],
+    parts: &[Part<'_>],
 ) -> Result<HashMap<i64, IndexCatalog>, StorageError> {
     let table_ids: BTreeMap<i64, ()> = parts.iter().map(|part| (part.table.id, ())).collect();
     let mut sql = String::from("BEGIN;");

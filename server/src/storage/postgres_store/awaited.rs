@@ -1,5 +1,5 @@
-//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and a commit on one
-//! partition of a table without indexes (`one_trip.rs`, `pipelined.rs`), over connections of their own that the server's runtime drives
+//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and commits on one or
+//! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over connections of their own that the server's runtime drives
 //! (tokio-postgres), so that a request waiting for the database holds no thread. Each call
 //! borrows a connection for itself (a slow statement delays no other call), in the order calls
 //! asked for one; connections are opened when first needed, at most the pool's size, and one the
@@ -19,7 +19,9 @@ use super::table::planned_rows;
 use super::tls::Rustls;
 use super::{named_entity, PostgresStore, GET_NAMED};
 use crate::model::{EntityKey, Operation, TableName};
-use crate::storage::{AwaitedCalls, AwaitedGetVisitor, CommitOutcome, StorageError, StoreFuture};
+use crate::storage::{
+    AwaitedCalls, AwaitedGetVisitor, CommitOutcome, PartitionBatch, StorageError, StoreFuture,
+};
 
 /// A connection of the awaited pool and the statements prepared on it, by their SQL.
 struct Connection {
@@ -242,5 +244,15 @@ impl AwaitedCalls for PostgresStore {
                 .commit_pipelined(&mut connection, partition_key, operations)
                 .await
         })
+    }
+
+    /// Through the tables kept for the batches' names, if each is kept and has no index
+    /// (`pipelined.rs`).
+    fn try_commit_across<'a>(
+        &'a self,
+        batches: &'a [PartitionBatch],
+        operations: usize,
+    ) -> StoreFuture<'a, Option<CommitOutcome>> {
+        Box::pin(self.commit_across_pipelined(batches, operations))
     }
 }

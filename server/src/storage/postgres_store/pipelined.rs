@@ -1,4 +1,5 @@
-//! Commits of any operations on one partition of a table without indexes, over an awaited
+//! Commits of any operations on one partition of a table without indexes, or on several
+//! partitions of such tables ([`PostgresStore::commit_across_pipelined`]), over an awaited
 //! connection in two round trips, holding no thread while the database answers: the first begins
 //! the transaction, takes the table's lock (shared) and the partition's, and reads the rows the
 //! operations act on with whether the table is still live with the catalog the commit is planned
@@ -13,13 +14,17 @@
 //! its connection inside the transaction: that connection is closed, not lent again, and the
 //! database rolls the transaction back.
 
+use std::collections::{BTreeSet, HashMap};
+
+use super::across::{self, in_lock_order, plan_parts, rows_of, table_gone, Part, RowKeys};
 use super::awaited::{Borrowed, Pipelined};
 use super::changes::{numbered_records, WRITE_RECORDS};
 use super::pool::{database_error, is_retryable};
 use super::sql::partition_lock;
 use super::table::{current_entities_of, planned_rows, PostgresTable, DELETE_ROWS, WRITE_ROWS};
+use super::PostgresStore;
 use crate::model::{plan_commit, Operation, Ticks};
-use crate::storage::{CommitOutcome, Committed, StorageError};
+use crate::storage::{CommitOutcome, Committed, IndexCatalog, PartitionBatch, StorageError};
 
 const BEGIN: &str = "BEGIN";
 const LOCK: &str = concat!(
@@ -33,6 +38,16 @@ const LOCK: &str = concat!(
 const READ_ROWS: &str = "SELECT t.live AND t.indexes = $2, e.rk, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $3 AND e.rk = ANY($4)
     WHERE t.id = $1";
+/// The tables' locks (shared), in the order of their ids as given.
+const LOCK_TABLES: &str = concat!(
+    "SELECT pg_advisory_xact_lock_shared(",
+    table_lock_class!(),
+    ", (t % 2147483647)::int4) FROM unnest($1::bigint[]) AS t"
+);
+/// The partitions' locks, in the order of their keys as given.
+const LOCK_PARTITIONS: &str = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k";
+/// The live tables' catalogs, read under their locks.
+const CATALOGS: &str = "SELECT id, indexes FROM trestle_tables WHERE live AND id = ANY($1)";
 const COMMIT: &str = "COMMIT";
 const ROLLBACK: &str = "ROLLBACK";
 
@@ -100,18 +115,128 @@ impl PostgresTable {
             write.push((WRITE_RECORDS, vec![&self.id, &numbers, &records, &at]));
         }
         write.push((COMMIT, Vec::new()));
-        let written = connection.pipeline(&write).await?;
-        // After a failed statement the `COMMIT` rolls back: the transaction has ended if it
-        // answered.
-        connection.in_transaction = written.last().is_none_or(Result::is_err);
-        match first_error(written) {
-            Ok(_) => Ok(Some(Ok(Committed {
+        let outcome = commit_written(connection, &write).await?;
+        Ok(outcome.map(|()| {
+            Ok(Committed {
                 stored: plan.results,
                 ticket: None,
-            }))),
-            Err(error) if database_error(&error).is_some_and(is_retryable) => Ok(None),
-            Err(error) => Err(error),
+            })
+        }))
+    }
+}
+
+impl PostgresStore {
+    /// [`crate::storage::Store::commit_across`] of `batches` (each of its own partition) over an
+    /// awaited connection in two round trips, if every table is one the store knows and has no
+    /// index: all the locks in the blocking path's order, the catalogs and every part's rows,
+    /// then every part's rows written and removed in one statement each, the change records and
+    /// `COMMIT`. `None` (nothing written) if the commit must go the blocking way.
+    pub(super) async fn commit_across_pipelined(
+        &self,
+        batches: &[PartitionBatch],
+        operations: usize,
+    ) -> Result<Option<CommitOutcome>, StorageError> {
+        let mut parts = Vec::with_capacity(batches.len());
+        for batch in batches {
+            match self.known_table(&batch.table) {
+                Some(table) if table.plain_catalog().is_some() => parts.push(Part { table, batch }),
+                _ => return Ok(None),
+            }
         }
+        in_lock_order(&mut parts);
+        let tables: Vec<i64> = parts
+            .iter()
+            .map(|part| part.table.id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut locks: Vec<i64> = parts
+            .iter()
+            .map(|part| partition_lock(part.table.id, &part.batch.partition_key))
+            .collect();
+        locks.dedup();
+        let keys = RowKeys::of(&parts);
+        let mut connection = self.awaited.borrow().await?;
+        let connection = &mut connection;
+        connection.in_transaction = true;
+        let read = connection
+            .pipeline(&[
+                (BEGIN, Vec::new()),
+                (LOCK_TABLES, vec![&tables]),
+                (LOCK_PARTITIONS, vec![&locks]),
+                (CATALOGS, vec![&tables]),
+                (across::READ_ROWS, keys.params().to_vec()),
+            ])
+            .await?;
+        let (catalog_rows, rows) = match first_error(read) {
+            Ok(mut answers) => {
+                let rows = answers.pop().unwrap_or_default();
+                (answers.pop().unwrap_or_default(), rows)
+            }
+            Err(error) => return rolled_back(connection, error).await,
+        };
+        let mut catalogs = HashMap::with_capacity(catalog_rows.len());
+        for row in &catalog_rows {
+            catalogs.insert(row.get::<_, i64>(0), IndexCatalog::decode(row.get(1))?);
+        }
+        let plain = catalogs
+            .values()
+            .all(|c| c.indexes.is_empty() && c.dropped.is_empty());
+        if table_gone(&parts, &catalogs).is_some() || !plain {
+            // A table known here was deleted (its name may be another's now) or took an index:
+            // the blocking path looks the tables up afresh.
+            end(connection, ROLLBACK).await?;
+            return Ok(None);
+        }
+        let plans = match plan_parts(&parts, &rows, &catalogs)? {
+            Ok(plans) => plans,
+            Err(rejection) => {
+                end(connection, ROLLBACK).await?;
+                return Ok(Some(Err(rejection)));
+            }
+        };
+        let (written, removed) = rows_of(&parts, &plans);
+        let mut records = Vec::new();
+        let mut first = 0;
+        for (part, plan) in parts.iter().zip(&plans) {
+            if catalogs[&part.table.id].change_feed.is_some() {
+                let numbered = numbered_records(plan, &part.batch.partition_key, first);
+                first += numbered.0.len() as i32;
+                records.push((part.table.id, numbered, plan.stamped.0));
+            }
+        }
+        let mut write: Vec<Pipelined<'_>> = Vec::new();
+        if !written.tables.is_empty() {
+            write.push((across::WRITE_ROWS, written.params().to_vec()));
+        }
+        if !removed.tables.is_empty() {
+            write.push((across::DELETE_ROWS, removed.params()[..3].to_vec()));
+        }
+        for (table, (numbers, changes), at) in &records {
+            if !changes.is_empty() {
+                write.push((WRITE_RECORDS, vec![table, numbers, changes, at]));
+            }
+        }
+        write.push((COMMIT, Vec::new()));
+        let outcome = commit_written(connection, &write).await?;
+        Ok(outcome.map(|()| Ok(across::committed(&parts, plans, operations))))
+    }
+}
+
+/// Sends a commit's second round trip, `write` (ending in `COMMIT`): `Some` once committed,
+/// `None` (nothing written) if the database asked for the transaction to be run again.
+async fn commit_written(
+    connection: &mut Borrowed<'_>,
+    write: &[Pipelined<'_>],
+) -> Result<Option<()>, StorageError> {
+    let written = connection.pipeline(write).await?;
+    // After a failed statement the `COMMIT` rolls back: the transaction has ended if it
+    // answered.
+    connection.in_transaction = written.last().is_none_or(Result::is_err);
+    match first_error(written) {
+        Ok(_) => Ok(Some(())),
+        Err(error) if database_error(&error).is_some_and(is_retryable) => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
