@@ -213,7 +213,7 @@ impl AwaitedCalls for PostgresStore {
     }
 
     /// Through the table kept for `name`, if there is one (the blocking path keeps it) and its
-    /// catalog as last read has no index: inserts in one round trip ([`OneTripInsert`]), any
+    /// catalog as last read has no index: inserts in one round trip (`one_trip.rs`), any
     /// other commit (or inserts that found a row there) in two (`pipelined.rs`).
     fn try_commit_named<'a>(
         &'a self,
