@@ -1,9 +1,10 @@
 //! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and commits on one or
-//! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over connections of their own that the server's runtime drives
-//! (tokio-postgres), so that a request waiting for the database holds no thread. Each call
-//! borrows a connection for itself (a slow statement delays no other call), in the order calls
-//! asked for one; connections are opened when first needed, at most the pool's size, and one the
-//! database dropped (a restart, a failover) is replaced at its next use.
+//! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over
+//! connections of their own that the server's runtime drives (tokio-postgres), so that a request
+//! waiting for the database holds no thread. Each call borrows a connection for itself (a slow
+//! statement delays no other call), in the order calls asked for one; connections are opened
+//! when first needed, at most the pool's size, and one the database dropped (a restart, a
+//! failover) is replaced at its next use.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
