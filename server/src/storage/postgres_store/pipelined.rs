@@ -7,10 +7,10 @@
 //! and removes the rows, writes the change records if the table keeps a feed, and commits. Each
 //! round trip is a pipeline of statements sent together ([`Borrowed::pipeline`]).
 //!
-//! A refusal rolls back and is the commit's answer. If the table's catalog changed or the table
-//! is gone, or the database asks for the transaction to be run again (a deadlock, which the
+//! A refusal rolls back and is the commit's answer. If a table's catalog changed or a table is
+//! gone, or the database asks for the transaction to be run again (a deadlock, which the
 //! partitions' locks taken in one order leave to engines without advisory locks), nothing is
-//! written and the full path (`table.rs`) decides. A call dropped between its round trips leaves
+//! written and the blocking path (`table.rs`, `across.rs`) decides. A call dropped between its round trips leaves
 //! its connection inside the transaction: that connection is closed, not lent again, and the
 //! database rolls the transaction back.
 
