@@ -11,15 +11,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::engine::{rejection_error, Attempt, Engine, Pending, Waiting};
+use crate::engine::{rejection_error, settled, Attempt, Engine, Pending, Waiting};
 use crate::error::TableError;
 use crate::model::{
     validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
 };
 use crate::query;
-use crate::storage::{
-    CommitOutcome, Committed, EntityView, PartitionBatch, Rejection, StorageError, TableKey,
-};
+use crate::storage::{EntityView, PartitionBatch, Rejection, StorageError, TableKey};
 use crate::transaction::{validate_across, TableOperation};
 
 /// A missing table of a transaction on one partition, named at its first operation.
@@ -30,22 +28,12 @@ fn first_table_not_found(error: TableError) -> TableError {
     }
 }
 
-/// What a commit across partitions answers: what it stored, acknowledged once durable, or its
-/// refusal as the error it is, naming the refused operation (`names` has each one's table and
-/// partition).
-fn settled_across(
-    committed: CommitOutcome,
-    names: &[(String, String)],
-) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
-    match committed {
-        Ok(Committed { stored, ticket }) => Ok(Pending {
-            value: stored,
-            ticket,
-        }),
-        Err(Rejection { index, reason }) => {
-            let (table, partition_key) = &names[index];
-            Err(rejection_error(table, partition_key, reason).at_operation(index))
-        }
+/// The error a refusal of a commit across partitions is, naming the refused operation (`names`
+/// has each one's table and partition).
+fn refusal_across(names: &[(String, String)]) -> impl FnOnce(Rejection) -> TableError + '_ {
+    |Rejection { index, reason }| {
+        let (table, partition_key) = &names[index];
+        rejection_error(table, partition_key, reason).at_operation(index)
     }
 }
 
@@ -137,7 +125,7 @@ impl Engine {
                 Err(batches) => return Ok(Attempt::WouldWait(CrossCommit { batches, names })),
             },
         };
-        settled_across(committed, &names).map(Attempt::Done)
+        settled(committed, refusal_across(&names)).map(Attempt::Done)
     }
 
     /// [`Engine::commit_across`], awaited where the store can commit it so
@@ -163,7 +151,7 @@ impl Engine {
             }));
         }
         match awaited.try_commit_across(&batches, names.len()).await? {
-            Some(committed) => settled_across(committed, &names).map(Attempt::Done),
+            Some(committed) => settled(committed, refusal_across(&names)).map(Attempt::Done),
             None => Ok(Attempt::WouldWait(CrossCommit { batches, names })),
         }
     }

@@ -382,7 +382,8 @@ impl Engine {
             .await?;
         match committed {
             Some(committed) => {
-                settled(table_name, partition_key, committed, in_transaction).map(Attempt::Done)
+                let refused = refusal_error(table_name, partition_key, in_transaction);
+                settled(committed, refused).map(Attempt::Done)
             }
             None => Ok(Attempt::WouldWait(operations)),
         }
@@ -416,7 +417,8 @@ impl Engine {
                 }
             }
         };
-        settled(table_name, partition_key, committed, in_transaction).map(Attempt::Done)
+        let refused = refusal_error(table_name, partition_key, in_transaction);
+        settled(committed, refused).map(Attempt::Done)
     }
 
     /// Reads one entity in place, showing only the `select`ed properties (all when empty), and
@@ -794,25 +796,33 @@ fn lookup_name(name: &str) -> Result<TableName, TableError> {
 }
 
 /// What a commit's `outcome` answers: what it stored, acknowledged once durable, or its refusal
-/// as the error it is (naming the refused operation if `in_transaction`).
-fn settled(
-    table_name: &str,
-    partition_key: &str,
+/// as the error `refused` makes of it.
+pub(crate) fn settled(
     outcome: CommitOutcome,
-    in_transaction: bool,
+    refused: impl FnOnce(Rejection) -> TableError,
 ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
     match outcome {
         Ok(Committed { stored, ticket }) => Ok(Pending {
             value: stored,
             ticket,
         }),
-        Err(Rejection { index, reason }) => {
-            let error = rejection_error(table_name, partition_key, reason);
-            Err(if in_transaction {
-                error.at_operation(index)
-            } else {
-                error
-            })
+        Err(rejection) => Err(refused(rejection)),
+    }
+}
+
+/// The error a refusal of a commit on one partition is, naming the refused operation if
+/// `in_transaction`.
+fn refusal_error<'a>(
+    table_name: &'a str,
+    partition_key: &'a str,
+    in_transaction: bool,
+) -> impl FnOnce(Rejection) -> TableError + 'a {
+    move |Rejection { index, reason }| {
+        let error = rejection_error(table_name, partition_key, reason);
+        if in_transaction {
+            error.at_operation(index)
+        } else {
+            error
         }
     }
 }
