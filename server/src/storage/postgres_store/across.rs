@@ -13,7 +13,7 @@
 //! A read across partitions is one statement: PostgreSQL shows a statement one snapshot, in which
 //! every transaction, this store's commits across partitions included, is whole or absent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use postgres::types::ToSql;
@@ -164,6 +164,19 @@ fn commit_in(
         }
     }
     Ok(Ok(committed(parts, plans, operations)))
+}
+
+/// The ids of the tables of `parts` (ascending, each once) and the keys of their partitions'
+/// locks (each once), in the order they are taken: tables first, then partitions in the order
+/// of `parts` (in lock order).
+pub(super) fn lock_keys(parts: &[Part<'_>]) -> (Vec<i64>, Vec<i64>) {
+    let tables: BTreeSet<i64> = parts.iter().map(|part| part.table.id).collect();
+    let mut locks: Vec<i64> = parts
+        .iter()
+        .map(|part| partition_lock(part.table.id, &part.batch.partition_key))
+        .collect();
+    locks.dedup();
+    (tables.into_iter().collect(), locks)
 }
 
 /// Sorts `parts` into the order their partitions' locks are taken in (by lock key).
@@ -320,20 +333,15 @@ fn begin_locked(
     client: &mut postgres::Client,
     parts: &[Part<'_>],
 ) -> Result<HashMap<i64, IndexCatalog>, StorageError> {
-    let table_ids: BTreeMap<i64, ()> = parts.iter().map(|part| (part.table.id, ())).collect();
+    let (table_ids, locks) = lock_keys(parts);
     let mut sql = String::from("BEGIN;");
-    for id in table_ids.keys() {
+    for id in &table_ids {
         sql += &format!(" SELECT pg_advisory_xact_lock_shared({});", table_lock(*id));
     }
-    let mut locks: Vec<i64> = parts
-        .iter()
-        .map(|part| partition_lock(part.table.id, &part.batch.partition_key))
-        .collect();
-    locks.dedup();
     for lock in locks {
         sql += &format!(" SELECT pg_advisory_xact_lock({lock});");
     }
-    let ids: Vec<String> = table_ids.keys().map(i64::to_string).collect();
+    let ids: Vec<String> = table_ids.iter().map(i64::to_string).collect();
     sql += &format!(
         " SELECT id AS table_id, encode(indexes, 'hex') AS indexes FROM trestle_tables
           WHERE live AND id IN ({})",

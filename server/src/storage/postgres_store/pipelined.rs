@@ -14,16 +14,20 @@
 //! its connection inside the transaction: that connection is closed, not lent again, and the
 //! database rolls the transaction back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use super::across::{self, in_lock_order, plan_parts, rows_of, table_gone, Part, RowKeys};
+use tokio_postgres::Row;
+
+use super::across::{
+    self, in_lock_order, lock_keys, plan_parts, rows_of, table_gone, Part, RowKeys,
+};
 use super::awaited::{Borrowed, Pipelined};
 use super::changes::{numbered_records, WRITE_RECORDS};
 use super::pool::{database_error, is_retryable};
 use super::sql::partition_lock;
 use super::table::{current_entities_of, planned_rows, PostgresTable, DELETE_ROWS, WRITE_ROWS};
 use super::PostgresStore;
-use crate::model::{plan_commit, Operation, Ticks};
+use crate::model::{plan_commit, CommitPlan, Operation, Ticks};
 use crate::storage::{CommitOutcome, Committed, IndexCatalog, PartitionBatch, StorageError};
 
 const BEGIN: &str = "BEGIN";
@@ -144,17 +148,7 @@ impl PostgresStore {
             }
         }
         in_lock_order(&mut parts);
-        let tables: Vec<i64> = parts
-            .iter()
-            .map(|part| part.table.id)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let mut locks: Vec<i64> = parts
-            .iter()
-            .map(|part| partition_lock(part.table.id, &part.batch.partition_key))
-            .collect();
-        locks.dedup();
+        let (tables, locks) = lock_keys(&parts);
         let keys = RowKeys::of(&parts);
         let mut connection = self.awaited.borrow().await?;
         let connection = &mut connection;
@@ -175,10 +169,7 @@ impl PostgresStore {
             }
             Err(error) => return rolled_back(connection, error).await,
         };
-        let mut catalogs = HashMap::with_capacity(catalog_rows.len());
-        for row in &catalog_rows {
-            catalogs.insert(row.get::<_, i64>(0), IndexCatalog::decode(row.get(1))?);
-        }
+        let catalogs = catalogs_of(&catalog_rows)?;
         let plain = catalogs
             .values()
             .all(|c| c.indexes.is_empty() && c.dropped.is_empty());
@@ -196,15 +187,7 @@ impl PostgresStore {
             }
         };
         let (written, removed) = rows_of(&parts, &plans);
-        let mut records = Vec::new();
-        let mut first = 0;
-        for (part, plan) in parts.iter().zip(&plans) {
-            if catalogs[&part.table.id].change_feed.is_some() {
-                let numbered = numbered_records(plan, &part.batch.partition_key, first);
-                first += numbered.0.len() as i32;
-                records.push((part.table.id, numbered, plan.stamped.0));
-            }
-        }
+        let records = feed_records(&parts, &plans, &catalogs);
         let mut write: Vec<Pipelined<'_>> = Vec::new();
         if !written.tables.is_empty() {
             write.push((across::WRITE_ROWS, written.params().to_vec()));
@@ -212,15 +195,62 @@ impl PostgresStore {
         if !removed.tables.is_empty() {
             write.push((across::DELETE_ROWS, removed.params()[..3].to_vec()));
         }
-        for (table, (numbers, changes), at) in &records {
-            if !changes.is_empty() {
-                write.push((WRITE_RECORDS, vec![table, numbers, changes, at]));
+        for part in &records {
+            if !part.records.is_empty() {
+                let PartRecords {
+                    table,
+                    numbers,
+                    records,
+                    at,
+                } = part;
+                write.push((WRITE_RECORDS, vec![table, numbers, records, at]));
             }
         }
         write.push((COMMIT, Vec::new()));
         let outcome = commit_written(connection, &write).await?;
         Ok(outcome.map(|()| Ok(across::committed(&parts, plans, operations))))
     }
+}
+
+/// The live tables' catalogs, by id, from the rows of [`CATALOGS`].
+fn catalogs_of(rows: &[Row]) -> Result<HashMap<i64, IndexCatalog>, StorageError> {
+    let mut catalogs = HashMap::with_capacity(rows.len());
+    for row in rows {
+        catalogs.insert(row.get::<_, i64>(0), IndexCatalog::decode(row.get(1))?);
+    }
+    Ok(catalogs)
+}
+
+/// One part's change records: [`WRITE_RECORDS`]'s parameters.
+struct PartRecords {
+    table: i64,
+    numbers: Vec<i32>,
+    records: Vec<Vec<u8>>,
+    at: i64,
+}
+
+/// The change records of the parts whose tables keep a feed, numbered through the whole
+/// transaction.
+fn feed_records(
+    parts: &[Part<'_>],
+    plans: &[CommitPlan],
+    catalogs: &HashMap<i64, IndexCatalog>,
+) -> Vec<PartRecords> {
+    let mut records = Vec::new();
+    let mut first = 0;
+    for (part, plan) in parts.iter().zip(plans) {
+        if catalogs[&part.table.id].change_feed.is_some() {
+            let (numbers, part_records) = numbered_records(plan, &part.batch.partition_key, first);
+            first += numbers.len() as i32;
+            records.push(PartRecords {
+                table: part.table.id,
+                numbers,
+                records: part_records,
+                at: plan.stamped.0,
+            });
+        }
+    }
+    records
 }
 
 /// Sends a commit's second round trip, `write` (ending in `COMMIT`): `Some` once committed,
