@@ -320,11 +320,11 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
     );
 }
 
-/// Point reads and commits to tables without indexes are served awaited, over connections of
-/// their own: with the server's one blocking connection held by a merge into a table with an
-/// index (which commits go the blocking way) that waits for a row another session has locked,
-/// reads, inserts and merges of another table still answer; the merge finishes once the row is
-/// free.
+/// Point reads, reads of many keys and commits to tables without indexes are served awaited,
+/// over connections of their own: with the server's one blocking connection held by a merge into
+/// a table with an index (which commits go the blocking way) that waits for a row another session
+/// has locked, reads (of either table), inserts and merges of another table still answer; the
+/// merge finishes once the row is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
     let Some((cluster, url)) = cluster_with_database("awaited").await else {
@@ -397,6 +397,37 @@ async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
                 .await
                 .unwrap();
         }
+        let key = |table: &str, pk: &str, rk: &str| pb::EntityRef {
+            table: table.into(),
+            partition_key: pk.into(),
+            row_key: rk.into(),
+        };
+        let keys = vec![
+            key("free", "free", "007"),
+            key("Held", "held", "r"),
+            key("Free", "free", "missing"),
+        ];
+        let many = client
+            .get_entities(pb::GetEntitiesRequest {
+                keys,
+                select: vec![],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .entities;
+        let found: Vec<bool> = many.iter().map(|f| f.entity.is_some()).collect();
+        assert_eq!(found, [true, true, false]);
+        let unknown = vec![key("Free", "free", "007"), key("Nowhere", "a", "b")];
+        let refused = client
+            .get_entities(pb::GetEntitiesRequest {
+                keys: unknown,
+                select: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+        assert_eq!(common::operation_index(&refused), Some(1));
         client
             .get_entity(get_request("Held", "held", "r"))
             .await

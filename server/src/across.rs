@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::engine::{rejection_error, settled, Attempt, Engine, Pending, Waiting};
+use crate::engine::{lookup_name, rejection_error, settled, Attempt, Engine, Pending, Waiting};
 use crate::error::TableError;
 use crate::model::{
     validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
@@ -168,29 +168,23 @@ impl Engine {
         waiting: Waiting,
     ) -> Result<Attempt<Vec<Option<R>>, Vec<TableEntityKey>>, TableError> {
         query::validate_selection(select)?;
-        let keys = self.checked_keys(keys)?;
-        let now = Ticks::now();
-        // Each distinct table's rule, looked up once.
-        let mut rules: BTreeMap<&str, Option<TimeToLive>> = BTreeMap::new();
-        let mut ttls = Vec::with_capacity(keys.len());
-        for key in &keys {
-            let folded = key.table.folded();
-            let ttl = match rules.get(folded) {
-                Some(ttl) => *ttl,
-                None => *rules
-                    .entry(folded)
-                    .or_insert(self.table(key.table.as_str())?.time_to_live()),
-            };
-            ttls.push(ttl);
-        }
-        let mut values: Vec<Option<R>> = keys.iter().map(|_| None).collect();
-        let mut found = |position: usize, entity: EntityView<'_>| {
-            // An expired entity reads as missing (until the server removes it).
-            if !entity.expired(ttls[position], now)? {
-                values[position] = Some(read(&entity.selecting(select))?);
+        // Each distinct table looked up once: its name as created, and its time to live.
+        let mut rules: BTreeMap<String, (TableName, Option<TimeToLive>)> = BTreeMap::new();
+        let keys = checked_keys(&keys, |table| {
+            let folded = table.to_ascii_lowercase();
+            if let Some((name, _)) = rules.get(&folded) {
+                return Ok(name.clone());
             }
-            Ok(())
-        };
+            let found = self.table(table)?;
+            let name = found.name().clone();
+            rules.insert(folded, (name.clone(), found.time_to_live()));
+            Ok(name)
+        })?;
+        let ttls: Vec<Option<TimeToLive>> =
+            keys.iter().map(|key| rules[key.table.folded()].1).collect();
+        let mut many = ManyRead::new(keys.len(), select, read);
+        let mut found =
+            |position: usize, entity: EntityView<'_>| many.take(position, ttls[position], entity);
         let read_all = match waiting {
             Waiting::Allowed => {
                 self.store().get_many(&keys, &mut found)?;
@@ -208,41 +202,105 @@ impl Engine {
                 .collect();
             return Ok(Attempt::WouldWait(given_back));
         }
-        Ok(Attempt::Done(values))
+        Ok(Attempt::Done(many.values))
     }
 
-    /// `keys` checked: 1 to 100, valid, each entity once, of tables that exist.
-    fn checked_keys(&self, keys: Vec<TableEntityKey>) -> Result<Vec<TableKey>, TableError> {
-        if keys.is_empty() {
-            return Err(TableError::NoKeys);
-        }
-        if keys.len() > MAX_READ_KEYS {
-            return Err(TableError::TooManyKeys { count: keys.len() }.at_operation(MAX_READ_KEYS));
-        }
-        let mut tables: BTreeMap<String, TableName> = BTreeMap::new();
-        let mut seen = HashSet::with_capacity(keys.len());
-        let mut checked = Vec::with_capacity(keys.len());
-        for (index, TableEntityKey { table, key }) in keys.into_iter().enumerate() {
-            let at = |error: TableError| error.at_operation(index);
-            validate_key(KeyKind::Partition, &key.partition_key).map_err(|e| at(e.into()))?;
-            validate_key(KeyKind::Row, &key.row_key).map_err(|e| at(e.into()))?;
-            let folded = table.to_ascii_lowercase();
-            let name = match tables.get(&folded) {
-                Some(name) => name.clone(),
-                None => {
-                    let name = self.table(&table).map_err(at)?.name().clone();
-                    tables.entry(folded).or_insert(name).clone()
-                }
-            };
-            if !seen.insert((name.folded().to_owned(), key.clone())) {
-                return Err(at(TableError::DuplicateEntity {
-                    table,
-                    partition_key: key.partition_key,
-                    row_key: key.row_key,
-                }));
+    /// [`Engine::get_many`], awaited where the store serves such reads so
+    /// ([`crate::storage::Store::awaited`]), the tables looked up with the entities; elsewhere,
+    /// or if a key is invalid (the blocking way names the first fault in key order), the keys
+    /// are given back.
+    pub async fn get_many_awaited<R: Send>(
+        &self,
+        keys: Vec<TableEntityKey>,
+        select: &[String],
+        read: impl Fn(&EntityView<'_>) -> Result<R, StorageError> + Send,
+    ) -> Result<Attempt<Vec<Option<R>>, Vec<TableEntityKey>>, TableError> {
+        let Some(awaited) = self.store().awaited() else {
+            return Ok(Attempt::WouldWait(keys));
+        };
+        query::validate_selection(select)?;
+        let Ok(checked) = checked_keys(&keys, lookup_name) else {
+            return Ok(Attempt::WouldWait(keys));
+        };
+        let mut many = ManyRead::new(checked.len(), select, read);
+        let mut found = |position: usize, ttl: Option<TimeToLive>, entity: EntityView<'_>| {
+            many.take(position, ttl, entity)
+        };
+        match awaited.get_many_named(&checked, &mut found).await? {
+            None => Ok(Attempt::Done(many.values)),
+            Some(missing) => {
+                let table = keys[missing].table.clone();
+                Err(TableError::TableNotFound(table).at_operation(missing))
             }
-            checked.push(TableKey { table: name, key });
         }
-        Ok(checked)
+    }
+}
+
+/// `keys` checked, in order: 1 to 100, valid, each entity once, of the tables `table` names
+/// (an error of its is the key's).
+fn checked_keys(
+    keys: &[TableEntityKey],
+    mut table: impl FnMut(&str) -> Result<TableName, TableError>,
+) -> Result<Vec<TableKey>, TableError> {
+    if keys.is_empty() {
+        return Err(TableError::NoKeys);
+    }
+    if keys.len() > MAX_READ_KEYS {
+        return Err(TableError::TooManyKeys { count: keys.len() }.at_operation(MAX_READ_KEYS));
+    }
+    let mut seen = HashSet::with_capacity(keys.len());
+    let mut checked = Vec::with_capacity(keys.len());
+    for (index, TableEntityKey { table: named, key }) in keys.iter().enumerate() {
+        let at = |error: TableError| error.at_operation(index);
+        validate_key(KeyKind::Partition, &key.partition_key).map_err(|e| at(e.into()))?;
+        validate_key(KeyKind::Row, &key.row_key).map_err(|e| at(e.into()))?;
+        let name = table(named).map_err(at)?;
+        if !seen.insert((name.folded().to_owned(), key.clone())) {
+            return Err(at(TableError::DuplicateEntity {
+                table: named.clone(),
+                partition_key: key.partition_key.clone(),
+                row_key: key.row_key.clone(),
+            }));
+        }
+        checked.push(TableKey {
+            table: name,
+            key: key.clone(),
+        });
+    }
+    Ok(checked)
+}
+
+/// What a read of many keys made of the entities found, by position: an expired entity reads
+/// as missing (until the server removes it), and `read` is shown only the `select`ed properties.
+struct ManyRead<'s, F, R> {
+    values: Vec<Option<R>>,
+    select: &'s [String],
+    read: F,
+    now: Ticks,
+}
+
+impl<'s, F, R> ManyRead<'s, F, R>
+where
+    F: Fn(&EntityView<'_>) -> Result<R, StorageError>,
+{
+    fn new(keys: usize, select: &'s [String], read: F) -> Self {
+        ManyRead {
+            values: (0..keys).map(|_| None).collect(),
+            select,
+            read,
+            now: Ticks::now(),
+        }
+    }
+
+    fn take(
+        &mut self,
+        position: usize,
+        ttl: Option<TimeToLive>,
+        entity: EntityView<'_>,
+    ) -> Result<(), StorageError> {
+        if !entity.expired(ttl, self.now)? {
+            self.values[position] = Some((self.read)(&entity.selecting(self.select))?);
+        }
+        Ok(())
     }
 }

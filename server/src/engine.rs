@@ -791,7 +791,7 @@ where
 }
 
 /// A table name used to look a table up: one that could never have been created does not exist.
-fn lookup_name(name: &str) -> Result<TableName, TableError> {
+pub(crate) fn lookup_name(name: &str) -> Result<TableName, TableError> {
     TableName::parse(name).map_err(|_| TableError::TableNotFound(name.to_owned()))
 }
 

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 
-use crate::across::CrossCommit;
+use crate::across::{CrossCommit, TableEntityKey};
 use crate::engine::{Attempt, Engine, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, Operation, StoredEntity};
@@ -131,6 +131,31 @@ impl Executor {
                 engine.get_awaited(&table, &key, &select, read).await
             },
             move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
+        )
+        .await
+    }
+
+    /// Reads many keys at one instant ([`Engine::get_many`]): awaited where the store serves such
+    /// reads so, else in short mode.
+    pub async fn get_many<R, F>(
+        &self,
+        keys: Vec<TableEntityKey>,
+        select: Vec<String>,
+        read: F,
+    ) -> Result<Vec<Option<R>>, WorkError>
+    where
+        R: Send + 'static,
+        F: Fn(&EntityView<'_>) -> Result<R, StorageError> + Send + Sync + Clone + 'static,
+    {
+        let (awaited_select, awaited_read) = (select.clone(), read.clone());
+        self.awaited_or_short(
+            keys,
+            move |engine, keys| async move {
+                engine
+                    .get_many_awaited(keys, &awaited_select, awaited_read)
+                    .await
+            },
+            move |engine, keys, waiting| engine.get_many(keys, &select, &read, waiting),
         )
         .await
     }

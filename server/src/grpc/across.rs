@@ -41,7 +41,7 @@ impl TableApi {
         }))
     }
 
-    /// `GetEntities`: every key authorized, read at one instant on the blocking pool.
+    /// `GetEntities`: every key authorized, read at one instant.
     pub(super) async fn read_many(
         &self,
         request: Request<pb::GetEntitiesRequest>,
@@ -69,9 +69,7 @@ impl TableApi {
         let select = req.select;
         let entities = self
             .executor
-            .short(keys, move |engine, keys, waiting| {
-                engine.get_many(keys, &select, wire::entity_message, waiting)
-            })
+            .get_many(keys, select, wire::entity_message)
             .await?;
         Ok(Response::new(GetEntitiesReply { entities }))
     }

@@ -8,8 +8,7 @@ use tonic::Status;
 use super::status;
 use super::stream::{ChunkFuture, STREAM_BATCH_BYTES};
 use super::wire::EntityEncoder;
-use crate::across::CrossCommit;
-use crate::engine::{Attempt, Waiting};
+use crate::across::{CrossCommit, TableEntityKey};
 use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
 use crate::error::TableError;
 use crate::executor::{self, WorkError};
@@ -31,16 +30,6 @@ impl Executor {
         self.0.admit().map_err(to_status)
     }
 
-    /// Short mode ([`executor::Executor::short`]).
-    pub(crate) async fn short<T, I, F>(&self, input: I, op: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        I: Send + 'static,
-        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
-    {
-        self.0.short(input, op).await.map_err(to_status)
-    }
-
     /// A point read ([`executor::Executor::get`]).
     pub(crate) async fn get<R, F>(
         &self,
@@ -54,6 +43,21 @@ impl Executor {
         F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send + 'static,
     {
         let read = self.0.get(table, key, select, read);
+        read.await.map_err(to_status)
+    }
+
+    /// A read of many keys at one instant ([`executor::Executor::get_many`]).
+    pub(crate) async fn get_many<R, F>(
+        &self,
+        keys: Vec<TableEntityKey>,
+        select: Vec<String>,
+        read: F,
+    ) -> Result<Vec<Option<R>>, Status>
+    where
+        R: Send + 'static,
+        F: Fn(&EntityView<'_>) -> Result<R, StorageError> + Send + Sync + Clone + 'static,
+    {
+        let read = self.0.get_many(keys, select, read);
         read.await.map_err(to_status)
     }
 

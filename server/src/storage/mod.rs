@@ -408,6 +408,11 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StorageError
 pub type AwaitedGetVisitor<'a> =
     dyn FnMut(Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
 
+/// Sees each entity an awaited read across partitions finds ([`AwaitedCalls::get_many_named`]):
+/// its position among the keys asked, its table's time to live as it stands, and the entity.
+pub type AwaitedFoundVisitor<'a> =
+    dyn FnMut(usize, Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
+
 /// The calls a store over the network serves awaited ([`Store::awaited`]): those most requests
 /// are made of, a point read and a commit (on one partition or across several). While the database answers,
 /// the request holds no thread (the blocking pool's threads are for the rest).
@@ -429,6 +434,15 @@ pub trait AwaitedCalls: Send + Sync {
         partition_key: &'a str,
         operations: &'a [Operation],
     ) -> StoreFuture<'a, Option<CommitOutcome>>;
+
+    /// [`Store::get_many`] of `keys`, awaited, the tables looked up by name at the same instant
+    /// as the entities: `Some` position of the first key whose table does not exist (then
+    /// `found` is shown nothing), else `None` once `found` has seen every entity there is.
+    fn get_many_named<'a>(
+        &'a self,
+        keys: &'a [TableKey],
+        found: &'a mut AwaitedFoundVisitor<'_>,
+    ) -> StoreFuture<'a, Option<usize>>;
 
     /// [`Store::commit_across`] of `batches`, awaited, if the store can commit them so: what
     /// they stored or the operation refused, or `None` (nothing written) if the commit must go

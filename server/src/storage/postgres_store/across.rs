@@ -17,6 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use postgres::types::ToSql;
+use postgres::Row;
 
 use super::changes;
 use super::pool::{retrying, Prepared};
@@ -40,11 +41,12 @@ pub(super) const WRITE_ROWS: &str = "INSERT INTO trestle_entities (table_id, pk,
 pub(super) const DELETE_ROWS: &str = "DELETE FROM trestle_entities
     WHERE (table_id, pk, rk) IN (SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]))";
 
-/// One statement reads every key: each with its position, of a live table.
-const GET_MANY: &str = "SELECT k.i, e.record
+/// One statement reads every key (so all at one instant), a row for each: its position, its live
+/// table's catalog (`NULL`: no live table of that name) and its entity's record (`NULL`: none).
+pub(super) const GET_MANY: &str = "SELECT k.i, t.indexes, e.record
     FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::int4[]) AS k(folded, pk, rk, i)
-    JOIN trestle_tables t ON t.folded = k.folded AND t.live
-    JOIN trestle_entities e ON e.table_id = t.id AND e.pk = k.pk AND e.rk = k.rk";
+    LEFT JOIN trestle_tables t ON t.folded = k.folded AND t.live
+    LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = k.pk AND e.rk = k.rk";
 
 /// One partition's part of a commit: its table, and the batch.
 pub(super) struct Part<'a> {
@@ -87,34 +89,78 @@ impl PostgresStore {
         })
     }
 
-    /// [`crate::storage::Store::get_many`].
+    /// [`crate::storage::Store::get_many`]: one statement.
     pub(super) fn read_across(
         &self,
         keys: &[TableKey],
         found: &mut FoundVisitor<'_>,
     ) -> Result<(), StorageError> {
-        let folded: Vec<&str> = keys.iter().map(|key| key.table.folded()).collect();
-        let pks: Vec<&[u8]> = keys
-            .iter()
-            .map(|k| k.key.partition_key.as_bytes())
-            .collect();
-        let rks: Vec<&[u8]> = keys.iter().map(|k| k.key.row_key.as_bytes()).collect();
-        let positions: Vec<i32> = (0..keys.len() as i32).collect();
-        let rows = self
-            .pool
-            .query(GET_MANY, &[&folded, &pks, &rks, &positions])?;
-        for row in rows {
-            let position = usize::try_from(row.get::<_, i32>(0))
-                .ok()
-                .filter(|&position| position < keys.len())
-                .ok_or_else(|| StorageError::Corrupt("a read returned an unasked key".into()))?;
-            let key = &keys[position].key;
-            found(
-                position,
-                EntityView::parse(&key.partition_key, &key.row_key, row.get(1))?,
-            )?;
+        let asked = ManyKeys::of(keys);
+        let rows = self.pool.query(GET_MANY, &asked.params())?;
+        for row in &rows {
+            let ManyRow {
+                position, record, ..
+            } = ManyRow::of(row, keys.len())?;
+            if let Some(record) = record {
+                let key = &keys[position].key;
+                found(
+                    position,
+                    EntityView::parse(&key.partition_key, &key.row_key, record)?,
+                )?;
+            }
         }
         Ok(())
+    }
+}
+
+/// [`GET_MANY`]'s parameters for some keys.
+pub(super) struct ManyKeys<'a> {
+    folded: Vec<&'a str>,
+    pks: Vec<&'a [u8]>,
+    rks: Vec<&'a [u8]>,
+    positions: Vec<i32>,
+}
+
+impl<'a> ManyKeys<'a> {
+    pub(super) fn of(keys: &'a [TableKey]) -> ManyKeys<'a> {
+        ManyKeys {
+            folded: keys.iter().map(|key| key.table.folded()).collect(),
+            pks: keys
+                .iter()
+                .map(|k| k.key.partition_key.as_bytes())
+                .collect(),
+            rks: keys.iter().map(|k| k.key.row_key.as_bytes()).collect(),
+            positions: (0..keys.len() as i32).collect(),
+        }
+    }
+
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 4] {
+        [&self.folded, &self.pks, &self.rks, &self.positions]
+    }
+}
+
+/// A row of [`GET_MANY`].
+pub(super) struct ManyRow<'r> {
+    /// The key's position among those asked.
+    pub(super) position: usize,
+    /// Its live table's stored catalog; `None` if there is no live table of that name.
+    pub(super) catalog: Option<&'r [u8]>,
+    /// Its entity's record; `None` if there is none.
+    pub(super) record: Option<&'r [u8]>,
+}
+
+impl<'r> ManyRow<'r> {
+    /// `row`, of a read of `asked` keys.
+    pub(super) fn of(row: &'r Row, asked: usize) -> Result<ManyRow<'r>, StorageError> {
+        let position = usize::try_from(row.get::<_, i32>(0))
+            .ok()
+            .filter(|&position| position < asked)
+            .ok_or_else(|| StorageError::Corrupt("a read returned an unasked key".into()))?;
+        Ok(ManyRow {
+            position,
+            catalog: row.get(1),
+            record: row.get(2),
+        })
     }
 }
 

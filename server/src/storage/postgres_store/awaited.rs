@@ -1,4 +1,5 @@
-//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, and commits on one or
+//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, a read of many keys
+//! across tables, and commits on one or
 //! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over
 //! connections of their own that the server's runtime drives (tokio-postgres), so that a request
 //! waiting for the database holds no thread. Each call borrows a connection for itself (a slow
@@ -15,13 +16,15 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
+use super::across::{ManyKeys, ManyRow, GET_MANY};
 use super::one_trip::{OneTrip, INSERT_ROWS};
 use super::table::planned_rows;
 use super::tls::Rustls;
 use super::{named_entity, PostgresStore, GET_NAMED};
-use crate::model::{EntityKey, Operation, TableName};
+use crate::model::{EntityKey, Operation, TableName, TimeToLive};
 use crate::storage::{
-    AwaitedCalls, AwaitedGetVisitor, CommitOutcome, PartitionBatch, StorageError, StoreFuture,
+    AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, CommitOutcome, EntityView, IndexCatalog,
+    PartitionBatch, StorageError, StoreFuture, TableKey,
 };
 
 /// A connection of the awaited pool and the statements prepared on it, by their SQL.
@@ -244,6 +247,46 @@ impl AwaitedCalls for PostgresStore {
             table
                 .commit_pipelined(&mut connection, partition_key, operations)
                 .await
+        })
+    }
+
+    /// One statement, as [`crate::storage::Store::get_many`], which also reads the tables'
+    /// catalogs.
+    fn get_many_named<'a>(
+        &'a self,
+        keys: &'a [TableKey],
+        found: &'a mut AwaitedFoundVisitor<'_>,
+    ) -> StoreFuture<'a, Option<usize>> {
+        Box::pin(async move {
+            let asked = ManyKeys::of(keys);
+            let rows = self.awaited.query(GET_MANY, &asked.params()).await?;
+            let rows = rows
+                .iter()
+                .map(|row| ManyRow::of(row, keys.len()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let missing = rows.iter().filter(|row| row.catalog.is_none());
+            if let Some(first) = missing.map(|row| row.position).min() {
+                return Ok(Some(first));
+            }
+            // Each distinct catalog decoded once (the keys of a read are of few tables).
+            let mut rules: Vec<(&[u8], Option<TimeToLive>)> = Vec::new();
+            for row in rows {
+                let (Some(catalog), Some(record)) = (row.catalog, row.record) else {
+                    continue;
+                };
+                let ttl = match rules.iter().find(|(stored, _)| *stored == catalog) {
+                    Some((_, ttl)) => *ttl,
+                    None => {
+                        let ttl = IndexCatalog::decode(catalog)?.time_to_live;
+                        rules.push((catalog, ttl));
+                        ttl
+                    }
+                };
+                let key = &keys[row.position].key;
+                let entity = EntityView::parse(&key.partition_key, &key.row_key, record)?;
+                found(row.position, ttl, entity)?;
+            }
+            Ok(None)
         })
     }
 
