@@ -320,11 +320,11 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
     );
 }
 
-/// Point reads, reads of many keys and commits to tables without indexes are served awaited,
-/// over connections of their own: with the server's one blocking connection held by a merge into
-/// a table with an index (which commits go the blocking way) that waits for a row another session
-/// has locked, reads (of either table), inserts and merges of another table still answer; the
-/// merge finishes once the row is free.
+/// Point reads, reads of many keys, pages of queries and commits to tables without indexes are
+/// served awaited, over connections of their own: with the server's one blocking connection held
+/// by a merge into a table with an index (which commits go the blocking way) that waits for a row
+/// another session has locked, reads (of either table), inserts and merges of another table still
+/// answer; the merge finishes once the row is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
     let Some((cluster, url)) = cluster_with_database("awaited").await else {
@@ -418,6 +418,23 @@ async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
             .entities;
         let found: Vec<bool> = many.iter().map(|f| f.entity.is_some()).collect();
         assert_eq!(found, [true, true, false]);
+        let page = |table: &str, partition_key: &str| pb::QueryEntitiesRequest {
+            table: table.into(),
+            partition_key: Some(partition_key.into()),
+            page_size: 15,
+            ..Default::default()
+        };
+        let first = client.query_entities(page("Free", "free")).await.unwrap();
+        let first = first.into_inner();
+        let rest = pb::QueryEntitiesRequest {
+            continuation_token: first.continuation_token.clone(),
+            ..page("Free", "free")
+        };
+        let rest = client.query_entities(rest).await.unwrap().into_inner();
+        assert_eq!((first.entities.len(), rest.entities.len()), (15, 5));
+        assert!(rest.continuation_token.is_empty());
+        let held_page = client.query_entities(page("held", "held")).await.unwrap();
+        assert_eq!(held_page.into_inner().entities.len(), 1);
         let unknown = vec![key("Free", "free", "007"), key("Nowhere", "a", "b")];
         let refused = client
             .get_entities(pb::GetEntitiesRequest {

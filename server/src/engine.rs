@@ -8,12 +8,13 @@ use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
     StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
 };
-use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
+use crate::query::{self, CheckedQuery, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::Scan;
 use crate::storage::{
-    self, build_in_background, CommitOutcome, Committed, CreateRefusal, DurableListener,
-    EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection, SnapshotSink,
-    StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TendedTable, Ticket,
+    self, build_in_background, AwaitedSnapshot, CommitOutcome, Committed, CreateRefusal,
+    DurableListener, EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection,
+    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TendedTable,
+    Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -508,6 +509,57 @@ impl Engine {
             plan: scan.plan_name(),
             examined: chunk.examined,
         })
+    }
+
+    /// [`Engine::query`], awaited where the store serves pages of queries by key so
+    /// ([`crate::storage::Store::awaited`]); elsewhere, and for a query through an index, `spec`
+    /// is given back (`sink` has taken nothing).
+    pub async fn query_awaited(
+        &self,
+        table: &str,
+        spec: QuerySpec,
+        continuation: &str,
+        sink: &mut (dyn MatchSink + Send),
+    ) -> Result<Attempt<PageInfo, QuerySpec>, TableError> {
+        let awaited = match self.store.awaited() {
+            Some(awaited) if spec.index.is_empty() => awaited,
+            _ => return Ok(Attempt::WouldWait(spec)),
+        };
+        let query = spec.validate()?;
+        let name = lookup_name(table)?;
+        let mut snapshot = awaited
+            .read_snapshot(&name)
+            .await?
+            .ok_or_else(|| TableError::TableNotFound(name.to_string()))?;
+        let page = self
+            .page_in(snapshot.as_mut(), query, continuation, sink)
+            .await;
+        snapshot.end().await?;
+        page
+    }
+
+    /// One page of `query` read in `snapshot`.
+    async fn page_in(
+        &self,
+        snapshot: &mut dyn AwaitedSnapshot,
+        query: CheckedQuery,
+        continuation: &str,
+        sink: &mut (dyn MatchSink + Send),
+    ) -> Result<Attempt<PageInfo, QuerySpec>, TableError> {
+        let scan = Scan::prepare(snapshot.table(), query, continuation, &self.seal)?;
+        let Some(ranges) = scan.key_ranges() else {
+            return Ok(Attempt::WouldWait(scan.into_spec()));
+        };
+        let chunk = scan
+            .read_awaited(ranges, snapshot, PAGE_BYTE_BUDGET, &mut |entity| {
+                sink.take(entity)
+            })
+            .await?;
+        Ok(Attempt::Done(PageInfo {
+            continuation_token: chunk.resume_at.map(|key| scan.token(key)),
+            plan: scan.plan_name(),
+            examined: chunk.examined,
+        }))
     }
 
     /// Plans a streamed query and positions it at `continuation`, ready to be read a chunk at a

@@ -6,10 +6,12 @@
 //!   for a lock, sparing two thread hand-offs that cost more than the work; when it would wait (a
 //!   commit or scan holds the partition), or the store is remote, it is handed to the blocking
 //!   pool instead. A runtime worker is never parked behind a lock. A remote store may serve the
-//!   commonest short work awaited instead (point reads, commits of inserts: [`Executor::get`],
-//!   [`Executor::write`], [`Executor::transact`]), holding no thread while its database answers.
+//!   commonest short work awaited instead (point reads, reads of many keys, commits:
+//!   [`Executor::get`], [`Executor::get_many`], [`Executor::write`], [`Executor::transact`]),
+//!   holding no thread while its database answers.
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
-//!   a flush): on the blocking pool; the task runs to completion even if the client goes away.
+//!   a flush): on the blocking pool; the task runs to completion even if the client goes away. A
+//!   remote store may serve a page of a query awaited ([`Executor::query`]), also to its end.
 //!
 //! Every request, of either protocol, first takes one of `--max-in-flight` permits
 //! ([`Executor::admit`]); past them it is turned away as busy.
@@ -26,9 +28,10 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use crate::across::{CrossCommit, TableEntityKey};
-use crate::engine::{Attempt, Engine, Pending, Waiting};
+use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, Waiting};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, Operation, StoredEntity};
+use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Ticket};
 
 /// Why storage work gave no value.
@@ -157,6 +160,44 @@ impl Executor {
             },
             move |engine, keys, waiting| engine.get_many(keys, &select, &read, waiting),
         )
+        .await
+    }
+
+    /// Reads one page of a query into `sink` ([`Engine::query`]): awaited where the store serves
+    /// such pages so, else in blocking mode. Either way it runs to its end, even if the client
+    /// goes away (an awaited page holds a transaction open on a connection until then).
+    pub async fn query<S>(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+        sink: S,
+    ) -> Result<(PageInfo, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let (spec, mut sink) = if self.engine.serves_awaited() {
+            let engine = self.engine.clone();
+            let (table, continuation) = (table.clone(), continuation.clone());
+            let page = tokio::spawn(async move {
+                let mut sink = sink;
+                let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
+                Ok(match page.await? {
+                    Attempt::Done(page) => Attempt::Done((page, sink)),
+                    Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
+                })
+            });
+            match finish(page.await.map_err(drop))? {
+                Attempt::Done(answer) => return Ok(answer),
+                Attempt::WouldWait(given_back) => given_back,
+            }
+        } else {
+            (spec, sink)
+        };
+        self.blocking(move |engine| {
+            let page = engine.query(&table, spec, &continuation, &mut sink)?;
+            Ok((page, sink))
+        })
         .await
     }
 

@@ -13,7 +13,7 @@ use crate::query::{
     index_range, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec, Record,
     ResumeAt, ScanPlan, TokenSeal,
 };
-use crate::storage::{EntityView, StorageError, Table, Visit};
+use crate::storage::{AwaitedSnapshot, EntityView, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
@@ -203,6 +203,11 @@ impl Scan {
         .encode(&self.seal)
     }
 
+    /// Whether the request's deadline has passed at `now`.
+    fn past_deadline(&self, now: Instant) -> bool {
+        self.spec.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
     /// Reads one chunk: up to `page_size` matches, `byte_budget` bytes of output (as `on_match`
     /// counts them), [`MAX_EXAMINED_PER_CHUNK`] entities examined
     /// ([`MAX_EXAMINED_IN_ONE_PARTITION`] in any one partition) and [`CHUNK_TIME_BUDGET`] of time,
@@ -213,57 +218,8 @@ impl Scan {
         byte_budget: usize,
         on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError>,
     ) -> Result<Chunk, TableError> {
-        let started = Instant::now();
-        let deadline = self.spec.deadline;
-        let past_deadline = |now: Instant| deadline.is_some_and(|deadline| now >= deadline);
-        if past_deadline(started) {
-            return Err(TableError::DeadlineExceeded);
-        }
-        let mut timed_out = false;
-        let (mut matches, mut examined, mut bytes) = (0usize, 0usize, 0usize);
-        let (mut partition, mut examined_in_partition) = (String::new(), 0usize);
-        let limit = self.spec.page_size as usize;
-        let filter = self.filter.as_ref();
-        // An index query's range may span partitions the request's partition_key excludes.
-        let partition_only = self.spec.partition_key.as_deref();
-        let now = Ticks::now();
-        let mut visitor = |entity: &EntityView<'_>| {
-            let mut over_time = false;
-            if examined % 256 == 255 {
-                let now = Instant::now();
-                timed_out = past_deadline(now);
-                over_time = timed_out || now - started > CHUNK_TIME_BUDGET;
-            }
-            if entity.partition_key != partition {
-                partition.clear();
-                partition.push_str(entity.partition_key);
-                examined_in_partition = 0;
-            }
-            if matches >= limit
-                || bytes >= byte_budget
-                || examined >= MAX_EXAMINED_PER_CHUNK
-                || examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
-                || over_time
-            {
-                return Ok(Visit::Stop);
-            }
-            examined += 1;
-            examined_in_partition += 1;
-            if partition_only.is_some_and(|pk| pk != entity.partition_key) {
-                return Ok(Visit::Next);
-            }
-            if entity.expired(self.ttl, now)? {
-                return Ok(Visit::Next);
-            }
-            if let Some(filter) = filter {
-                if !FilterView::matches(filter, entity)? {
-                    return Ok(Visit::Next);
-                }
-            }
-            matches += 1;
-            bytes += on_match(&entity.selecting(&self.spec.select))?;
-            Ok(Visit::Next)
-        };
+        let mut chunk = ChunkReader::new(self, byte_budget, on_match)?;
+        let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
         let resume_at = match &self.source {
             Source::Index { index, range } => self
                 .table
@@ -274,13 +230,132 @@ impl Scan {
                 .visit(ranges, self.spec.reverse, &mut visitor)?
                 .map(ResumeAt::Key),
         };
-        crate::telemetry::scanned(examined, matches);
-        if timed_out {
+        chunk.finish(resume_at)
+    }
+
+    /// The key ranges the scan reads, or `None` if it reads an index.
+    pub(crate) fn key_ranges(&self) -> Option<&[KeyRange]> {
+        match &self.source {
+            Source::Keys { ranges, .. } => Some(ranges),
+            Source::Index { .. } => None,
+        }
+    }
+
+    /// The query as requested.
+    pub(crate) fn into_spec(self) -> QuerySpec {
+        self.spec
+    }
+
+    /// [`Scan::read`] of `ranges` (the scan's [`Scan::key_ranges`]) in `snapshot` (of the scan's
+    /// table), awaited.
+    pub(crate) async fn read_awaited(
+        &self,
+        ranges: &[KeyRange],
+        snapshot: &mut dyn AwaitedSnapshot,
+        byte_budget: usize,
+        on_match: &mut (dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError> + Send),
+    ) -> Result<Chunk, TableError> {
+        let mut chunk = ChunkReader::new(self, byte_budget, on_match)?;
+        let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
+        let stopped = snapshot
+            .visit(ranges, self.spec.reverse, &mut visitor)
+            .await?;
+        chunk.finish(stopped.map(ResumeAt::Key))
+    }
+}
+
+/// One chunk of a scan being read: what it has examined, matched and output so far, and whether
+/// it must stop.
+struct ChunkReader<'s, M> {
+    scan: &'s Scan,
+    on_match: M,
+    byte_budget: usize,
+    started: Instant,
+    now: Ticks,
+    timed_out: bool,
+    matches: usize,
+    examined: usize,
+    bytes: usize,
+    partition: String,
+    examined_in_partition: usize,
+}
+
+impl<'s, M> ChunkReader<'s, M>
+where
+    M: FnMut(&EntityView<'_>) -> Result<usize, StorageError>,
+{
+    /// A chunk of `scan` starting now, or [`TableError::DeadlineExceeded`] if the request's
+    /// deadline has passed.
+    fn new(scan: &'s Scan, byte_budget: usize, on_match: M) -> Result<Self, TableError> {
+        let started = Instant::now();
+        if scan.past_deadline(started) {
+            return Err(TableError::DeadlineExceeded);
+        }
+        Ok(ChunkReader {
+            scan,
+            on_match,
+            byte_budget,
+            started,
+            now: Ticks::now(),
+            timed_out: false,
+            matches: 0,
+            examined: 0,
+            bytes: 0,
+            partition: String::new(),
+            examined_in_partition: 0,
+        })
+    }
+
+    /// Looks at the next entity of the scan's order.
+    fn visit(&mut self, entity: &EntityView<'_>) -> Result<Visit, StorageError> {
+        let mut over_time = false;
+        if self.examined % 256 == 255 {
+            let now = Instant::now();
+            self.timed_out = self.scan.past_deadline(now);
+            over_time = self.timed_out || now - self.started > CHUNK_TIME_BUDGET;
+        }
+        if entity.partition_key != self.partition {
+            self.partition.clear();
+            self.partition.push_str(entity.partition_key);
+            self.examined_in_partition = 0;
+        }
+        let spec = &self.scan.spec;
+        if self.matches >= spec.page_size as usize
+            || self.bytes >= self.byte_budget
+            || self.examined >= MAX_EXAMINED_PER_CHUNK
+            || self.examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
+            || over_time
+        {
+            return Ok(Visit::Stop);
+        }
+        self.examined += 1;
+        self.examined_in_partition += 1;
+        // An index query's range may span partitions the request's partition_key excludes.
+        if (spec.partition_key.as_deref()).is_some_and(|pk| pk != entity.partition_key) {
+            return Ok(Visit::Next);
+        }
+        if entity.expired(self.scan.ttl, self.now)? {
+            return Ok(Visit::Next);
+        }
+        if let Some(filter) = &self.scan.filter {
+            if !FilterView::matches(filter, entity)? {
+                return Ok(Visit::Next);
+            }
+        }
+        self.matches += 1;
+        self.bytes += (self.on_match)(&entity.selecting(&spec.select))?;
+        Ok(Visit::Next)
+    }
+
+    /// The chunk read, ending at `resume_at`.
+    fn finish(self, resume_at: Option<ResumeAt>) -> Result<Chunk, TableError> {
+        crate::telemetry::scanned(self.examined, self.matches);
+        if self.timed_out {
             return Err(TableError::DeadlineExceeded);
         }
         Ok(Chunk {
             resume_at,
-            examined,
+            examined: self.examined,
         })
     }
 }

@@ -402,29 +402,66 @@ async fn postgres_crashing_makes_servers_unavailable_then_they_recover_with_ever
     drop(cluster);
 }
 
-/// A point read on one server sees the table as another server left it, at once: a time to live
-/// set there (the entity now expired reads as missing), the table deleted there.
+/// Creates `table` again once its name is free: once the deleted table's rows are purged.
+async fn create_again(client: &mut Client, table: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let create = pb::CreateTableRequest {
+            table: table.into(),
+            ..Default::default()
+        };
+        match client.create_table(create).await {
+            Ok(_) => return,
+            Err(status) if status.code() == Code::AlreadyExists && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
+/// Reads on one server (a point read, a page of a query, a read of many keys) see the table as
+/// another server left it, at once: a time to live set there (the entity now expired reads as
+/// missing), the table deleted there, and created again there (its new entities, never the
+/// deleted table's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_point_read_sees_the_table_as_another_server_just_left_it() {
+async fn reads_see_the_table_as_another_server_just_left_it() {
     let Some((_cluster, _url, servers, _dir)) = cluster_with_servers(2, &[]) else {
         return;
     };
     let (mut a, mut b) = (servers[0].client().await, servers[1].client().await);
     create_table(&mut a, "Sessions").await;
-    a.insert_entity(pb::InsertEntityRequest {
+    let insert = |row_key: &str| pb::InsertEntityRequest {
         table: "Sessions".into(),
-        entity: Some(entity("s", "1", &[])),
+        entity: Some(entity("s", row_key, &[])),
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    a.insert_entity(insert("1")).await.unwrap();
     let read = || pb::GetEntityRequest {
         table: "Sessions".into(),
         partition_key: "s".into(),
         row_key: "1".into(),
         select: vec![],
     };
+    let query = || pb::QueryEntitiesRequest {
+        table: "Sessions".into(),
+        partition_key: Some("s".into()),
+        ..Default::default()
+    };
+    let read_many = || pb::GetEntitiesRequest {
+        keys: vec![pb::EntityRef {
+            table: "Sessions".into(),
+            partition_key: "s".into(),
+            row_key: "1".into(),
+        }],
+        select: vec![],
+    };
+    let row_keys = |page: pb::QueryEntitiesResponse| -> Vec<String> {
+        page.entities.into_iter().map(|e| e.row_key).collect()
+    };
     b.get_entity(read()).await.unwrap();
+    let page = b.query_entities(query()).await.unwrap().into_inner();
+    assert_eq!(row_keys(page), ["1"]);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     a.set_time_to_live(pb::SetTimeToLiveRequest {
         table: "Sessions".into(),
@@ -436,6 +473,10 @@ async fn a_point_read_sees_the_table_as_another_server_just_left_it() {
     let expired = b.get_entity(read()).await.unwrap_err();
     assert_eq!(expired.code(), Code::NotFound, "{expired:?}");
     assert!(expired.message().contains("PartitionKey"), "{expired:?}");
+    let page = b.query_entities(query()).await.unwrap().into_inner();
+    assert!(page.entities.is_empty(), "{page:?}");
+    let many = b.get_entities(read_many()).await.unwrap().into_inner();
+    assert!(many.entities[0].entity.is_none(), "{many:?}");
     a.delete_table(pb::DeleteTableRequest {
         table: "Sessions".into(),
     })
@@ -444,6 +485,16 @@ async fn a_point_read_sees_the_table_as_another_server_just_left_it() {
     let gone = b.get_entity(read()).await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
     assert!(gone.message().contains("table"), "{gone:?}");
+    let gone = b.query_entities(query()).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    let gone = b.get_entities(read_many()).await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    create_again(&mut a, "SESSIONS").await;
+    a.insert_entity(insert("2")).await.unwrap();
+    let page = b.query_entities(query()).await.unwrap().into_inner();
+    assert_eq!(row_keys(page), ["2"]);
+    let many = b.get_entities(read_many()).await.unwrap().into_inner();
+    assert!(many.entities[0].entity.is_none(), "{many:?}");
 }
 
 /// A write on one server goes to the table as another server just left it: refused once the
@@ -491,21 +542,7 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
     b.merge_entity(merge("1")).await.unwrap();
     b.transact_write(across("x")).await.unwrap();
     a.delete_table(delete_table()).await.unwrap();
-    // The name is free again once the old table's rows are purged.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let create = pb::CreateTableRequest {
-            table: "Orders".into(),
-            ..Default::default()
-        };
-        match a.create_table(create).await {
-            Ok(_) => break,
-            Err(status) if status.code() == Code::AlreadyExists && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(status) => panic!("{status:?}"),
-        }
-    }
+    create_again(&mut a, "Orders").await;
     // B's first commits after the change: across partitions, a merge, an insert.
     b.transact_write(across("y")).await.unwrap();
     a.get_entity(read("y"))

@@ -9,10 +9,11 @@ use super::status;
 use super::stream::{ChunkFuture, STREAM_BATCH_BYTES};
 use super::wire::EntityEncoder;
 use crate::across::{CrossCommit, TableEntityKey};
-use crate::engine::{Engine, MatchSink, Pending, ScanCursor};
+use crate::engine::{Engine, MatchSink, PageInfo, Pending, ScanCursor};
 use crate::error::TableError;
 use crate::executor::{self, WorkError};
 use crate::model::{EntityKey, Operation, StoredEntity};
+use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError};
 
 /// Runs storage work for the service.
@@ -59,6 +60,21 @@ impl Executor {
     {
         let read = self.0.get_many(keys, select, read);
         read.await.map_err(to_status)
+    }
+
+    /// A page of a query ([`executor::Executor::query`]).
+    pub(crate) async fn query<S>(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+        sink: S,
+    ) -> Result<(PageInfo, S), Status>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let page = self.0.query(table, spec, continuation, sink);
+        page.await.map_err(to_status)
     }
 
     /// One write ([`executor::Executor::write`]).

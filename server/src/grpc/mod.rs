@@ -505,14 +505,9 @@ impl service::table_service_server::TableService for TableApi {
     ) -> Result<Response<pages::QueryEntitiesResponse>, Status> {
         let admitted = self.admit(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let (page, encoder) = self
-            .executor
-            .blocking(move |engine| {
-                let mut encoder = wire::EntityEncoder::default();
-                let page = engine.query(&table, spec, &continuation, &mut encoder)?;
-                Ok((page, encoder))
-            })
-            .await?;
+        let encoder = wire::EntityEncoder::default();
+        let page = self.executor.query(table, spec, continuation, encoder);
+        let (page, encoder) = page.await?;
         tracing::debug!(
             plan = page.plan.as_str(),
             examined = page.examined,

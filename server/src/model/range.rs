@@ -200,14 +200,24 @@ impl KeyRange {
     /// The rest of the range from `position` on (inclusive) in the direction of a scan: the
     /// positions at or after it, or at or before it when `reverse`.
     pub fn from(&self, position: &KeyPosition, reverse: bool) -> KeyRange {
+        self.onward(Bound::Included(position.clone()), reverse)
+    }
+
+    /// The rest of the range past `position` (exclusive) in the direction of a scan.
+    pub fn past(&self, position: &KeyPosition, reverse: bool) -> KeyRange {
+        self.onward(Bound::Excluded(position.clone()), reverse)
+    }
+
+    /// The range cut to begin at `bound` in the direction of a scan.
+    fn onward(&self, bound: Bound<KeyPosition>, reverse: bool) -> KeyRange {
         let rest = if reverse {
             KeyRange {
                 start: Bound::Unbounded,
-                end: Bound::Included(position.clone()),
+                end: bound,
             }
         } else {
             KeyRange {
-                start: Bound::Included(position.clone()),
+                start: bound,
                 end: Bound::Unbounded,
             }
         };

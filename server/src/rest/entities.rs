@@ -254,20 +254,14 @@ pub(super) async fn query(
         body.push(',');
     }
     body.push_str("\"value\":[");
-    let mut page = JsonPage {
+    let page = JsonPage {
         metadata,
         base: base.to_owned(),
         table: table.clone(),
         body,
         empty: true,
     };
-    let (page, info) = api
-        .executor
-        .blocking(move |engine| {
-            let info = engine.query(&table, spec, &continuation, &mut page)?;
-            Ok((page, info))
-        })
-        .await?;
+    let (info, page) = api.executor.query(table, spec, continuation, page).await?;
     let mut body = page.body;
     body.push_str("]}");
     let mut response = json_text_response(StatusCode::OK, metadata, body);

@@ -413,6 +413,28 @@ pub type AwaitedGetVisitor<'a> =
 pub type AwaitedFoundVisitor<'a> =
     dyn FnMut(usize, Option<TimeToLive>, EntityView<'_>) -> Result<(), StorageError> + Send + 'a;
 
+/// A [`Visitor`] an awaited call holds across its awaits.
+pub type SendVisitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + Send + 'a;
+
+/// One table at one instant, read awaited ([`AwaitedCalls::read_snapshot`]): the table as it was
+/// then, and its entities. End it with [`AwaitedSnapshot::end`]; one dropped without it may cost
+/// the store a connection.
+pub trait AwaitedSnapshot: Send {
+    /// The table, as the snapshot sees it.
+    fn table(&self) -> Arc<dyn Table>;
+
+    /// [`Table::visit`] in the snapshot, awaited.
+    fn visit<'a>(
+        &'a mut self,
+        ranges: &'a [KeyRange],
+        reverse: bool,
+        visitor: &'a mut SendVisitor<'_>,
+    ) -> StoreFuture<'a, Option<KeyPosition>>;
+
+    /// Ends the snapshot.
+    fn end(&mut self) -> StoreFuture<'_, ()>;
+}
+
 /// The calls a store over the network serves awaited ([`Store::awaited`]): those most requests
 /// are made of, a point read and a commit (on one partition or across several). While the database answers,
 /// the request holds no thread (the blocking pool's threads are for the rest).
@@ -443,6 +465,13 @@ pub trait AwaitedCalls: Send + Sync {
         keys: &'a [TableKey],
         found: &'a mut AwaitedFoundVisitor<'_>,
     ) -> StoreFuture<'a, Option<usize>>;
+
+    /// A snapshot of the live table called `name` (`None` if there is none), opened awaited, in
+    /// which a page of a query is read by key ([`AwaitedSnapshot::visit`]).
+    fn read_snapshot<'a>(
+        &'a self,
+        name: &'a TableName,
+    ) -> StoreFuture<'a, Option<Box<dyn AwaitedSnapshot + 'a>>>;
 
     /// [`Store::commit_across`] of `batches`, awaited, if the store can commit them so: what
     /// they stored or the operation refused, or `None` (nothing written) if the commit must go

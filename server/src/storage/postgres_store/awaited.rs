@@ -1,5 +1,5 @@
 //! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, a read of many keys
-//! across tables, and commits on one or
+//! across tables, a page of a query by key (`snapshot.rs`), and commits on one or
 //! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over
 //! connections of their own that the server's runtime drives (tokio-postgres), so that a request
 //! waiting for the database holds no thread. Each call borrows a connection for itself (a slow
@@ -23,14 +23,14 @@ use super::tls::Rustls;
 use super::{named_entity, PostgresStore, GET_NAMED};
 use crate::model::{EntityKey, Operation, TableName, TimeToLive};
 use crate::storage::{
-    AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, CommitOutcome, EntityView, IndexCatalog,
-    PartitionBatch, StorageError, StoreFuture, TableKey,
+    AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, AwaitedSnapshot, CommitOutcome,
+    EntityView, IndexCatalog, PartitionBatch, StorageError, StoreFuture, TableKey,
 };
 
 /// A connection of the awaited pool and the statements prepared on it, by their SQL.
 struct Connection {
     client: Client,
-    statements: HashMap<&'static str, Statement>,
+    statements: HashMap<String, Statement>,
 }
 
 /// The awaited calls' connections.
@@ -64,9 +64,7 @@ impl AwaitedPool {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StorageError> {
-        let mut borrowed = self.borrow().await?;
-        let statement = borrowed.prepared(sql).await?;
-        Ok(borrowed.client().query(&statement, params).await?)
+        self.borrow().await?.query(sql, params).await
     }
 
     /// A connection for one call, opened if none is free, once one of the pool's permits is.
@@ -140,14 +138,37 @@ impl Borrowed<'_> {
     }
 
     /// The statement `sql`, prepared on the connection the first time.
-    async fn prepared(&mut self, sql: &'static str) -> Result<Statement, StorageError> {
+    async fn prepared(&mut self, sql: &str) -> Result<Statement, StorageError> {
         let connection = self.connection.as_mut().expect("lent with a connection");
         if let Some(statement) = connection.statements.get(sql) {
             return Ok(statement.clone());
         }
         let statement = connection.client.prepare(sql).await?;
-        connection.statements.insert(sql, statement.clone());
+        connection
+            .statements
+            .insert(sql.to_owned(), statement.clone());
         Ok(statement)
+    }
+
+    /// Runs the statement `sql` (prepared the first time) with `params`: its rows.
+    pub(super) async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StorageError> {
+        let statement = self.prepared(sql).await?;
+        Ok(self.client().query(&statement, params).await?)
+    }
+
+    /// Ends the transaction the call began with `sql` (`COMMIT` or `ROLLBACK`): the connection
+    /// may then be lent again.
+    pub(super) async fn end(&mut self, sql: &'static str) -> Result<(), StorageError> {
+        let answers = self.pipeline(&[(sql, Vec::new())]).await?;
+        answers
+            .into_iter()
+            .try_for_each(|answer| answer.map(drop))?;
+        self.in_transaction = false;
+        Ok(())
     }
 
     /// Runs `statements` in order in one round trip (a pipeline: tokio-postgres sends a request
@@ -287,6 +308,17 @@ impl AwaitedCalls for PostgresStore {
                 found(row.position, ttl, entity)?;
             }
             Ok(None)
+        })
+    }
+
+    /// A read-only transaction begun in one round trip with the table's lookup (`snapshot.rs`).
+    fn read_snapshot<'a>(
+        &'a self,
+        name: &'a TableName,
+    ) -> StoreFuture<'a, Option<Box<dyn AwaitedSnapshot + 'a>>> {
+        Box::pin(async move {
+            let snapshot = self.open_snapshot(name).await?;
+            Ok(snapshot.map(|snapshot| Box::new(snapshot) as Box<dyn AwaitedSnapshot + 'a>))
         })
     }
 

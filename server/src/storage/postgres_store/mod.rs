@@ -29,6 +29,7 @@ mod one_trip;
 mod pipelined;
 mod pool;
 mod purge;
+mod snapshot;
 mod sql;
 mod table;
 mod tls;
@@ -131,7 +132,8 @@ COMMIT;
 "
 );
 
-const FIND_TABLE: &str = "SELECT id, name, indexes FROM trestle_tables WHERE folded = $1 AND live";
+pub(super) const FIND_TABLE: &str =
+    "SELECT id, name, indexes FROM trestle_tables WHERE folded = $1 AND live";
 const BUILDING_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables
     WHERE live AND indexes <> ''::bytea";
 /// The indexes of a table being deleted, for the purger.
@@ -271,7 +273,10 @@ impl PostgresStore {
         found.map(|row| self.table_of_row(&row)).transpose()
     }
 
-    fn table_of_row(&self, row: &postgres::Row) -> Result<Arc<PostgresTable>, StorageError> {
+    pub(super) fn table_of_row(
+        &self,
+        row: &postgres::Row,
+    ) -> Result<Arc<PostgresTable>, StorageError> {
         let name = TableName::parse(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
         self.table_of(row.get(0), name, row.get(2))

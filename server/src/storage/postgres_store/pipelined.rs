@@ -87,7 +87,7 @@ impl PostgresTable {
         else {
             // The catalog changed or the table is gone: the full path reads it afresh.
             self.forget_plain_catalog();
-            end(connection, ROLLBACK).await?;
+            connection.end(ROLLBACK).await?;
             return Ok(None);
         };
         let now = Ticks::next_commit();
@@ -95,7 +95,7 @@ impl PostgresTable {
         let plan = match plan_commit(partition_key, operations.to_vec(), current, now, rules) {
             Ok(plan) => plan,
             Err(refused) => {
-                end(connection, ROLLBACK).await?;
+                connection.end(ROLLBACK).await?;
                 return Ok(Some(Err(refused.into())));
             }
         };
@@ -176,13 +176,13 @@ impl PostgresStore {
         if table_gone(&parts, &catalogs).is_some() || !plain {
             // A table known here was deleted (its name may be another's now) or took an index:
             // the blocking path looks the tables up afresh.
-            end(connection, ROLLBACK).await?;
+            connection.end(ROLLBACK).await?;
             return Ok(None);
         }
         let plans = match plan_parts(&parts, &rows, &catalogs)? {
             Ok(plans) => plans,
             Err(rejection) => {
-                end(connection, ROLLBACK).await?;
+                connection.end(ROLLBACK).await?;
                 return Ok(Some(Err(rejection)));
             }
         };
@@ -275,20 +275,13 @@ fn first_error<T>(answers: Vec<Result<T, StorageError>>) -> Result<Vec<T>, Stora
     answers.into_iter().collect()
 }
 
-/// Ends the transaction of `connection` with `sql` (`COMMIT` or `ROLLBACK`).
-async fn end(connection: &mut Borrowed<'_>, sql: &'static str) -> Result<(), StorageError> {
-    first_error(connection.pipeline(&[(sql, Vec::new())]).await?)?;
-    connection.in_transaction = false;
-    Ok(())
-}
-
 /// The answer to a commit whose first round trip failed with `error`: rolled back, and then
 /// `None` (the full path runs it again) if the database asked for that, else the error.
 async fn rolled_back(
     connection: &mut Borrowed<'_>,
     error: StorageError,
 ) -> Result<Option<CommitOutcome>, StorageError> {
-    end(connection, ROLLBACK).await?;
+    connection.end(ROLLBACK).await?;
     match database_error(&error).is_some_and(is_retryable) {
         true => Ok(None),
         false => Err(error),

@@ -79,24 +79,41 @@ pub(super) fn visit_portal(
     loop {
         let rows = snapshot.query_portal(portal, SCAN_BATCH)?;
         let fetched = rows.len();
-        for row in rows {
-            let (pk, rk, record): (&[u8], &[u8], &[u8]) = (row.get(0), row.get(1), row.get(2));
-            let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
-            let pk = std::str::from_utf8(pk).map_err(|_| corrupt())?;
-            let rk = std::str::from_utf8(rk).map_err(|_| corrupt())?;
-            if visitor(&EntityView::parse(pk, rk, record)?)? == Visit::Stop {
-                let (partition_key, row_key) = (pk.to_owned(), rk.to_owned());
-                return Ok(Some(StoppedAt {
-                    partition_key,
-                    row_key,
-                    row,
-                }));
-            }
+        if let Some(stopped) = visit_rows(rows, visitor)? {
+            return Ok(Some(stopped));
         }
         if fetched < SCAN_BATCH as usize {
             return Ok(None);
         }
     }
+}
+
+/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `rows` in order, until it
+/// stops (where, then).
+pub(super) fn visit_rows(
+    rows: Vec<postgres::Row>,
+    visitor: &mut Visitor<'_>,
+) -> Result<Option<StoppedAt>, StorageError> {
+    for row in rows {
+        let (partition_key, row_key) = row_keys(&row)?;
+        if visitor(&EntityView::parse(partition_key, row_key, row.get(2))?)? == Visit::Stop {
+            let (partition_key, row_key) = (partition_key.to_owned(), row_key.to_owned());
+            return Ok(Some(StoppedAt {
+                partition_key,
+                row_key,
+                row,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The keys of a `(pk, rk, ...)` row.
+pub(super) fn row_keys(row: &postgres::Row) -> Result<(&str, &str), StorageError> {
+    let corrupt = || StorageError::Corrupt("a stored key is not UTF-8".into());
+    let pk = std::str::from_utf8(row.get(0)).map_err(|_| corrupt())?;
+    let rk = std::str::from_utf8(row.get(1)).map_err(|_| corrupt())?;
+    Ok((pk, rk))
 }
 
 /// Decodes the hex text PostgreSQL's `encode(..., 'hex')` writes.

@@ -398,21 +398,9 @@ impl PostgresTable {
         if range.is_empty() {
             return Ok(None);
         }
-        let mut params: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(self.id)];
-        // A deleted table's rows, still being purged, are not there.
-        let mut conditions = vec![
-            "table_id = $1".to_owned(),
-            "EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)".to_owned(),
-        ];
-        bound_condition(&range.start, true, &mut conditions, &mut params);
-        bound_condition(&range.end, false, &mut conditions, &mut params);
-        let order = if reverse { "DESC" } else { "ASC" };
-        let sql = format!(
-            "SELECT pk, rk, record FROM trestle_entities WHERE {} ORDER BY pk {order}, rk {order}",
-            conditions.join(" AND ")
-        );
+        let (sql, params) = range_query(self.id, range, reverse, "");
         let statement = prepared.get(snapshot, &sql)?;
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         let portal = snapshot.bind(&statement, &refs)?;
         let stopped_at = visit_portal(snapshot, &portal, visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
@@ -471,11 +459,36 @@ pub(super) fn planned_rows(plan: &CommitPlan) -> PlannedRows<'_> {
 }
 
 /// Adds the SQL condition of one bound of a range of positions.
+/// The statement that reads `range` of table `table_id` in key order (descending if `reverse`),
+/// its rows `(pk, rk, record)`, with `limit` (a `LIMIT` clause, or nothing) after it; and its
+/// parameters.
+pub(super) fn range_query(
+    table_id: i64,
+    range: &KeyRange,
+    reverse: bool,
+    limit: &str,
+) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let mut params: Vec<Box<dyn ToSql + Sync + Send>> = vec![Box::new(table_id)];
+    // A deleted table's rows, still being purged, are not there.
+    let mut conditions = vec![
+        "table_id = $1".to_owned(),
+        "EXISTS (SELECT 1 FROM trestle_tables WHERE id = $1 AND live)".to_owned(),
+    ];
+    bound_condition(&range.start, true, &mut conditions, &mut params);
+    bound_condition(&range.end, false, &mut conditions, &mut params);
+    let order = if reverse { "DESC" } else { "ASC" };
+    let sql = format!(
+        "SELECT pk, rk, record FROM trestle_entities WHERE {} ORDER BY pk {order}, rk {order}{limit}",
+        conditions.join(" AND ")
+    );
+    (sql, params)
+}
+
 fn bound_condition(
     bound: &Bound<KeyPosition>,
     is_start: bool,
     conditions: &mut Vec<String>,
-    params: &mut Vec<Box<dyn ToSql + Sync>>,
+    params: &mut Vec<Box<dyn ToSql + Sync + Send>>,
 ) {
     let (position, inclusive) = match bound {
         Bound::Included(position) => (position, true),
