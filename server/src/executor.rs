@@ -16,7 +16,7 @@
 //! Every request, of either protocol, first takes one of `--max-in-flight` permits
 //! ([`Executor::admit`]); past them it is turned away as busy.
 //!
-//! Every mode finishes the same way ([`finish`]): a failure is logged once (faults as errors,
+//! Every mode finishes the same way (`finish`): a failure is logged once (faults as errors,
 //! refusals of bad input at debug level); a panic is [`WorkError::Panicked`] and takes nothing
 //! else down. A write is acknowledged once the group commit has made it durable
 //! ([`Executor::durable`]), awaited without holding a thread.

@@ -56,7 +56,7 @@ pub use self::purge::PURGE_BATCH;
 
 /// The schema this build creates and reads. A database records its version in `trestle_meta`;
 /// one of an older version is upgraded (version 2 added the indexes: a column of
-/// `trestle_tables` and three relations, created by [`SCHEMA`] where missing), one of a newer is
+/// `trestle_tables` and three relations, created by `SCHEMA` where missing), one of a newer is
 /// refused (an older server would write entities without their index entries).
 pub const SCHEMA_VERSION: u32 = 3;
 
