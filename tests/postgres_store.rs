@@ -320,11 +320,11 @@ async fn a_storage_fault_answers_both_protocols_without_its_internal_text() {
     );
 }
 
-/// Point reads, reads of many keys, pages of queries and commits to tables without indexes are
-/// served awaited, over connections of their own: with the server's one blocking connection held
-/// by a merge into a table with an index (which commits go the blocking way) that waits for a row
-/// another session has locked, reads (of either table), inserts and merges of another table still
-/// answer; the merge finishes once the row is free.
+/// Point reads, reads of many keys, queries (pages, streams, counts) and commits to tables
+/// without indexes are served awaited, over connections of their own: with the server's one
+/// blocking connection held by a merge into a table with an index (which commits go the blocking
+/// way) that waits for a row another session has locked, reads (of either table), inserts and
+/// merges of another table still answer; the merge finishes once the row is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
     let Some((cluster, url)) = cluster_with_database("awaited").await else {
@@ -435,6 +435,19 @@ async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
         assert!(rest.continuation_token.is_empty());
         let held_page = client.query_entities(page("held", "held")).await.unwrap();
         assert_eq!(held_page.into_inner().entities.len(), 1);
+        let stream = pb::QueryEntitiesRequest {
+            page_size: 7,
+            ..page("Free", "free")
+        };
+        let mut stream = client.scan_entities(stream).await.unwrap().into_inner();
+        let mut streamed = Vec::new();
+        while let Some(batch) = stream.message().await.unwrap() {
+            streamed.extend(batch.entities.into_iter().map(|e| e.row_key));
+        }
+        let expected: Vec<String> = (0..20).map(|n| format!("{n:03}")).collect();
+        assert_eq!(streamed, expected);
+        let counted = client.count_entities(page("Free", "free")).await.unwrap();
+        assert_eq!(counted.into_inner().count, 20);
         let unknown = vec![key("Free", "free", "007"), key("Nowhere", "a", "b")];
         let refused = client
             .get_entities(pb::GetEntitiesRequest {

@@ -8,13 +8,13 @@ use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
     StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
 };
-use crate::query::{self, CheckedQuery, QuerySpec, TablesToken, TokenSeal};
-use crate::scan::Scan;
+use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
+use crate::scan::{Chunk, Scan};
 use crate::storage::{
-    self, build_in_background, AwaitedSnapshot, CommitOutcome, Committed, CreateRefusal,
+    self, build_in_background, AwaitedCalls, CommitOutcome, Committed, CreateRefusal,
     DurableListener, EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection,
-    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TendedTable,
-    Ticket,
+    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TableSnapshot,
+    TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -77,12 +77,17 @@ impl ScanCursor {
         on_match: &mut dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError>,
     ) -> Result<bool, TableError> {
         let chunk = self.scan.read(byte_budget, on_match)?;
+        Ok(self.advance(chunk))
+    }
+
+    /// Moves past `chunk`; whether the query has more to read.
+    fn advance(&mut self, chunk: Chunk) -> bool {
         match chunk.resume_at {
             Some(key) => {
                 self.scan.resume_at(key);
-                Ok(true)
+                true
             }
-            None => Ok(false),
+            None => false,
         }
     }
 }
@@ -526,40 +531,62 @@ impl Engine {
             _ => return Ok(Attempt::WouldWait(spec)),
         };
         let query = spec.validate()?;
-        let name = lookup_name(table)?;
-        let mut snapshot = awaited
-            .read_snapshot(&name)
-            .await?
-            .ok_or_else(|| TableError::TableNotFound(name.to_string()))?;
-        let page = self
-            .page_in(snapshot.as_mut(), query, continuation, sink)
-            .await;
+        let (table, mut snapshot) = read_snapshot(awaited, table).await?;
+        let page = async {
+            let scan = Scan::prepare(table, query, continuation, &self.seal)?;
+            let Some(ranges) = scan.key_ranges() else {
+                return Ok(Attempt::WouldWait(scan.into_spec()));
+            };
+            let mut on_match = |entity: &EntityView<'_>| sink.take(entity);
+            let chunk =
+                scan.read_awaited(ranges, snapshot.as_mut(), PAGE_BYTE_BUDGET, &mut on_match);
+            let chunk = chunk.await?;
+            Ok(Attempt::Done(PageInfo {
+                continuation_token: chunk.resume_at.map(|key| scan.token(key)),
+                plan: scan.plan_name(),
+                examined: chunk.examined,
+            }))
+        };
+        let page = page.await;
         snapshot.end().await?;
         page
     }
 
-    /// One page of `query` read in `snapshot`.
-    async fn page_in(
+    /// [`Engine::open_scan`], the table looked up awaited where the store serves queries so
+    /// ([`crate::storage::Store::awaited`]); elsewhere `spec` is given back.
+    pub async fn open_scan_awaited(
         &self,
-        snapshot: &mut dyn AwaitedSnapshot,
-        query: CheckedQuery,
+        table: &str,
+        spec: QuerySpec,
         continuation: &str,
-        sink: &mut (dyn MatchSink + Send),
-    ) -> Result<Attempt<PageInfo, QuerySpec>, TableError> {
-        let scan = Scan::prepare(snapshot.table(), query, continuation, &self.seal)?;
-        let Some(ranges) = scan.key_ranges() else {
-            return Ok(Attempt::WouldWait(scan.into_spec()));
+    ) -> Result<Attempt<ScanCursor, QuerySpec>, TableError> {
+        let Some(awaited) = self.store.awaited() else {
+            return Ok(Attempt::WouldWait(spec));
         };
-        let chunk = scan
-            .read_awaited(ranges, snapshot, PAGE_BYTE_BUDGET, &mut |entity| {
-                sink.take(entity)
-            })
-            .await?;
-        Ok(Attempt::Done(PageInfo {
-            continuation_token: chunk.resume_at.map(|key| scan.token(key)),
-            plan: scan.plan_name(),
-            examined: chunk.examined,
-        }))
+        let query = spec.validate()?;
+        let (table, mut snapshot) = read_snapshot(awaited, table).await?;
+        snapshot.end().await?;
+        let scan = Scan::prepare(table, query, continuation, &self.seal)?;
+        Ok(Attempt::Done(ScanCursor { scan }))
+    }
+
+    /// [`ScanCursor::read_chunk`] in a snapshot begun for it, awaited, where the store serves
+    /// queries so and the scan reads by key; else `None` (nothing read).
+    pub async fn read_chunk_awaited(
+        &self,
+        cursor: &mut ScanCursor,
+        byte_budget: usize,
+        on_match: &mut (dyn FnMut(&EntityView<'_>) -> Result<usize, StorageError> + Send),
+    ) -> Result<Option<bool>, TableError> {
+        let (Some(awaited), Some(ranges)) = (self.store.awaited(), cursor.scan.key_ranges()) else {
+            return Ok(None);
+        };
+        let mut snapshot = awaited.begin_snapshot().await?;
+        let chunk = (cursor.scan)
+            .read_awaited(ranges, snapshot.as_mut(), byte_budget, on_match)
+            .await;
+        snapshot.end().await?;
+        Ok(Some(cursor.advance(chunk?)))
     }
 
     /// Plans a streamed query and positions it at `continuation`, ready to be read a chunk at a
@@ -626,6 +653,39 @@ impl Engine {
                 None => return Ok(count),
             }
         }
+    }
+
+    /// [`Engine::count`], awaited where the store serves queries by key so; elsewhere, and for
+    /// a query through an index, `spec` is given back.
+    pub async fn count_awaited(
+        &self,
+        table: &str,
+        mut spec: QuerySpec,
+        continuation: &str,
+    ) -> Result<Attempt<u64, QuerySpec>, TableError> {
+        spec.select.clear();
+        let mut cursor = match self.open_scan_awaited(table, spec, continuation).await? {
+            Attempt::Done(cursor) if cursor.scan.key_ranges().is_some() => cursor,
+            Attempt::Done(cursor) => return Ok(Attempt::WouldWait(cursor.scan.into_spec())),
+            Attempt::WouldWait(spec) => return Ok(Attempt::WouldWait(spec)),
+        };
+        cursor.scan.spec.page_size = u32::MAX;
+        let mut count = 0u64;
+        let mut counting = |_: &EntityView<'_>| {
+            count += 1;
+            Ok(0)
+        };
+        loop {
+            let read = self.read_chunk_awaited(&mut cursor, usize::MAX, &mut counting);
+            match read.await? {
+                Some(true) => {}
+                Some(false) => break,
+                // Not read awaited (which the checks above rule out): counted the blocking way,
+                // from the start.
+                None => return Ok(Attempt::WouldWait(cursor.scan.into_spec())),
+            }
+        }
+        Ok(Attempt::Done(count))
     }
 
     /// Blocks until `pending` is durable, then returns its value.
@@ -768,6 +828,16 @@ impl Engine {
             .table(&name)?
             .ok_or_else(|| TableError::TableNotFound(name.to_string()))
     }
+}
+
+/// A snapshot begun by `awaited` and the live table `name` in it, or [`TableError::TableNotFound`].
+async fn read_snapshot<'a>(
+    awaited: &'a dyn AwaitedCalls,
+    name: &str,
+) -> Result<TableSnapshot<'a>, TableError> {
+    let name = lookup_name(name)?;
+    let found = awaited.read_snapshot(&name).await?;
+    found.ok_or_else(|| TableError::TableNotFound(name.to_string()))
 }
 
 /// A commit of one operation's stored entity, or its operation given back.

@@ -11,7 +11,8 @@
 //!   holding no thread while its database answers.
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
 //!   a flush): on the blocking pool; the task runs to completion even if the client goes away. A
-//!   remote store may serve a page of a query awaited ([`Executor::query`]), also to its end.
+//!   remote store may serve queries by key awaited ([`Executor::query`], [`Executor::open_scan`],
+//!   [`Executor::read_chunk`], [`Executor::count`]), also to their end.
 //!
 //! Every request, of either protocol, first takes one of `--max-in-flight` permits
 //! ([`Executor::admit`]); past them it is turned away as busy.
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use crate::across::{CrossCommit, TableEntityKey};
-use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, Waiting};
+use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, Operation, StoredEntity};
 use crate::query::QuerySpec;
@@ -164,8 +165,7 @@ impl Executor {
     }
 
     /// Reads one page of a query into `sink` ([`Engine::query`]): awaited where the store serves
-    /// such pages so, else in blocking mode. Either way it runs to its end, even if the client
-    /// goes away (an awaited page holds a transaction open on a connection until then).
+    /// such pages so, else in blocking mode.
     pub async fn query<S>(
         &self,
         table: String,
@@ -176,28 +176,92 @@ impl Executor {
     where
         S: MatchSink + Send + 'static,
     {
-        let (spec, mut sink) = if self.engine.serves_awaited() {
-            let engine = self.engine.clone();
-            let (table, continuation) = (table.clone(), continuation.clone());
-            let page = tokio::spawn(async move {
-                let mut sink = sink;
+        let awaited = (table.clone(), continuation.clone());
+        self.awaited_or_blocking(
+            (spec, sink),
+            |engine, (spec, mut sink)| async move {
+                let (table, continuation) = awaited;
                 let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
                 Ok(match page.await? {
                     Attempt::Done(page) => Attempt::Done((page, sink)),
                     Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
                 })
-            });
-            match finish(page.await.map_err(drop))? {
-                Attempt::Done(answer) => return Ok(answer),
-                Attempt::WouldWait(given_back) => given_back,
-            }
-        } else {
-            (spec, sink)
-        };
-        self.blocking(move |engine| {
-            let page = engine.query(&table, spec, &continuation, &mut sink)?;
-            Ok((page, sink))
-        })
+            },
+            move |engine, (spec, mut sink)| {
+                let page = engine.query(&table, spec, &continuation, &mut sink)?;
+                Ok((page, sink))
+            },
+        )
+        .await
+    }
+
+    /// Plans a streamed query ([`Engine::open_scan`]): the table looked up awaited where the
+    /// store serves queries so, else in blocking mode.
+    pub async fn open_scan(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+    ) -> Result<ScanCursor, WorkError> {
+        let awaited = (table.clone(), continuation.clone());
+        self.awaited_or_blocking(
+            spec,
+            |engine, spec| async move {
+                let (table, continuation) = awaited;
+                engine.open_scan_awaited(&table, spec, &continuation).await
+            },
+            move |engine, spec| engine.open_scan(&table, spec, &continuation),
+        )
+        .await
+    }
+
+    /// Counts the matches of a query ([`Engine::count`]): awaited where the store serves queries
+    /// so, else in blocking mode.
+    pub async fn count(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+    ) -> Result<u64, WorkError> {
+        let awaited = (table.clone(), continuation.clone());
+        self.awaited_or_blocking(
+            spec,
+            |engine, spec| async move {
+                let (table, continuation) = awaited;
+                engine.count_awaited(&table, spec, &continuation).await
+            },
+            move |engine, spec| engine.count(&table, spec, &continuation),
+        )
+        .await
+    }
+
+    /// Reads the next chunk of a streamed query into `sink` ([`ScanCursor::read_chunk`], at most
+    /// `byte_budget` bytes): awaited where the store serves it so, else in blocking mode. The
+    /// cursor and the sink back, and whether the query has more.
+    pub async fn read_chunk<S>(
+        &self,
+        cursor: ScanCursor,
+        sink: S,
+        byte_budget: usize,
+    ) -> Result<(ScanCursor, S, bool), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        self.awaited_or_blocking(
+            (cursor, sink),
+            move |engine, (mut cursor, mut sink)| async move {
+                let mut on_match = |entity: &EntityView<'_>| sink.take(entity);
+                let read = engine.read_chunk_awaited(&mut cursor, byte_budget, &mut on_match);
+                Ok(match read.await? {
+                    Some(more) => Attempt::Done((cursor, sink, more)),
+                    None => Attempt::WouldWait((cursor, sink)),
+                })
+            },
+            move |_, (mut cursor, mut sink)| {
+                let more = cursor.read_chunk(byte_budget, &mut |entity| sink.take(entity))?;
+                Ok((cursor, sink, more))
+            },
+        )
         .await
     }
 
@@ -285,6 +349,36 @@ impl Executor {
             input
         };
         self.short(input, op).await
+    }
+
+    /// Work a remote store may serve awaited ([`crate::storage::Store::awaited`]): `awaited` as a
+    /// task of its own, so that it runs to its end even if the client goes away (it may hold a
+    /// transaction open on a connection until then); if it gives its input back (the store
+    /// serves that work only the blocking way), or the store serves nothing awaited, `op` in
+    /// blocking mode with it.
+    async fn awaited_or_blocking<T, I, A, Fut, F>(
+        &self,
+        input: I,
+        awaited: A,
+        op: F,
+    ) -> Result<T, WorkError>
+    where
+        T: Send + 'static,
+        I: Send + 'static,
+        A: FnOnce(Arc<Engine>, I) -> Fut,
+        Fut: Future<Output = Result<Attempt<T, I>, TableError>> + Send + 'static,
+        F: FnOnce(&Engine, I) -> Result<T, TableError> + Send + 'static,
+    {
+        let input = if self.engine.serves_awaited() {
+            let task = tokio::spawn(awaited(self.engine.clone(), input));
+            match finish(task.await.map_err(drop))? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::WouldWait(input) => input,
+            }
+        } else {
+            input
+        };
+        self.blocking(move |engine| op(engine, input)).await
     }
 
     /// Blocking mode: `op` on the blocking pool.

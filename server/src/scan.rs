@@ -246,8 +246,7 @@ impl Scan {
         self.spec
     }
 
-    /// [`Scan::read`] of `ranges` (the scan's [`Scan::key_ranges`]) in `snapshot` (of the scan's
-    /// table), awaited.
+    /// [`Scan::read`] of `ranges` (the scan's [`Scan::key_ranges`]) in `snapshot`, awaited.
     pub(crate) async fn read_awaited(
         &self,
         ranges: &[KeyRange],
@@ -257,8 +256,9 @@ impl Scan {
     ) -> Result<Chunk, TableError> {
         let mut chunk = ChunkReader::new(self, byte_budget, on_match)?;
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
+        let table_id = self.table.id();
         let stopped = snapshot
-            .visit(ranges, self.spec.reverse, &mut visitor)
+            .visit(table_id, ranges, self.spec.reverse, &mut visitor)
             .await?;
         chunk.finish(stopped.map(ResumeAt::Key))
     }

@@ -1,7 +1,7 @@
 //! The executor as the gRPC service uses it: the protocol-neutral [`crate::executor`] with each
 //! failure mapped to its status, and the streaming mode ([`Executor::chunk_reader`]): one chunk
-//! of a `ScanEntities` stream at a time on the blocking pool, the reader awaited without a thread
-//! in between ([`super::stream`]).
+//! of a `ScanEntities` stream at a time (on the blocking pool, or awaited where the store serves
+//! it so), the reader awaited without a thread in between ([`super::stream`]).
 
 use tonic::Status;
 
@@ -77,6 +77,28 @@ impl Executor {
         page.await.map_err(to_status)
     }
 
+    /// A streamed query planned ([`executor::Executor::open_scan`]).
+    pub(crate) async fn open_scan(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+    ) -> Result<ScanCursor, Status> {
+        let cursor = self.0.open_scan(table, spec, continuation);
+        cursor.await.map_err(to_status)
+    }
+
+    /// A count of a query's matches ([`executor::Executor::count`]).
+    pub(crate) async fn count(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+    ) -> Result<u64, Status> {
+        let count = self.0.count(table, spec, continuation);
+        count.await.map_err(to_status)
+    }
+
     /// One write ([`executor::Executor::write`]).
     pub(crate) async fn write(
         &self,
@@ -122,22 +144,17 @@ impl Executor {
         self.0.durable(pending).await.map_err(to_status)
     }
 
-    /// Streaming mode: what reads a stream's next chunk (on the blocking pool, finished as any
-    /// other work).
+    /// Streaming mode: what reads a stream's next chunk ([`executor::Executor::read_chunk`],
+    /// finished as any other work).
     pub(crate) fn chunk_reader(
         &self,
     ) -> impl Fn(ScanCursor, EntityEncoder) -> ChunkFuture + Send + 'static {
         let executor = self.clone();
-        move |mut cursor: ScanCursor, mut encoder: EntityEncoder| {
+        move |cursor: ScanCursor, encoder: EntityEncoder| {
             let executor = executor.clone();
             Box::pin(async move {
-                executor
-                    .blocking(move |_| {
-                        let more = cursor
-                            .read_chunk(STREAM_BATCH_BYTES, &mut |entity| encoder.take(entity))?;
-                        Ok((cursor, encoder, more))
-                    })
-                    .await
+                let chunk = executor.0.read_chunk(cursor, encoder, STREAM_BATCH_BYTES);
+                chunk.await.map_err(to_status)
             }) as ChunkFuture
         }
     }

@@ -535,10 +535,7 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit(&request)?;
         let slot = self.scan_slot(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let cursor = self
-            .executor
-            .blocking(move |engine| engine.open_scan(&table, spec, &continuation))
-            .await?;
+        let cursor = self.executor.open_scan(table, spec, continuation).await?;
         let holds = Holds {
             _in_flight: admitted.permit,
             _slot: slot,
@@ -562,10 +559,7 @@ impl service::table_service_server::TableService for TableApi {
     ) -> Result<Response<pb::CountEntitiesResponse>, Status> {
         let admitted = self.admit(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        let count = self
-            .executor
-            .blocking(move |engine| engine.count(&table, spec, &continuation))
-            .await?;
+        let count = self.executor.count(table, spec, continuation).await?;
         Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
 

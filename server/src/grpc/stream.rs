@@ -1,7 +1,8 @@
 //! Streamed scans (`ScanEntities`) that no reader can use to hold the server.
 //!
 //! A stream is a task that alternates two steps: wait, without a thread, until the reader has
-//! taken the previous batch; then read one chunk on the blocking pool. So a reader that stops
+//! taken the previous batch; then read one chunk (on the blocking pool, or awaited where the store
+//! serves it so: `Executor::read_chunk`). So a reader that stops
 //! reading holds no thread, and at most one batch of its scan is buffered here. Three bounds keep
 //! what readers can hold in check:
 //! - **stall**: a reader that takes nothing for [`StreamLimits::stall`] has its scan closed; it
@@ -228,8 +229,8 @@ impl Drop for ScanStream {
 }
 
 /// Starts streaming `cursor`'s matches with `limits`, stopping at `deadline`; `read_chunk` reads
-/// one chunk on the blocking pool (it is the executor's, so that a chunk that fails or panics
-/// ends the stream as any request ends).
+/// one chunk (it is the executor's, so that a chunk that fails or panics ends the stream as any
+/// request ends).
 pub(crate) fn start<R>(
     cursor: ScanCursor,
     holds: Holds,

@@ -416,16 +416,14 @@ pub type AwaitedFoundVisitor<'a> =
 /// A [`Visitor`] an awaited call holds across its awaits.
 pub type SendVisitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + Send + 'a;
 
-/// One table at one instant, read awaited ([`AwaitedCalls::read_snapshot`]): the table as it was
-/// then, and its entities. End it with [`AwaitedSnapshot::end`]; one dropped without it may cost
-/// the store a connection.
+/// The store at one instant, read awaited ([`AwaitedCalls::read_snapshot`],
+/// [`AwaitedCalls::begin_snapshot`]). End it with [`AwaitedSnapshot::end`]; one dropped without
+/// it may cost the store a connection.
 pub trait AwaitedSnapshot: Send {
-    /// The table, as the snapshot sees it.
-    fn table(&self) -> Arc<dyn Table>;
-
-    /// [`Table::visit`] in the snapshot, awaited.
+    /// [`Table::visit`] of the table `table_id` in the snapshot, awaited.
     fn visit<'a>(
         &'a mut self,
+        table_id: u64,
         ranges: &'a [KeyRange],
         reverse: bool,
         visitor: &'a mut SendVisitor<'_>,
@@ -434,6 +432,9 @@ pub trait AwaitedSnapshot: Send {
     /// Ends the snapshot.
     fn end(&mut self) -> StoreFuture<'_, ()>;
 }
+
+/// A snapshot, and a table looked up in it ([`AwaitedCalls::read_snapshot`]).
+pub type TableSnapshot<'a> = (Arc<dyn Table>, Box<dyn AwaitedSnapshot + 'a>);
 
 /// The calls a store over the network serves awaited ([`Store::awaited`]): those most requests
 /// are made of, a point read and a commit (on one partition or across several). While the database answers,
@@ -466,12 +467,16 @@ pub trait AwaitedCalls: Send + Sync {
         found: &'a mut AwaitedFoundVisitor<'_>,
     ) -> StoreFuture<'a, Option<usize>>;
 
-    /// A snapshot of the live table called `name` (`None` if there is none), opened awaited, in
-    /// which a page of a query is read by key ([`AwaitedSnapshot::visit`]).
-    fn read_snapshot<'a>(
-        &'a self,
+    /// A snapshot begun awaited and the live table called `name` as it is in it (`None`, the
+    /// snapshot ended, if there is none): a page of a query is read in it by key
+    /// ([`AwaitedSnapshot::visit`]).
+    fn read_snapshot<'s: 'a, 'a>(
+        &'s self,
         name: &'a TableName,
-    ) -> StoreFuture<'a, Option<Box<dyn AwaitedSnapshot + 'a>>>;
+    ) -> StoreFuture<'a, Option<TableSnapshot<'s>>>;
+
+    /// A snapshot begun awaited, for a table already looked up (a chunk of a streamed query).
+    fn begin_snapshot(&self) -> StoreFuture<'_, Box<dyn AwaitedSnapshot + '_>>;
 
     /// [`Store::commit_across`] of `batches`, awaited, if the store can commit them so: what
     /// they stored or the operation refused, or `None` (nothing written) if the commit must go

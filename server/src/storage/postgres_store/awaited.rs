@@ -8,7 +8,7 @@
 //! failover) is replaced at its next use.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -24,7 +24,8 @@ use super::{named_entity, PostgresStore, GET_NAMED};
 use crate::model::{EntityKey, Operation, TableName, TimeToLive};
 use crate::storage::{
     AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, AwaitedSnapshot, CommitOutcome,
-    EntityView, IndexCatalog, PartitionBatch, StorageError, StoreFuture, TableKey,
+    EntityView, IndexCatalog, PartitionBatch, StorageError, StoreFuture, Table, TableKey,
+    TableSnapshot,
 };
 
 /// A connection of the awaited pool and the statements prepared on it, by their SQL.
@@ -312,13 +313,21 @@ impl AwaitedCalls for PostgresStore {
     }
 
     /// A read-only transaction begun in one round trip with the table's lookup (`snapshot.rs`).
-    fn read_snapshot<'a>(
-        &'a self,
+    fn read_snapshot<'s: 'a, 'a>(
+        &'s self,
         name: &'a TableName,
-    ) -> StoreFuture<'a, Option<Box<dyn AwaitedSnapshot + 'a>>> {
+    ) -> StoreFuture<'a, Option<TableSnapshot<'s>>> {
         Box::pin(async move {
-            let snapshot = self.open_snapshot(name).await?;
-            Ok(snapshot.map(|snapshot| Box::new(snapshot) as Box<dyn AwaitedSnapshot + 'a>))
+            let (snapshot, table) = self.open_snapshot(Some(name)).await?;
+            Ok(table.map(|table| (table as Arc<dyn Table>, Box::new(snapshot) as _)))
+        })
+    }
+
+    /// A read-only transaction begun in one round trip (`snapshot.rs`).
+    fn begin_snapshot(&self) -> StoreFuture<'_, Box<dyn AwaitedSnapshot + '_>> {
+        Box::pin(async move {
+            let (snapshot, _) = self.open_snapshot(None).await?;
+            Ok(Box::new(snapshot) as _)
         })
     }
 

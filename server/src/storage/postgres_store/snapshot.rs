@@ -1,8 +1,9 @@
-//! Pages of queries read awaited ([`crate::storage::AwaitedCalls::read_snapshot`]): a read-only
+//! Queries read awaited ([`crate::storage::AwaitedCalls::read_snapshot`]): a read-only
 //! `REPEATABLE READ` transaction over an awaited connection, begun in the same round trip as the
 //! table's lookup by name, so that the table read is the one live at the snapshot's instant (one
-//! deleted and created again by another server is the new one, never a stale id). Each range is
-//! then read in key order, [`SCAN_BATCH`] rows a statement, each statement starting past the last
+//! deleted and created again by another server is the new one, never a stale id); a chunk of a
+//! streamed query begins one without a lookup, reading the table the stream looked up. Each range
+//! is read in key order, [`SCAN_BATCH`] rows a statement, each statement starting past the last
 //! row of the one before: the rows of one snapshot, as the blocking path's portal reads them.
 
 use std::sync::Arc;
@@ -14,52 +15,51 @@ use super::sql::{row_keys, visit_rows, SCAN_BATCH};
 use super::table::{range_query, PostgresTable};
 use super::{PostgresStore, FIND_TABLE};
 use crate::model::{KeyPosition, KeyRange, TableName};
-use crate::storage::{
-    in_scan_order, AwaitedSnapshot, SendVisitor, StorageError, StoreFuture, Table,
-};
+use crate::storage::{in_scan_order, AwaitedSnapshot, SendVisitor, StorageError, StoreFuture};
 
 const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 /// Rows are read in an index's order, never sorted (see `sql::read_snapshot`).
 const NO_SORT: &str = "SET LOCAL enable_sort = off";
 const COMMIT: &str = "COMMIT";
 
-/// A table at one instant, over a connection borrowed for it.
+/// The store at one instant, over a connection borrowed for it.
 pub(super) struct ReadSnapshot<'a> {
     connection: Borrowed<'a>,
-    table: Arc<PostgresTable>,
 }
 
 impl PostgresStore {
-    /// Begins a snapshot and looks the live table `name` up in it, in one round trip: `None`
-    /// (the transaction ended) if there is none.
+    /// Begins a snapshot and, if `name` is given, looks the live table `name` up in it, in one
+    /// round trip: the snapshot and the table (`None` if there is none: the snapshot ended).
     pub(super) async fn open_snapshot(
         &self,
-        name: &TableName,
-    ) -> Result<Option<ReadSnapshot<'_>>, StorageError> {
+        name: Option<&TableName>,
+    ) -> Result<(ReadSnapshot<'_>, Option<Arc<PostgresTable>>), StorageError> {
         let mut connection = self.awaited.borrow().await?;
         connection.in_transaction = true;
-        let folded = name.folded();
-        let answers = connection
-            .pipeline(&[
-                (BEGIN_SNAPSHOT, Vec::new()),
-                (NO_SORT, Vec::new()),
-                (FIND_TABLE, vec![&folded]),
-            ])
-            .await?;
+        let folded = name.map(TableName::folded);
+        let mut statements = vec![(BEGIN_SNAPSHOT, Vec::new()), (NO_SORT, Vec::new())];
+        if let Some(folded) = &folded {
+            statements.push((FIND_TABLE, vec![folded as _]));
+        }
+        let answers = connection.pipeline(&statements).await?;
         let mut answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let mut snapshot = ReadSnapshot { connection };
+        if name.is_none() {
+            return Ok((snapshot, None));
+        }
         let Some(row) = answers.pop().unwrap_or_default().into_iter().next() else {
-            connection.end(COMMIT).await?;
-            return Ok(None);
+            snapshot.connection.end(COMMIT).await?;
+            return Ok((snapshot, None));
         };
-        let table = self.table_of_row(&row)?;
-        Ok(Some(ReadSnapshot { connection, table }))
+        Ok((snapshot, Some(self.table_of_row(&row)?)))
     }
 }
 
 impl ReadSnapshot<'_> {
-    /// Visits `range` a batch at a time; where the visitor stopped, if it did.
+    /// Visits `range` of table `table_id` a batch at a time; where the visitor stopped, if it did.
     async fn visit_range(
         &mut self,
+        table_id: i64,
         range: &KeyRange,
         reverse: bool,
         visitor: &mut SendVisitor<'_>,
@@ -67,7 +67,7 @@ impl ReadSnapshot<'_> {
         let limit = format!(" LIMIT {SCAN_BATCH}");
         let mut rest = range.clone();
         while !rest.is_empty() {
-            let (sql, params) = range_query(self.table.id, &rest, reverse, &limit);
+            let (sql, params) = range_query(table_id, &rest, reverse, &limit);
             let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
             let rows = self.connection.query(&sql, &params).await?;
             let full = rows.len() == SCAN_BATCH as usize;
@@ -94,12 +94,9 @@ impl ReadSnapshot<'_> {
 }
 
 impl AwaitedSnapshot for ReadSnapshot<'_> {
-    fn table(&self) -> Arc<dyn Table> {
-        self.table.clone()
-    }
-
     fn visit<'a>(
         &'a mut self,
+        table_id: u64,
         ranges: &'a [KeyRange],
         reverse: bool,
         visitor: &'a mut SendVisitor<'_>,
@@ -107,7 +104,9 @@ impl AwaitedSnapshot for ReadSnapshot<'_> {
         Box::pin(async move {
             let ranges: Vec<&KeyRange> = in_scan_order(ranges, reverse).collect();
             for range in ranges {
-                let stopped = self.visit_range(range, reverse, visitor).await?;
+                let stopped = self
+                    .visit_range(table_id as i64, range, reverse, visitor)
+                    .await?;
                 if stopped.is_some() {
                     return Ok(stopped);
                 }
