@@ -481,6 +481,58 @@ async fn reads_and_commits_are_served_while_the_blocking_connections_wait() {
     drop(cluster);
 }
 
+/// Queries hold at most half of the awaited connections: with the entities' relation locked by
+/// another session, of three pages of a query asked of a server whose pools hold four
+/// connections, two wait for the lock in the database and the third for the queries' share of
+/// the pool (the two other connections stay for point reads and commits); all three answer once
+/// the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_hold_at_most_half_of_the_awaited_connections() {
+    let Some((cluster, url)) = cluster_with_database("share").await else {
+        return;
+    };
+    let server = server_with(&url, 4, None).await;
+    let mut client = server.client_with_table("Shared").await;
+    let entity = common::entity("p", "r", &[]);
+    client
+        .insert_entity(common::insert_request("Shared", entity))
+        .await
+        .unwrap();
+    let locked = "LOCK TABLE trestle_entities IN ACCESS EXCLUSIVE MODE";
+    let locker = Locker::hold(&url, locked).await;
+    let pages: Vec<_> = (0..3)
+        .map(|_| {
+            let mut client = client.clone();
+            let request = pb::QueryEntitiesRequest {
+                table: "Shared".into(),
+                partition_key: Some("p".into()),
+                ..Default::default()
+            };
+            tokio::spawn(async move { client.query_entities(request).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let admin_url = url.clone();
+    let waiting: i64 = tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+            AND wait_event_type = 'Lock' AND query LIKE 'SELECT pk, rk, record%'";
+        admin.query_one(waiting, &[]).unwrap().get(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        waiting, 2,
+        "queries holding a connection each, waiting for the lock"
+    );
+    locker.release();
+    for page in pages {
+        let page = page.await.unwrap().unwrap().into_inner();
+        assert_eq!(page.entities.len(), 1);
+    }
+    drop(cluster);
+}
+
 /// A commit served awaited that is dropped inside its transaction (its deadline passes while it
 /// waits for the table's lock, which another session holds) leaves no transaction behind on a
 /// connection lent again: with one awaited connection, a point read answers at once, and once the

@@ -547,9 +547,11 @@ impl Engine {
                 examined: chunk.examined,
             }))
         };
-        let page = page.await;
-        snapshot.end().await?;
-        page
+        let page: Result<_, TableError> = page.await;
+        let ended = snapshot.end().await;
+        let page = page?;
+        ended?;
+        Ok(page)
     }
 
     /// [`Engine::open_scan`], the table looked up awaited where the store serves queries so
@@ -585,8 +587,10 @@ impl Engine {
         let chunk = (cursor.scan)
             .read_awaited(ranges, snapshot.as_mut(), byte_budget, on_match)
             .await;
-        snapshot.end().await?;
-        Ok(Some(cursor.advance(chunk?)))
+        let ended = snapshot.end().await;
+        let chunk = chunk?;
+        ended?;
+        Ok(Some(cursor.advance(chunk)))
     }
 
     /// Plans a streamed query and positions it at `continuation`, ready to be read a chunk at a

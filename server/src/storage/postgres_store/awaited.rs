@@ -40,6 +40,10 @@ pub(super) struct AwaitedPool {
     tls: Option<Rustls>,
     /// One permit per connection: a call holds one while it borrows a connection.
     permits: Semaphore,
+    /// Half as many (at least one): a query's snapshot holds one too
+    /// ([`AwaitedPool::borrow_for_query`]), so that queries never hold every connection that
+    /// point reads and commits wait for.
+    queries: Semaphore,
     free: Mutex<Vec<Connection>>,
 }
 
@@ -54,6 +58,7 @@ impl AwaitedPool {
             config,
             tls,
             permits: Semaphore::new(size.max(1)),
+            queries: Semaphore::new((size / 2).max(1)),
             free: Mutex::default(),
         }
     }
@@ -84,6 +89,15 @@ impl AwaitedPool {
             None => self.connect().await?,
         });
         Ok(borrowed)
+    }
+
+    /// A connection for a query's snapshot, once one of the queries' permits is free (held
+    /// with the connection), then one of the pool's.
+    pub(super) async fn borrow_for_query(
+        &self,
+    ) -> Result<(SemaphorePermit<'_>, Borrowed<'_>), StorageError> {
+        let query = self.queries.acquire().await.expect("never closed");
+        Ok((query, self.borrow().await?))
     }
 
     /// A free connection still open, if there is one.

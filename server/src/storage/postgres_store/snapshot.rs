@@ -5,9 +5,12 @@
 //! streamed query begins one without a lookup, reading the table the stream looked up. Each range
 //! is read in key order, [`SCAN_BATCH`] rows a statement, each statement starting past the last
 //! row of the one before: the rows of one snapshot, as the blocking path's portal reads them.
+//! Snapshots hold at most half of the awaited connections (`AwaitedPool::borrow_for_query`):
+//! the rest stay for point reads and commits, however many queries run.
 
 use std::sync::Arc;
 
+use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
 
 use super::awaited::Borrowed;
@@ -25,6 +28,7 @@ const COMMIT: &str = "COMMIT";
 /// The store at one instant, over a connection borrowed for it.
 pub(super) struct ReadSnapshot<'a> {
     connection: Borrowed<'a>,
+    _query: SemaphorePermit<'a>,
 }
 
 impl PostgresStore {
@@ -34,7 +38,7 @@ impl PostgresStore {
         &self,
         name: Option<&TableName>,
     ) -> Result<(ReadSnapshot<'_>, Option<Arc<PostgresTable>>), StorageError> {
-        let mut connection = self.awaited.borrow().await?;
+        let (query, mut connection) = self.awaited.borrow_for_query().await?;
         connection.in_transaction = true;
         let folded = name.map(TableName::folded);
         let mut statements = vec![(BEGIN_SNAPSHOT, Vec::new()), (NO_SORT, Vec::new())];
@@ -43,7 +47,10 @@ impl PostgresStore {
         }
         let answers = connection.pipeline(&statements).await?;
         let mut answers = answers.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let mut snapshot = ReadSnapshot { connection };
+        let mut snapshot = ReadSnapshot {
+            connection,
+            _query: query,
+        };
         if name.is_none() {
             return Ok((snapshot, None));
         }
