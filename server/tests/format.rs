@@ -32,10 +32,28 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn stored_format(data_dir: &Path) -> Option<u32> {
-    let db = sled::open(data_dir).unwrap();
+    let db = open_sled(data_dir);
     db.get(FORMAT_KEY)
         .unwrap()
         .map(|bytes| u32::from_be_bytes(bytes.as_ref().try_into().unwrap()))
+}
+
+/// The sled database in `data_dir`, once the one opened just before has let go of its file lock
+/// (sled's flusher thread holds it for a moment after the database is dropped).
+fn open_sled(data_dir: &Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(data_dir) {
+            Ok(db) => return db,
+            Err(sled::Error::Io(error))
+                if error.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(error) => panic!("opening {}: {error}", data_dir.display()),
+        }
+    }
 }
 
 fn kind(entity: &pb::Entity, name: &str) -> pb::value::Kind {
@@ -111,7 +129,7 @@ async fn a_directory_from_the_build_before_the_marker_opens_and_is_marked() {
 fn a_directory_in_a_newer_format_is_refused_and_left_untouched() {
     let data_dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(data_dir.path()).unwrap();
+        let db = open_sled(data_dir.path());
         db.insert(FORMAT_KEY, &(CURRENT_FORMAT + 1).to_be_bytes())
             .unwrap();
         db.flush().unwrap();
@@ -124,7 +142,7 @@ fn a_directory_in_a_newer_format_is_refused_and_left_untouched() {
     );
     assert!(printed.contains(&expected), "unclear refusal: {printed}");
     assert_eq!(stored_format(data_dir.path()), Some(CURRENT_FORMAT + 1));
-    let db = sled::open(data_dir.path()).unwrap();
+    let db = open_sled(data_dir.path());
     assert_eq!(db.tree_names().len(), 1, "nothing was created");
 }
 
@@ -132,7 +150,7 @@ fn a_directory_in_a_newer_format_is_refused_and_left_untouched() {
 async fn a_directory_in_an_older_format_opens_and_is_marked_current() {
     let data_dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(data_dir.path()).unwrap();
+        let db = open_sled(data_dir.path());
         db.insert(FORMAT_KEY, &1u32.to_be_bytes()).unwrap();
         db.flush().unwrap();
     }

@@ -79,6 +79,7 @@ impl Iterator for LogIter {
                 lid,
                 expected_segment_number,
                 &self.config,
+                0,
             ) {
                 Ok(LogRead::Blob(header, _buf, blob_ptr, inline_len)) => {
                     trace!("read blob flush in LogIter::next");

@@ -48,7 +48,16 @@ impl Log {
     }
 
     /// read a buffer from the disk
-    pub fn read(&self, pid: PageId, lsn: Lsn, ptr: DiskPtr) -> Result<LogRead> {
+    ///
+    /// Trestle: `size_hint` is the message's size in the log if known, else 0
+    /// (see `read_message`).
+    pub fn read(
+        &self,
+        pid: PageId,
+        lsn: Lsn,
+        ptr: DiskPtr,
+        size_hint: u64,
+    ) -> Result<LogRead> {
         trace!("reading log lsn {} ptr {}", lsn, ptr);
 
         let expected_segment_number = SegmentNumber(
@@ -59,7 +68,13 @@ impl Log {
         if ptr.is_inline() {
             iobuf::make_durable(&self.iobufs, lsn)?;
             let f = &self.config.file;
-            read_message(&**f, ptr.lid(), expected_segment_number, &self.config)
+            read_message(
+                &**f,
+                ptr.lid(),
+                expected_segment_number,
+                &self.config,
+                size_hint,
+            )
         } else {
             // we short-circuit the inline read
             // here because it might not still
@@ -701,11 +716,17 @@ impl ReadAt for BasedBuf {
 }
 
 /// read a buffer from the disk
+///
+/// Trestle: `size_hint` is the message's size in the log where the caller
+/// knows it (a page's `CacheInfo::log_size`), else 0: a message up to
+/// `WHOLE_READ_MAX` bytes is then read whole at once, where upstream read its
+/// header first and its body in a second read.
 pub(crate) fn read_message<R: ReadAt>(
     file: &R,
     lid: LogOffset,
     expected_segment_number: SegmentNumber,
     config: &Config,
+    size_hint: u64,
 ) -> Result<LogRead> {
     let _measure = Measure::new(&M.read);
     let segment_len = config.segment_size;
@@ -718,9 +739,53 @@ pub(crate) fn read_message<R: ReadAt>(
         "tried to read a message from the red zone"
     );
 
-    let msg_header_buf = &mut [0; 128];
-    let _read_bytes = file.pread_exact_or_eof(msg_header_buf, lid)?;
-    let header_cursor = &mut msg_header_buf.as_ref();
+    let ceiling = seg_start + segment_len as LogOffset;
+    let first_len = match usize::try_from(size_hint) {
+        Ok(hint) if hint <= WHOLE_READ_MAX => {
+            hint.max(HEADER_READ).min(assert_usize(ceiling - lid))
+        }
+        _ => HEADER_READ,
+    };
+    FIRST_READ.with(|first| {
+        let mut first = first.borrow_mut();
+        if first.len() < first_len {
+            first.resize(first_len, 0);
+        }
+        let first = &mut first[..first_len];
+        let read = file.pread_exact_or_eof(first, lid)?;
+        // as upstream's zeroed header buffer, past the end of the file
+        first[read..].fill(0);
+        decode_message(file, lid, expected_segment_number, config, first)
+    })
+}
+
+/// Trestle: how many bytes a message's first read takes when its size is
+/// unknown, as upstream's header read.
+const HEADER_READ: usize = 128;
+
+/// Trestle: the largest message read whole at once (a leaf past 16 entries
+/// splits at 16 KiB of keys and values).
+const WHOLE_READ_MAX: usize = 20 * 1024;
+
+thread_local! {
+    /// Trestle: each thread's buffer for a message's first read, reused.
+    static FIRST_READ: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::new());
+}
+
+/// Trestle: upstream's `read_message` after the header's read: `first` holds
+/// the bytes read at `lid`, the header and as much of the body as it had room
+/// for.
+fn decode_message<R: ReadAt>(
+    file: &R,
+    lid: LogOffset,
+    expected_segment_number: SegmentNumber,
+    config: &Config,
+    first: &[u8],
+) -> Result<LogRead> {
+    let segment_len = config.segment_size;
+    let seg_start = lid / segment_len as LogOffset * segment_len as LogOffset;
+    let header_cursor = &mut &first[..];
     let len_before = header_cursor.len();
     let header = MessageHeader::deserialize(header_cursor)?;
     let len_after = header_cursor.len();
@@ -753,22 +818,21 @@ pub(crate) fn read_message<R: ReadAt>(
     }
 
     // perform crc check on everything that isn't Corrupted
-    // Trestle: read into the buffer a node read from it will share.
-    let mut buf = Arc::<[u8]>::zeroed(header_len);
-    let filling = Arc::get_mut(&mut buf).expect("a new buffer is not shared");
-
-    if header_len > len_after {
+    // Trestle: the body in the buffer a node read from it will share.
+    let buf = if header_len > len_after {
         // we have to read more data from disk
+        let mut buf = Arc::<[u8]>::zeroed(header_len);
+        let filling =
+            Arc::get_mut(&mut buf).expect("a new buffer is not shared");
         file.pread_exact(filling, lid + message_offset as LogOffset)?;
+        buf
     } else {
         // we already read this data in the initial read
-        filling.copy_from_slice(header_cursor[..header_len].as_ref());
-    }
+        Arc::from(&header_cursor[..header_len])
+    };
 
-    let crc32 = calculate_message_crc32(
-        msg_header_buf[..message_offset].as_ref(),
-        &buf,
-    );
+    let crc32 =
+        calculate_message_crc32(first[..message_offset].as_ref(), &buf);
 
     if crc32 != header.crc32 {
         trace!("read a message with a bad checksum with header {:?}", header);
