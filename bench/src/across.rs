@@ -93,6 +93,33 @@ async fn ten_merges(
     .await
 }
 
+/// The reads `get_many_10` makes, as the loop of ten point reads (`GetEntity`, one key after
+/// another) that a `GetEntities` call replaces, 64 loops at once: keys/s. Run right after
+/// `get_many_10`, over the store as it stands then, so that the two compare like with like:
+/// `point_read` runs first, before the write workloads have grown the store and left its pages
+/// fragmented, which makes a read that misses the cache dearer.
+pub(crate) async fn point_read_loop_10(client: &Client, plan: &Plan) -> Measurement {
+    let (client, plan) = (client.clone(), plan.clone());
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let keys = random_keys(&mut rng, &plan);
+        async move {
+            for (partition_key, row_key) in keys {
+                let request = pb::GetEntityRequest {
+                    table: MAIN_TABLE.into(),
+                    partition_key,
+                    row_key,
+                    select: vec![],
+                };
+                client.get_entity(request).await.expect("get");
+            }
+            OpResult::entities(KEYS_PER_CALL)
+        }
+    })
+    .await
+}
+
 /// Reads of 10 keys across 10 partitions a call, 64 at once: keys/s.
 pub(crate) async fn get_many_10(client: &Client, plan: &Plan) -> Measurement {
     let (client, plan) = (client.clone(), plan.clone());

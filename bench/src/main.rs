@@ -726,7 +726,7 @@ async fn run_workloads(
                     ),
                 };
                 let server_sample = before.zip(sample());
-                rows.push(compared_row(
+                let mut row = compared_row(
                     &rows,
                     &named(workload),
                     &named(compared_with),
@@ -735,7 +735,20 @@ async fn run_workloads(
                     server_sample,
                     ceilings,
                     what,
-                ));
+                );
+                if workload == "get_many_10" {
+                    announce(
+                        &format!("{}'s loops of ten point reads", named(workload)),
+                        plan,
+                    );
+                    let looped = across::point_read_loop_10(client, plan).await;
+                    let (looped, rate) = (looped.entities_per_s(), row.entities_per_s);
+                    row.note.push_str(&format!(
+                        "; {:.0}% of the same reads made by loops of ten point reads right after ({looped:.0} keys/s)",
+                        100.0 * rate.unwrap_or(f64::NAN) / looped
+                    ));
+                }
+                rows.push(row);
                 continue;
             }
             "ttl_expire" => {

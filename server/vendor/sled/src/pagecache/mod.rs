@@ -531,6 +531,10 @@ impl Page {
     }
 }
 
+/// Trestle: the messages (a base and its links) from which a page read from
+/// the log is written back whole in one message.
+const PAGE_IN_CONSOLIDATION_THRESHOLD: usize = 4;
+
 /// Trestle: pages whose retirement flushes the thread's garbage at once.
 const LARGE_PAGE_BYTES: u64 = 256 * 1024;
 
@@ -1784,6 +1788,16 @@ impl PageCache {
 
         updates.truncate(1);
         let base = updates.pop().unwrap();
+
+        // Trestle: a page read from several messages is written back
+        // whole (as the segment cleaner rewrites a page), so that its next
+        // page-in reads one message instead of all of them again.
+        if page_view.cache_infos.len() >= PAGE_IN_CONSOLIDATION_THRESHOLD {
+            return match self.cas_page(pid, page_view, base, true, guard)? {
+                Ok(consolidated) => Ok(Some(NodeView(consolidated))),
+                Err(_) => self.get(pid, guard),
+            };
+        }
 
         let page = Owned::new(Page::new(
             Some(Box::new(base)),
