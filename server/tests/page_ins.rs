@@ -1,8 +1,8 @@
 //! Leaves read back from the log after many small updates. With a cache far smaller than the
 //! table, reads page leaves in, a leaf updated since its last consolidation from its base and
 //! each linked update, and such a leaf is written back whole as it is read (the vendored sled's
-//! `TRESTLE.md`, items 6 and 7). Every read sees the last acknowledged write, and so does the
-//! server started again after a SIGKILL right after such reads.
+//! `TRESTLE.md`, items 6 and 7). Every read sees the last acknowledged write, also while writers
+//! race the reads on the same leaves, and so does the server started again after a SIGKILL.
 
 mod support;
 
@@ -37,10 +37,31 @@ fn padded(partition: u64, row: u64, round: i64) -> pb::Entity {
     entity
 }
 
-fn operation(operation: pb::transaction_operation::Operation) -> pb::TransactionOperation {
-    pb::TransactionOperation {
-        operation: Some(operation),
-    }
+/// Commits, in one transaction, round `round` of the rows `rows` of `partition` (1 to 100 of
+/// them): their inserts in round 0, else merges.
+async fn commit_round(client: &mut support::Client, partition: u64, rows: &[u64], round: i64) {
+    let operations = rows
+        .iter()
+        .map(|&row| {
+            let entity = Some(padded(partition, row, round));
+            let operation = match round {
+                0 => pb::transaction_operation::Operation::Insert(pb::InsertOperation { entity }),
+                _ => pb::transaction_operation::Operation::Merge(pb::MergeOperation {
+                    entity,
+                    if_match: "*".into(),
+                }),
+            };
+            pb::TransactionOperation {
+                operation: Some(operation),
+            }
+        })
+        .collect();
+    let request = pb::SubmitTransactionRequest {
+        table: TABLE.into(),
+        partition_key: key(partition, 0).0,
+        operations,
+    };
+    client.submit_transaction(request).await.expect("commit");
 }
 
 /// Writes round `round` (0: the inserts; then merges of the rows the round updates), a
@@ -55,27 +76,7 @@ async fn write_round(
             .filter(|&row| round == 0 || updated_in(round, partition, row))
             .collect();
         for chunk in rows.chunks(100) {
-            let operations = chunk
-                .iter()
-                .map(|&row| {
-                    let entity = Some(padded(partition, row, round));
-                    operation(match round {
-                        0 => pb::transaction_operation::Operation::Insert(pb::InsertOperation {
-                            entity,
-                        }),
-                        _ => pb::transaction_operation::Operation::Merge(pb::MergeOperation {
-                            entity,
-                            if_match: "*".into(),
-                        }),
-                    })
-                })
-                .collect();
-            let request = pb::SubmitTransactionRequest {
-                table: TABLE.into(),
-                partition_key: key(partition, 0).0,
-                operations,
-            };
-            client.submit_transaction(request).await.expect("commit");
+            commit_round(client, partition, chunk, round).await;
             for &row in chunk {
                 expected.insert(key(partition, row), round);
             }
@@ -103,11 +104,15 @@ async fn check_all(client: &mut support::Client, expected: &BTreeMap<(String, St
     }
 }
 
+/// A server over `data_dir` whose cache (1 MiB) holds a small part of the table.
+fn start(data_dir: &std::path::Path) -> ServerProcess {
+    ServerProcess::start_with(data_dir, &["--cache-mib", "1"])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaves_read_back_after_many_updates_show_the_last_write_also_after_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let small_cache = ["--cache-mib", "1"];
-    let server = ServerProcess::start_with(dir.path(), &small_cache);
+    let server = start(dir.path());
     let mut client = server.client().await;
     support::create_table(&mut client, TABLE).await;
     let mut expected = BTreeMap::new();
@@ -119,13 +124,68 @@ async fn leaves_read_back_after_many_updates_show_the_last_write_also_after_a_ki
     check_all(&mut client, &expected).await;
     server.kill_9();
 
-    let server = ServerProcess::start_with(dir.path(), &small_cache);
+    let server = start(dir.path());
     let mut client = server.client().await;
     check_all(&mut client, &expected).await;
     write_round(&mut client, ROUNDS + 1, &mut expected).await;
     check_all(&mut client, &expected).await;
     server.kill_9();
 
-    let server = ServerProcess::start_with(dir.path(), &small_cache);
+    let server = start(dir.path());
+    check_all(&mut server.client().await, &expected).await;
+}
+
+/// Writers that each own every tenth row merge their rows again and again while readers scan
+/// and read the same leaves, all under a 1 MiB cache, so that leaves are written back whole by
+/// reads while writes link updates to them: at the end, and after a SIGKILL, every row holds
+/// its writer's last acknowledged round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_racing_on_the_same_leaves_lose_no_write() {
+    const WRITERS: u64 = 10;
+    const WRITER_ROUNDS: i64 = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let mut client = server.client().await;
+    support::create_table(&mut client, TABLE).await;
+    let mut expected = BTreeMap::new();
+    write_round(&mut client, 0, &mut expected).await;
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut last = BTreeMap::new();
+                for round in 1..=WRITER_ROUNDS {
+                    for partition in 0..PARTITIONS {
+                        let rows: Vec<u64> = (writer..ROWS).step_by(WRITERS as usize).collect();
+                        commit_round(&mut client, partition, &rows, round).await;
+                        last.extend(rows.into_iter().map(|row| (key(partition, row), round)));
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..3 {
+                    let scanned = support::all_entities(&mut client, TABLE).await;
+                    assert_eq!(scanned.len() as u64, PARTITIONS * ROWS, "rows scanned");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        expected.extend(writer.await.unwrap());
+    }
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    check_all(&mut client, &expected).await;
+    server.kill_9();
+
+    let server = start(dir.path());
     check_all(&mut server.client().await, &expected).await;
 }
