@@ -379,11 +379,12 @@ async fn main() {
     }
 
     // The PostgreSQL store to measure beside sled: a database of a cluster of our own
-    // (`--store postgres`), or the one named.
+    // (`--store postgres`), or the one named. Ours has the buffers of a database sized for its
+    // data ([`postgres::SHARED_BUFFERS`]), not the 128 MB PostgreSQL ships with.
     // (Its programs and the database client block: off the runtime's turn.)
     let cluster = (args.store.as_deref() == Some("postgres")).then(|| {
         tokio::task::block_in_place(|| {
-            postgres::Cluster::start()
+            postgres::Cluster::start_with(&["-c", postgres::SHARED_BUFFERS])
                 .expect("--store postgres needs PostgreSQL's programs on PATH")
         })
     });

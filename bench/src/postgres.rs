@@ -14,6 +14,12 @@ mod cluster;
 
 pub(crate) use cluster::Postgres as Cluster;
 
+/// The shared buffers of `--store postgres`'s cluster: room for the benchmark's whole data set.
+/// With PostgreSQL's default of 128 MB, inserts over 1,000,000 entities made backends write
+/// dirty pages out while holding a table's extension lock (each write waiting for the log's
+/// flush first), and every other insert into the table waited 60-250 ms behind it.
+pub(crate) const SHARED_BUFFERS: &str = "shared_buffers=1GB";
+
 /// A workload's `pgbench` form: its clients, its script, and the entities one run of the script
 /// reads or writes.
 struct Ceiling {
