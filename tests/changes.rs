@@ -709,6 +709,66 @@ async fn records_past_the_retention_go_and_a_cursor_they_passed_is_refused() {
     assert_eq!(rows, ["new"]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_past_its_retention_goes_from_its_start_in_batches_up_to_the_first_young_record() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Bulk", true).await;
+    // 2,500 records: more than one trimming step (1,000) removes.
+    for batch in 0..25 {
+        let pk = format!("p{batch}");
+        let inserts = (0..100)
+            .map(|n| tx_insert(entity(&pk, &format!("{n:03}"), &[("N", int32(n))])))
+            .collect();
+        client
+            .submit_transaction(common::transaction("Bulk", &pk, inserts))
+            .await
+            .unwrap();
+    }
+    let first = read_all(&mut client, "Bulk", "").await;
+    assert_eq!(first.len(), 2_500);
+    let (oldest, newest) = (
+        first[0].cursor.clone(),
+        first.last().unwrap().cursor.clone(),
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    insert(&mut client, "Bulk", "z", "young", 1).await;
+    // Their retention is a day; now 3 s: the 2,500 are past it, the young one is not for 3 s.
+    client
+        .set_change_feed(pb::SetChangeFeedRequest {
+            table: "Bulk".into(),
+            enabled: true,
+            retention_seconds: 3,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let rows: Vec<String> = read_all(&mut client, "Bulk", "")
+            .await
+            .into_iter()
+            .map(|c| c.row_key)
+            .collect();
+        if rows == ["young"] {
+            break;
+        }
+        assert!(!rows.is_empty(), "the young record went with the old ones");
+        assert!(started.elapsed() < Duration::from_secs(20), "never trimmed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let expired = client
+        .read_changes(pb::ReadChangesRequest {
+            table: "Bulk".into(),
+            cursor: oldest,
+            ..Default::default()
+        })
+        .await;
+    common::assert_error(expired, Code::OutOfRange, "ChangeFeedCursorExpired");
+    let after_newest = read_all(&mut client, "Bulk", &newest).await;
+    assert_eq!(after_newest.len(), 1, "a cursor at the last removed record");
+}
+
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Alarm {
