@@ -23,11 +23,10 @@ use crate::storage::{FeedRead, IndexCatalog, StorageError};
 
 pub(super) const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
     SELECT $1, record, $4, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
-/// Removes the records of commits before `$2` from the feed's start, as sled's store does: of the
-/// first `$3` records (of ended transactions), those before the first that is not that old. It
-/// reads at most `$3` index entries whatever the feed holds (a filter on `at` over the whole
-/// feed read every record of a feed that had none to remove, every second on every server).
-/// Notes the last position it removes (never moving the note back), then removes the records.
+/// Removes, from the feed's start, the records of commits before `$2` (as sled's store does): of
+/// the first `$3` records of ended transactions, those before the first that is not that old, so
+/// a step reads at most `$3` index entries however long the feed is. Notes the last position it
+/// removes (never moving the note back), then removes the records.
 const TRIM_RECORDS: &str = "WITH oldest AS (
         SELECT xid, record, at FROM trestle_changes
         WHERE table_id = $1 AND xid < pg_snapshot_xmin(pg_current_snapshot())
