@@ -3,8 +3,8 @@
 //! the expired ones (at most [`SWEEP_EXAMINED`] examined a table a pass, resuming where the last
 //! pass stopped, so its cost per second is bounded), each removal a commit of its own kind
 //! (`Operation::Expire`, an `EXPIRE` record in the feed) that leaves an entity rewritten
-//! meanwhile alone. Work runs on the blocking pool. Over PostgreSQL every server does it; the
-//! removals are idempotent.
+//! meanwhile alone. Work runs on the blocking pool. Over PostgreSQL one server at a time does it
+//! (the store names the tables to tend only to the server holding its housekeeping lease).
 
 use std::collections::HashMap;
 use std::ops::Bound;

@@ -7,36 +7,8 @@
 mod postgres_cluster;
 mod support;
 
-use support::{entity, ServerProcess};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use support::{entity, free_port, http, sample, scrape, ServerProcess};
 use trestle_proto::pb;
-
-fn free_port() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
-}
-
-/// One HTTP/1.1 request on a fresh connection; the whole answer.
-async fn http(addr: &str, request: &str) -> String {
-    let mut socket = TcpStream::connect(addr).await.unwrap();
-    socket.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    socket.read_to_end(&mut answer).await.unwrap();
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
-/// The value of the sample of `name` carrying every label of `labels` (`key="value"`), or 0.
-fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|line| {
-            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
-        })
-        .filter(|line| labels.iter().all(|label| line.contains(label)))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 #[tokio::test]
 async fn counters_move_by_the_traffic_sent_over_both_protocols() {
@@ -145,15 +117,6 @@ async fn counters_move_by_the_traffic_sent_over_both_protocols() {
 
     background_work_and_open_streams(&mut client, &metrics).await;
     server.terminate();
-}
-
-/// `/metrics` scraped from `addr` now.
-async fn scrape(addr: &str) -> String {
-    http(
-        addr,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    )
-    .await
 }
 
 /// Scrapes until the sample of `name` with `labels` is `value` (background work ends when it

@@ -3,7 +3,8 @@
 //! one partition are never seen in part by readers of any server; a server killed mid-load loses
 //! nothing acknowledged and leaves nothing partial; a token and a continuation move between
 //! servers; and PostgreSQL itself crashing and coming back makes the servers answer
-//! `Unavailable` meanwhile, then recover by themselves, with every acknowledged write kept.
+//! `Unavailable` meanwhile, then recover by themselves, with every acknowledged write kept; and
+//! one server at a time removes expired entities, another taking over when it dies.
 //! Each test starts its own throwaway cluster (skipped where PostgreSQL is not installed, unless
 //! `TRESTLE_REQUIRE_POSTGRES` is set).
 
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres_cluster::Postgres;
-use support::{create_table, entity, insert_op, Client, ServerProcess};
+use support::{create_table, entity, free_port, insert_op, sample, scrape, Client, ServerProcess};
 use tonic::Code;
 use trestle_proto::pb;
 
@@ -731,4 +732,85 @@ async fn a_change_feed_written_by_two_servers_resumes_on_either() {
     assert_eq!(all.len(), 100, "no record twice");
     let (whole, _) = feed_after(&mut b, "Feed", "").await;
     assert_eq!(whole.len(), 100);
+}
+
+/// The housekeeping passes a server (its metrics at `metrics`) counted as removing expired
+/// entities.
+async fn expiring_passes(metrics: &str) -> f64 {
+    let scraped = scrape(metrics).await;
+    sample(
+        &scraped,
+        "trestle_background_jobs_total",
+        &["work=\"expire\""],
+    )
+}
+
+/// Inserts an entity into `Expiring` every 50 ms for `seconds`, each expiring a second later.
+async fn insert_expiring(client: &mut Client, prefix: &str, seconds: u64) {
+    for n in 0..seconds * 20 {
+        let request = pb::InsertEntityRequest {
+            table: "Expiring".into(),
+            entity: Some(entity("p", &format!("{prefix}{n:04}"), &[("N", 1)])),
+            ..Default::default()
+        };
+        client.insert_entity(request).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_at_a_time_removes_expired_entities_and_another_takes_over_when_it_dies() {
+    let started = tokio::task::block_in_place(|| {
+        let cluster = Postgres::start()?;
+        let url = cluster.database("shared");
+        Some((cluster, url))
+    });
+    let Some((_cluster, url)) = started else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = [free_port(), free_port()];
+    let mut servers: Vec<Option<ServerProcess>> = metrics
+        .iter()
+        .enumerate()
+        .map(|(n, listen)| {
+            let data_dir = dir.path().join(format!("unused-{n}"));
+            Some(server_over(&url, &data_dir, &["--metrics-listen", listen]))
+        })
+        .collect();
+    let mut client = servers[0].as_ref().unwrap().client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Expiring".into(),
+            time_to_live: true,
+            default_time_to_live_seconds: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Entities expire all along, so that every server's passes (one a second) would find some.
+    insert_expiring(&mut client, "a", 5).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let passes = [
+        expiring_passes(&metrics[0]).await,
+        expiring_passes(&metrics[1]).await,
+    ];
+    let tending = match passes {
+        [tended, 0.0] if tended > 0.0 => 0,
+        [0.0, tended] if tended > 0.0 => 1,
+        _ => panic!("expiring passes of the two servers: {passes:?}"),
+    };
+
+    servers[tending].take().unwrap().kill_9();
+    let other = 1 - tending;
+    let mut client = servers[other].as_ref().unwrap().client().await;
+    insert_expiring(&mut client, "b", 1).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while expiring_passes(&metrics[other]).await == 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no server took the housekeeping over"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

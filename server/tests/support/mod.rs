@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use trestle_proto::pb;
 
 /// Runs a `trestle-server` tool (`keygen`, `token`) to its exit: status, stdout, stderr.
@@ -299,4 +301,40 @@ pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blo
             .ran();
         engine.wait(pending).unwrap();
     }
+}
+
+/// A free loopback address (`127.0.0.1:port`) for a listener of a child server.
+pub fn free_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// One HTTP/1.1 request on a fresh connection; the whole answer.
+pub async fn http(addr: &str, request: &str) -> String {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The value of the sample of `name` carrying every label of `labels` (`key="value"`), or 0.
+pub fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+        })
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `/metrics` scraped from `addr` now.
+pub async fn scrape(addr: &str) -> String {
+    http(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
 }

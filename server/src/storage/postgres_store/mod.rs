@@ -25,6 +25,7 @@ mod across;
 mod awaited;
 mod changes;
 mod indexes;
+mod lease;
 mod one_trip;
 mod pipelined;
 mod pool;
@@ -192,6 +193,8 @@ pub struct PostgresStore {
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
     /// since, which the next commit to one finds under its lock.
     known: Mutex<HashMap<String, Arc<PostgresTable>>>,
+    /// Whether this server tends the tables ([`Store::tables_to_tend`]).
+    lease: lease::Lease,
 }
 
 impl PostgresStore {
@@ -238,6 +241,7 @@ impl PostgresStore {
             secret,
             wake_purger,
             known: Mutex::default(),
+            lease: lease::Lease::default(),
         };
         store.resume_builds()?;
         Ok(store)
@@ -487,8 +491,12 @@ impl Store for PostgresStore {
         Some(self)
     }
 
-    /// One query over every live table's catalog.
+    /// One query over every live table's catalog, on the one server that holds the
+    /// housekeeping lease (`lease.rs`); none on the others.
     fn tables_to_tend(&self) -> Result<Vec<TendedTable>, StorageError> {
+        if !self.lease.held(&self.pool)? {
+            return Ok(Vec::new());
+        }
         let mut tended = Vec::new();
         for row in self.pool.query(LIVE_TABLES, &[])? {
             let table = self.table_of_row(&row)?;
