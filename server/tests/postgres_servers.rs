@@ -596,7 +596,8 @@ async fn an_insert_keeps_the_index_another_server_just_declared() {
         index: "ByRank".into(),
         ..Default::default()
     };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // The lease runs out 10 s after its holder's last renewal.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while let Err(status) = a.query_entities(by_rank.clone()).await {
         assert!(
             Instant::now() < deadline,
@@ -805,7 +806,8 @@ async fn one_server_at_a_time_removes_expired_entities_and_another_takes_over_wh
     let other = 1 - tending;
     let mut client = servers[other].as_ref().unwrap().client().await;
     insert_expiring(&mut client, "b", 1).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // The lease runs out 10 s after its holder's last renewal.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while expiring_passes(&metrics[other]).await == 0.0 {
         assert!(
             Instant::now() < deadline,

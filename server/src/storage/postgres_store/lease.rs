@@ -1,57 +1,47 @@
 //! The housekeeping lease: over one database, one server at a time tends the tables (trims the
-//! change feeds, removes expired entities): the one holding a session-level advisory lock on a
-//! connection of its own. The lock lives as long as that connection, so a server that stops,
-//! dies or loses the database lets it go, and another server takes it at its next pass (each
-//! tries every second). Without it every server swept every table whose entities expire and
-//! trimmed every feed, the same work once per server.
-
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
-
-use postgres::Client;
+//! change feeds, removes expired entities): the one holding the lease, a row of `trestle_meta`
+//! naming its holder and when the lease runs out by the database's clock. The holder renews it at
+//! each pass (every second); when it stops, dies or loses the database, the lease runs out
+//! ([`LEASE_MILLIS`]) and the next server to try takes it. No session state is kept, so the
+//! lease works through a transaction-mode pooler too. Without it every server swept every table
+//! whose entities expire and trimmed every feed, the same work once per server.
 
 use super::pool::Pool;
 use crate::storage::StorageError;
 
-/// Takes the lease if no session holds it: its keys are a class of their own (beside the
-/// tables', `table_lock_class!`) and 0.
-const TAKE_LEASE: &str = "SELECT pg_try_advisory_lock(29811, 0)";
+/// How long a lease lasts past its last renewal, in milliseconds.
+pub(super) const LEASE_MILLIS: i64 = 10_000;
 
-/// How long a check that the lease's connection is still open may take.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Takes the lease for holder `$1` until `$2` ms from now if it is free, run out or already
+/// `$1`'s; a row if `$1` holds it. The row's value is `<holder> <end in ms since the epoch>`.
+const TAKE_LEASE: &str = "INSERT INTO trestle_meta AS lease (key, value)
+    VALUES ('housekeeping_lease', convert_to($1 || ' '
+        || (extract(epoch FROM clock_timestamp()) * 1000)::int8 + $2, 'UTF8'))
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+    WHERE split_part(convert_from(lease.value, 'UTF8'), ' ', 1) = $1
+        OR split_part(convert_from(lease.value, 'UTF8'), ' ', 2)::int8
+            < (extract(epoch FROM clock_timestamp()) * 1000)::int8
+    RETURNING 1";
 
-/// This server's connection for the lease, once opened, and whether it holds the lease.
-#[derive(Default)]
+/// This server's claim on the lease: a random name of its own.
+#[derive(Debug)]
 pub(super) struct Lease {
-    connection: Mutex<Option<(Client, bool)>>,
+    holder: String,
 }
 
 impl Lease {
-    /// Whether this server holds the lease now, taken if no server holds it.
-    pub(super) fn held(&self, pool: &Pool) -> Result<bool, StorageError> {
-        let mut connection = self
-            .connection
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some((client, holding)) = connection.as_mut() {
-            match client.is_valid(CHECK_TIMEOUT) {
-                Ok(()) if *holding => return Ok(true),
-                Ok(()) => {}
-                // The session, and the lock with it, is gone.
-                Err(_) => *connection = None,
-            }
-        }
-        let (client, holding) = match connection.as_mut() {
-            Some(open) => open,
-            None => connection.insert((pool.open_client()?, false)),
-        };
-        *holding = client.query_one(TAKE_LEASE, &[])?.get(0);
-        Ok(*holding)
+    /// A name no other server has.
+    pub(super) fn new() -> Result<Lease, StorageError> {
+        let mut name = [0u8; 16];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut name)
+            .map_err(|_| std::io::Error::other("the system's random source failed"))?;
+        let holder = name.iter().map(|byte| format!("{byte:02x}")).collect();
+        Ok(Lease { holder })
     }
-}
 
-impl std::fmt::Debug for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Lease")
+    /// Whether this server holds the lease now (taken or renewed).
+    pub(super) fn held(&self, pool: &Pool) -> Result<bool, StorageError> {
+        let taken = pool.query(TAKE_LEASE, &[&self.holder, &LEASE_MILLIS])?;
+        Ok(!taken.is_empty())
     }
 }

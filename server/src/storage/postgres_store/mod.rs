@@ -241,7 +241,7 @@ impl PostgresStore {
             secret,
             wake_purger,
             known: Mutex::default(),
-            lease: lease::Lease::default(),
+            lease: lease::Lease::new()?,
         };
         store.resume_builds()?;
         Ok(store)

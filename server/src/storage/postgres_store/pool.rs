@@ -131,11 +131,6 @@ impl Pool {
         })
     }
 
-    /// A client of its own, outside the pool, to the pool's database.
-    pub(super) fn open_client(&self) -> Result<Client, postgres::Error> {
-        Connection::open(&self.config, self.tls.as_ref()).map(|connection| connection.client)
-    }
-
     /// Runs `f` with a connection, waiting for a slot to be free.
     pub(super) fn with<R>(
         &self,
