@@ -4,7 +4,8 @@
 //! nothing acknowledged and leaves nothing partial; a token and a continuation move between
 //! servers; and PostgreSQL itself crashing and coming back makes the servers answer
 //! `Unavailable` meanwhile, then recover by themselves, with every acknowledged write kept; and
-//! one server at a time removes expired entities, another taking over when it dies.
+//! one server at a time removes expired entities, another taking over when it dies, and none
+//! writes its claim to that work while there is nothing to tend.
 //! Each test starts its own throwaway cluster (skipped where PostgreSQL is not installed, unless
 //! `TRESTLE_REQUIRE_POSTGRES` is set).
 
@@ -814,5 +815,53 @@ async fn one_server_at_a_time_removes_expired_entities_and_another_takes_over_wh
             "no server took the housekeeping over"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether the database at `url` holds a housekeeping lease.
+fn lease_written(url: &str) -> bool {
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let row = admin
+        .query_one(
+            "SELECT count(*) FROM trestle_meta WHERE key = 'housekeeping_lease'",
+            &[],
+        )
+        .unwrap();
+    row.get::<_, i64>(0) > 0
+}
+
+/// Servers whose tables keep no feed and let nothing expire write no lease (a database written
+/// each second by every idle store otherwise); the first table that needs tending makes one of
+/// them take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_server_claims_the_housekeeping_while_there_is_nothing_to_tend() {
+    let Some((_cluster, url, servers, _dir)) = cluster_with_servers(2, &[]) else {
+        return;
+    };
+    let mut client = servers[0].client().await;
+    create_table(&mut client, "Plain").await;
+    client
+        .insert_entity(pb::InsertEntityRequest {
+            table: "Plain".into(),
+            entity: Some(entity("p", "r", &[("N", 1)])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // The housekeeping passes once a second.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!tokio::task::block_in_place(|| lease_written(&url)));
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Expiring".into(),
+            time_to_live: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tokio::task::block_in_place(|| lease_written(&url)) {
+        assert!(Instant::now() < deadline, "no server took the housekeeping");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -1,8 +1,9 @@
 //! The housekeeping lease: over one database, one server at a time tends the tables (trims the
 //! change feeds, removes expired entities): the one holding the lease, a row of `trestle_meta`
 //! naming its holder and when the lease runs out by the database's clock. The holder renews it at
-//! each pass (every second); when it stops, dies or loses the database, the lease runs out
-//! ([`LEASE_MILLIS`]) and the next server to try takes it. No session state is kept, so the
+//! each pass (every second) that finds a table to tend; when it stops, dies, loses the database
+//! or has nothing to tend, the lease runs out ([`LEASE_MILLIS`]) and the next server to try takes
+//! it. No session state is kept, so the
 //! lease works through a transaction-mode pooler too. Without it every server swept every table
 //! whose entities expire and trimmed every feed, the same work once per server.
 
@@ -10,7 +11,7 @@ use super::pool::Pool;
 use crate::storage::StorageError;
 
 /// How long a lease lasts past its last renewal, in milliseconds.
-pub(super) const LEASE_MILLIS: i64 = 10_000;
+const LEASE_MILLIS: i64 = 10_000;
 
 /// Takes the lease for holder `$1` until `$2` ms from now if it is free, run out or already
 /// `$1`'s; a row if `$1` holds it. The row's value is `<holder> <end in ms since the epoch>`.

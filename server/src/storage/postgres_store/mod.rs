@@ -493,10 +493,9 @@ impl Store for PostgresStore {
 
     /// One query over every live table's catalog, on the one server that holds the
     /// housekeeping lease (`lease.rs`); none on the others.
+    /// Only while some table needs upkeep is the lease taken or renewed: a store with no feed
+    /// and no time to live writes nothing each second.
     fn tables_to_tend(&self) -> Result<Vec<TendedTable>, StorageError> {
-        if !self.lease.held(&self.pool)? {
-            return Ok(Vec::new());
-        }
         let mut tended = Vec::new();
         for row in self.pool.query(LIVE_TABLES, &[])? {
             let table = self.table_of_row(&row)?;
@@ -504,6 +503,9 @@ impl Store for PostgresStore {
                 let catalog = table.catalog.clone();
                 tended.push((table as Arc<dyn Table>, catalog));
             }
+        }
+        if tended.is_empty() || !self.lease.held(&self.pool)? {
+            return Ok(Vec::new());
         }
         Ok(tended)
     }
