@@ -865,3 +865,81 @@ async fn no_server_claims_the_housekeeping_while_there_is_nothing_to_tend() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A deleted table's rows are all purged, and its name freed, when another purger deletes part
+/// of them meanwhile: here a transaction of the test's own deletes the first two batches' worth
+/// and holds them while the server purges, as a second server's purger would (before, the server
+/// took the others' batch being gone for the table being empty, forgot the table and left the
+/// rest of its rows in the database for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_purged_by_two_purgers_at_once_leaves_no_row_behind() {
+    let Some((_cluster, url, servers, _dir)) = cluster_with_servers(1, &[]) else {
+        return;
+    };
+    let mut client = servers[0].client().await;
+    create_table(&mut client, "Big").await;
+    let (other_purger, id) = tokio::task::block_in_place(|| {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let id: i64 = admin
+            .query_one(
+                "SELECT id FROM trestle_tables WHERE folded = 'big' AND live",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        // Three purge batches of rows, keyed in the order a batch takes them.
+        admin
+            .execute(
+                "INSERT INTO trestle_entities SELECT $1, convert_to(lpad(g::text, 6, '0'), 'UTF8'),
+                 '\\x72'::bytea, '\\x00'::bytea FROM generate_series(1, 6000) g",
+                &[&id],
+            )
+            .unwrap();
+        let (deleted, commit) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let other = std::thread::spawn(move || {
+            let mut transaction = admin.transaction().unwrap();
+            let rows = transaction
+                .execute(
+                    "DELETE FROM trestle_entities WHERE table_id = $1 AND pk <= '\\x303034303030'",
+                    &[&id],
+                )
+                .unwrap();
+            deleted.0.send(rows).unwrap();
+            commit.1.recv().unwrap();
+            transaction.commit().unwrap();
+        });
+        assert_eq!(deleted.1.recv().unwrap(), 4000);
+        ((other, commit.0), id)
+    });
+    client
+        .delete_table(pb::DeleteTableRequest {
+            table: "Big".into(),
+        })
+        .await
+        .unwrap();
+    // The server's purger meets the rows the other one holds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (other, commit) = other_purger;
+    commit.send(()).unwrap();
+    other.join().unwrap();
+    let count = |sql: &str| {
+        tokio::task::block_in_place(|| {
+            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            admin.query_one(sql, &[&id]).unwrap().get::<_, i64>(0)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count("SELECT count(*) FROM trestle_tables WHERE id = $1") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted table is never forgotten"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        count("SELECT count(*) FROM trestle_entities WHERE table_id = $1"),
+        0,
+        "rows of a forgotten table are left in the database"
+    );
+    create_table(&mut client, "Big").await;
+}

@@ -1,7 +1,10 @@
-//! Background purging of deleted tables and dropped indexes: a deleted table's catalog row stays (not live) until its
-//! entities are gone, deleted in bounded batches by a thread of every server over the database,
-//! so that a purge a server did not finish (it stopped, it died) is finished by another, or by
-//! itself after a restart. While the row stays, the name answers `TableBeingDeleted`.
+//! Background purging of deleted tables and dropped indexes: a deleted table's catalog row stays
+//! (not live) until its entities are gone, deleted in bounded batches by a thread of every server
+//! over the database, so that a purge a server did not finish (it stopped, it died) is finished by
+//! another, or by itself after a restart. While the row stays, the name answers
+//! `TableBeingDeleted`. Servers purging the same table at once take batches the others have not
+//! locked, and a table (or an index) is forgotten only by a statement that finds none of its rows
+//! left, so none is ever left behind by a purger that found the others' batch gone.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -18,15 +21,27 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 
 const DELETED_TABLE: &str = "SELECT id FROM trestle_tables WHERE NOT live ORDER BY id LIMIT 1";
 const PURGE_ROWS: &str = "DELETE FROM trestle_entities WHERE (table_id, pk, rk) IN
-    (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1 LIMIT $2)";
+    (SELECT table_id, pk, rk FROM trestle_entities WHERE table_id = $1
+     LIMIT $2 FOR UPDATE SKIP LOCKED)";
 const PURGE_CHANGES: &str = "DELETE FROM trestle_changes WHERE (table_id, xid, record) IN
-    (SELECT table_id, xid, record FROM trestle_changes WHERE table_id = $1 LIMIT $2)";
-const FORGET_TABLE: &str = "WITH trims AS (DELETE FROM trestle_feed_trims WHERE table_id = $1)
-    DELETE FROM trestle_tables WHERE id = $1 AND NOT live";
+    (SELECT table_id, xid, record FROM trestle_changes WHERE table_id = $1
+     LIMIT $2 FOR UPDATE SKIP LOCKED)";
+/// Forgets a deleted table if none of its entities and records is left (rows another purger is
+/// deleting still count, until it commits).
+const FORGET_TABLE: &str = "WITH gone AS (
+        DELETE FROM trestle_tables WHERE id = $1 AND NOT live
+        AND NOT EXISTS (SELECT 1 FROM trestle_entities WHERE table_id = $1)
+        AND NOT EXISTS (SELECT 1 FROM trestle_changes WHERE table_id = $1)
+        RETURNING id),
+    trims AS (DELETE FROM trestle_feed_trims WHERE table_id IN (SELECT id FROM gone))
+    SELECT count(*) FROM gone";
 const DROPPED_INDEX: &str = "SELECT index_id FROM trestle_dropped_indexes LIMIT 1";
 const PURGE_ENTRIES: &str = "DELETE FROM trestle_index_entries WHERE (index_id, sort_key) IN
-    (SELECT index_id, sort_key FROM trestle_index_entries WHERE index_id = $1 LIMIT $2)";
-const FORGET_INDEX: &str = "DELETE FROM trestle_dropped_indexes WHERE index_id = $1";
+    (SELECT index_id, sort_key FROM trestle_index_entries WHERE index_id = $1
+     LIMIT $2 FOR UPDATE SKIP LOCKED)";
+/// Forgets a dropped index if none of its entries is left.
+const FORGET_INDEX: &str = "DELETE FROM trestle_dropped_indexes WHERE index_id = $1
+    AND NOT EXISTS (SELECT 1 FROM trestle_index_entries WHERE index_id = $1)";
 
 /// Wakes the purger (after a deletion); it stops once the store is gone.
 #[derive(Debug, Default)]
@@ -81,7 +96,8 @@ fn run(pool: &Weak<Pool>, wake: &Wake) {
 
 /// Deletes one batch of a dropped index's entries (an index of a deleted table, too), or, when
 /// none is left, forgets the index; else one batch of a deleted table's entities, or, when none
-/// is left, the table's catalog row. `false` when nothing is left to purge.
+/// is left, the table's catalog row. `false` when nothing is left to purge, or what is left is
+/// being deleted by another purger (a look later finishes it if that one stops).
 fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
     pool.with(|connection| {
         let (client, mut prepared) = connection.parts();
@@ -89,12 +105,15 @@ fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
         if let Some(index) = client.query_opt(&dropped_index, &[])? {
             let id: i64 = index.get(0);
             let purge_entries = prepared.get(client, PURGE_ENTRIES)?;
-            if client.execute(&purge_entries, &[&id, &PURGE_BATCH])? == 0 {
-                let forget_index = prepared.get(client, FORGET_INDEX)?;
-                client.execute(&forget_index, &[&id])?;
+            if client.execute(&purge_entries, &[&id, &PURGE_BATCH])? > 0 {
+                return Ok(true);
+            }
+            let forget_index = prepared.get(client, FORGET_INDEX)?;
+            let forgotten = client.execute(&forget_index, &[&id])? > 0;
+            if forgotten {
                 tracing::info!(index_id = id, "a dropped index is purged");
             }
-            return Ok(true);
+            return Ok(forgotten);
         }
         let deleted_table = prepared.get(client, DELETED_TABLE)?;
         let Some(table) = client.query_opt(&deleted_table, &[])? else {
@@ -107,11 +126,14 @@ fn purge_one_batch(pool: &Pool) -> Result<bool, StorageError> {
             let purge_changes = prepared.get(client, PURGE_CHANGES)?;
             purged = client.execute(&purge_changes, &[&id, &PURGE_BATCH])?;
         }
-        if purged == 0 {
-            let forget_table = prepared.get(client, FORGET_TABLE)?;
-            client.execute(&forget_table, &[&id])?;
+        if purged > 0 {
+            return Ok(true);
+        }
+        let forget_table = prepared.get(client, FORGET_TABLE)?;
+        let forgotten = client.query_one(&forget_table, &[&id])?.get::<_, i64>(0) > 0;
+        if forgotten {
             tracing::info!(table_id = id, "a deleted table is purged");
         }
-        Ok(true)
+        Ok(forgotten)
     })
 }
