@@ -15,10 +15,7 @@ pub struct StoreSecret([u8; SECRET_BYTES]);
 impl StoreSecret {
     /// A new secret from the system's random source.
     pub(crate) fn generate() -> Result<StoreSecret, StorageError> {
-        let mut secret = [0u8; SECRET_BYTES];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
-            .map_err(|_| std::io::Error::other("the system's random source failed"))?;
-        Ok(StoreSecret(secret))
+        random_bytes().map(StoreSecret)
     }
 
     /// A secret read back from a store: exactly [`SECRET_BYTES`] bytes.
@@ -37,6 +34,14 @@ impl StoreSecret {
     pub fn bytes(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// `N` bytes from the system's random source (a store's secret, a server's name for its lease).
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], StorageError> {
+    let mut bytes = [0u8; N];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| std::io::Error::other("the system's random source failed"))?;
+    Ok(bytes)
 }
 
 impl std::fmt::Debug for StoreSecret {

@@ -8,6 +8,7 @@
 //! whose entities expire and trimmed every feed, the same work once per server.
 
 use super::pool::Pool;
+use crate::storage::secret::random_bytes;
 use crate::storage::StorageError;
 
 /// How long a lease lasts past its last renewal, in milliseconds.
@@ -33,9 +34,7 @@ pub(super) struct Lease {
 impl Lease {
     /// A name no other server has.
     pub(super) fn new() -> Result<Lease, StorageError> {
-        let mut name = [0u8; 16];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut name)
-            .map_err(|_| std::io::Error::other("the system's random source failed"))?;
+        let name: [u8; 16] = random_bytes()?;
         let holder = name.iter().map(|byte| format!("{byte:02x}")).collect();
         Ok(Lease { holder })
     }
