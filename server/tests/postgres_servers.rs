@@ -818,16 +818,19 @@ async fn one_server_at_a_time_removes_expired_entities_and_another_takes_over_wh
     }
 }
 
+/// The count `sql` (with `params`) answers in the database at `url`, asked off the runtime's
+/// turn.
+fn count_in(url: &str, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> i64 {
+    tokio::task::block_in_place(|| {
+        let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        admin.query_one(sql, params).unwrap().get(0)
+    })
+}
+
 /// Whether the database at `url` holds a housekeeping lease.
 fn lease_written(url: &str) -> bool {
-    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    let row = admin
-        .query_one(
-            "SELECT count(*) FROM trestle_meta WHERE key = 'housekeeping_lease'",
-            &[],
-        )
-        .unwrap();
-    row.get::<_, i64>(0) > 0
+    let lease = "SELECT count(*) FROM trestle_meta WHERE key = 'housekeeping_lease'";
+    count_in(url, lease, &[]) > 0
 }
 
 /// Servers whose tables keep no feed and let nothing expire write no lease (a database written
@@ -850,7 +853,7 @@ async fn no_server_claims_the_housekeeping_while_there_is_nothing_to_tend() {
         .unwrap();
     // The housekeeping passes once a second.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert!(!tokio::task::block_in_place(|| lease_written(&url)));
+    assert!(!lease_written(&url));
     client
         .create_table(pb::CreateTableRequest {
             table: "Expiring".into(),
@@ -860,7 +863,7 @@ async fn no_server_claims_the_housekeeping_while_there_is_nothing_to_tend() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !tokio::task::block_in_place(|| lease_written(&url)) {
+    while !lease_written(&url) {
         assert!(Instant::now() < deadline, "no server took the housekeeping");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -922,12 +925,7 @@ async fn a_table_purged_by_two_purgers_at_once_leaves_no_row_behind() {
     let (other, commit) = other_purger;
     commit.send(()).unwrap();
     other.join().unwrap();
-    let count = |sql: &str| {
-        tokio::task::block_in_place(|| {
-            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-            admin.query_one(sql, &[&id]).unwrap().get::<_, i64>(0)
-        })
-    };
+    let count = |sql: &str| count_in(&url, sql, &[&id]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while count("SELECT count(*) FROM trestle_tables WHERE id = $1") > 0 {
         assert!(

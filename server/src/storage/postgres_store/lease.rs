@@ -3,9 +3,9 @@
 //! naming its holder and when the lease runs out by the database's clock. The holder renews it at
 //! each pass (every second) that finds a table to tend; when it stops, dies, loses the database
 //! or has nothing to tend, the lease runs out ([`LEASE_MILLIS`]) and the next server to try takes
-//! it. No session state is kept, so the
-//! lease works through a transaction-mode pooler too. Without it every server swept every table
-//! whose entities expire and trimmed every feed, the same work once per server.
+//! it. No session state is kept, so the lease works through a transaction-mode pooler too.
+//! Without it every server swept every table whose entities expire and trimmed every feed, the
+//! same work once per server.
 
 use super::pool::Pool;
 use crate::storage::secret::random_bytes;

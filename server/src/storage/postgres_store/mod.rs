@@ -491,10 +491,10 @@ impl Store for PostgresStore {
         Some(self)
     }
 
-    /// One query over every live table's catalog, on the one server that holds the
-    /// housekeeping lease (`lease.rs`); none on the others.
-    /// Only while some table needs upkeep is the lease taken or renewed: a store with no feed
-    /// and no time to live writes nothing each second.
+    /// One query over every live table's catalog; the tables that need upkeep go only to the
+    /// server that holds the housekeeping lease (`lease.rs`), which is taken or renewed only
+    /// while there is such a table: a store with no feed and no time to live writes nothing each
+    /// second.
     fn tables_to_tend(&self) -> Result<Vec<TendedTable>, StorageError> {
         let mut tended = Vec::new();
         for row in self.pool.query(LIVE_TABLES, &[])? {
