@@ -941,3 +941,93 @@ async fn a_table_purged_by_two_purgers_at_once_leaves_no_row_behind() {
     );
     create_table(&mut client, "Big").await;
 }
+
+/// Single-entity inserts that wait for the database go to it together (`insert_batches.rs`):
+/// here the test holds every insert into `trestle_entities` back while 40 wait, then lets them
+/// go. Each entity is inserted once: of two inserts of one entity waiting together one commits
+/// and the other is refused, inserts of an entity already stored are refused, and the others
+/// commit with them; the feed holds one record per entity inserted, and records of inserts
+/// committed together share their transaction's id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inserts_waiting_together_commit_each_entity_once_and_refuse_only_their_own() {
+    let Some((_cluster, url, servers, _dir)) = cluster_with_servers(1, &[]) else {
+        return;
+    };
+    let mut client = servers[0].client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Batched".into(),
+            change_feed: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let insert = |row_key: String| pb::InsertEntityRequest {
+        table: "Batched".into(),
+        entity: Some(entity(&format!("p{}", row_key.len() % 3), &row_key, &[])),
+        ..Default::default()
+    };
+    client.insert_entity(insert("taken".into())).await.unwrap();
+    let (_, cursor) = feed_after(&mut client, "Batched", "").await;
+    let (locked, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let holder = std::thread::spawn(move || {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut transaction = admin.transaction().unwrap();
+        transaction
+            .batch_execute("LOCK TABLE trestle_entities IN SHARE MODE")
+            .unwrap();
+        locked.0.send(()).unwrap();
+        release.1.recv().unwrap();
+        transaction.commit().unwrap();
+    });
+    locked.1.recv().unwrap();
+    // 30 entities, five of them inserted twice, and five inserts of the one stored.
+    let row_keys = (0..30)
+        .map(|n| format!("r{n:02}"))
+        .chain((0..5).map(|n| format!("r{n:02}")))
+        .chain((0..5).map(|_| "taken".to_owned()));
+    let inserts: Vec<_> = row_keys
+        .map(|row_key| {
+            let mut client = client.clone();
+            let request = insert(row_key.clone());
+            tokio::spawn(async move { (row_key, client.insert_entity(request).await) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    release.0.send(()).unwrap();
+    holder.join().unwrap();
+    let mut committed = BTreeSet::new();
+    let mut refused = Vec::new();
+    for insert in inserts {
+        match insert.await.unwrap() {
+            (row_key, Ok(_)) => assert!(committed.insert(row_key), "an entity inserted twice"),
+            (row_key, Err(status)) => {
+                assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+                refused.push(row_key);
+            }
+        }
+    }
+    let expected: BTreeSet<String> = (0..30).map(|n| format!("r{n:02}")).collect();
+    assert_eq!(committed, expected);
+    refused.sort();
+    let mut expected_refused: Vec<String> = (0..5).map(|n| format!("r{n:02}")).collect();
+    expected_refused.extend((0..5).map(|_| "taken".to_owned()));
+    assert_eq!(refused, expected_refused);
+    let request = pb::ReadChangesRequest {
+        table: "Batched".into(),
+        cursor,
+        ..Default::default()
+    };
+    let mut stream = client.read_changes(request).await.unwrap().into_inner();
+    let mut records = Vec::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        records.extend(batch.changes);
+    }
+    let recorded: BTreeSet<String> = records.iter().map(|r| r.row_key.clone()).collect();
+    assert_eq!((records.len(), recorded), (30, expected));
+    let transactions: BTreeSet<u64> = records.iter().map(|r| r.transaction_id).collect();
+    assert!(
+        transactions.len() < records.len(),
+        "no two inserts went together"
+    );
+}

@@ -65,7 +65,7 @@ impl AwaitedPool {
 
     /// Runs the statement `sql` (prepared on the connection borrowed, the first time) with
     /// `params`: its rows.
-    async fn query(
+    pub(super) async fn query(
         &self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
@@ -253,8 +253,9 @@ impl AwaitedCalls for PostgresStore {
     }
 
     /// Through the table kept for `name`, if there is one (the blocking path keeps it) and its
-    /// catalog as last read has no index: inserts in one round trip (`one_trip.rs`), any
-    /// other commit (or inserts that found a row there) in two (`pipelined.rs`).
+    /// catalog as last read has no index: inserts in one round trip (`one_trip.rs`; inserts of
+    /// one entity waiting together in one, `insert_batches.rs`), any other commit (or inserts
+    /// that found a row there) in two (`pipelined.rs`).
     fn try_commit_named<'a>(
         &'a self,
         name: &'a TableName,
@@ -266,13 +267,24 @@ impl AwaitedCalls for PostgresStore {
                 return Ok(None);
             };
             if let Some(insert) = table.plan_one_trip(partition_key, operations) {
-                let rows = planned_rows(insert.plan());
-                let sent = self
-                    .awaited
-                    .query(INSERT_ROWS, &insert.params(&table.id, &rows))
-                    .await
-                    .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
-                match table.one_trip_outcome(insert, sent)? {
+                let outcome = match insert.is_single() {
+                    true => {
+                        table
+                            .insert_batches
+                            .send(&self.awaited, &table, insert)
+                            .await?
+                    }
+                    false => {
+                        let rows = planned_rows(insert.plan());
+                        let sent = self
+                            .awaited
+                            .query(INSERT_ROWS, &insert.params(&table.id, &rows))
+                            .await
+                            .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
+                        table.one_trip_outcome(insert, sent)?
+                    }
+                };
+                match outcome {
                     OneTrip::Done(committed) => return Ok(Some(Ok(committed))),
                     OneTrip::NotTaken => return Ok(None),
                     // Read the rows, to refuse the right operation.

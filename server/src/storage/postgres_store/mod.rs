@@ -25,6 +25,7 @@ mod across;
 mod awaited;
 mod changes;
 mod indexes;
+mod insert_batches;
 mod lease;
 mod one_trip;
 mod pipelined;
@@ -42,6 +43,7 @@ use postgres::config::SslMode;
 use postgres::Client;
 
 use self::awaited::AwaitedPool;
+use self::insert_batches::InsertBatches;
 use self::one_trip::PlainCatalog;
 use self::pool::Pool;
 pub use self::table::PostgresTable;
@@ -103,6 +105,36 @@ BEGIN
         INSERT INTO trestle_changes (table_id, record, at, change)
             SELECT t, c.n - 1, at, c.change FROM unnest(changes) WITH ORDINALITY AS c(change, n);
     END IF;
+    RETURN inserted;
+END $$;
+CREATE OR REPLACE FUNCTION trestle_insert_each(t bigint, partition_locks bigint[],
+    catalog bytea, pks bytea[], rks bytea[], records bytea[], ats int8[], changes bytea[])
+RETURNS int4[] LANGUAGE plpgsql AS $$
+DECLARE
+    partition_lock bigint;
+    inserted int4[];
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(",
+    table_lock_class!(),
+    ", (t % 2147483647)::int4);
+    FOREACH partition_lock IN ARRAY partition_locks LOOP
+        PERFORM pg_advisory_xact_lock(partition_lock);
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM trestle_tables WHERE id = t AND live AND indexes = catalog) THEN
+        RETURN NULL;
+    END IF;
+    WITH w AS (
+        SELECT * FROM unnest(pks, rks, records, ats, changes) WITH ORDINALITY
+            AS w(pk, rk, record, at, change, n)),
+    ins AS (
+        INSERT INTO trestle_entities (table_id, pk, rk, record)
+        SELECT t, pk, rk, record FROM w ORDER BY n ON CONFLICT DO NOTHING RETURNING pk, rk),
+    done AS (SELECT w.n, w.at, w.change FROM w JOIN ins ON ins.pk = w.pk AND ins.rk = w.rk),
+    recorded AS (
+        INSERT INTO trestle_changes (table_id, record, at, change)
+        SELECT t, (row_number() OVER (ORDER BY n) - 1)::int4, at, change FROM done
+        WHERE change IS NOT NULL)
+    SELECT coalesce(array_agg(n::int4 ORDER BY n), '{}') INTO inserted FROM done;
     RETURN inserted;
 END $$;
 CREATE OR REPLACE FUNCTION trestle_feed_horizon(t bigint) RETURNS int8
@@ -187,7 +219,7 @@ const KNOWN_TABLES_AT_MOST: usize = 4_096;
 pub struct PostgresStore {
     pool: Arc<Pool>,
     /// The connections of the calls served awaited (point reads, one-trip inserts).
-    awaited: AwaitedPool,
+    awaited: Arc<AwaitedPool>,
     secret: StoreSecret,
     wake_purger: Arc<purge::Wake>,
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
@@ -210,11 +242,11 @@ impl PostgresStore {
         let place = describe(&config);
         let tls = tls::Rustls::trusting(options.ca_pem.as_deref())?;
         let awaited_tls = (config.get_ssl_mode() == SslMode::Require).then(|| tls.clone());
-        let awaited = AwaitedPool::new(
+        let awaited = Arc::new(AwaitedPool::new(
             url.parse().map_err(StorageError::from)?,
             options.pool_size,
             awaited_tls,
-        );
+        ));
         let pool = Pool::connect(config, options.pool_size, tls).map_err(|error| {
             StorageError::from(error).during(format!("cannot connect to {place}"))
         })?;
@@ -266,6 +298,7 @@ impl PostgresStore {
             name,
             pool: self.pool.clone(),
             plain: Mutex::new(PlainCatalog::of(stored, &catalog).map(Arc::new)),
+            insert_batches: InsertBatches::default(),
             catalog,
         }))
     }

@@ -5,7 +5,8 @@
 //! commit was planned by; each of its statements reads the database as it is when the statement
 //! starts, so the catalog is checked with the locks held, as the full path (`table.rs`, three
 //! round trips) reads it. The transaction holds its id only inside the database, never across a
-//! round trip: feed readers, who read below the oldest transaction running, wait less.
+//! round trip: feed readers, who read below the oldest transaction running, wait less. Served
+//! awaited, single-entity inserts go together instead (`insert_batches.rs`).
 
 use std::sync::Arc;
 
@@ -93,6 +94,50 @@ impl OneTripInsert {
     /// The commit's plan.
     pub(super) fn plan(&self) -> &CommitPlan {
         &self.plan
+    }
+
+    /// The catalog the commit was planned by.
+    pub(super) fn catalog(&self) -> &Arc<PlainCatalog> {
+        &self.catalog
+    }
+
+    /// The partition's lock key.
+    pub(super) fn partition_lock(&self) -> i64 {
+        self.partition_lock
+    }
+
+    /// The partition's key, as stored.
+    pub(super) fn partition_key(&self) -> &[u8] {
+        &self.partition_key
+    }
+
+    /// Whether the commit inserts one entity: such inserts are sent together
+    /// (`insert_batches.rs`).
+    pub(super) fn is_single(&self) -> bool {
+        self.plan.changes.len() == 1
+    }
+
+    /// The entity of a single insert: its partition and row keys.
+    pub(super) fn key(&self) -> (&[u8], &[u8]) {
+        let row_key = self
+            .plan
+            .changes
+            .first()
+            .map_or("", |change| &change.row_key);
+        (&self.partition_key, row_key.as_bytes())
+    }
+
+    /// The change record of a single insert, if the table keeps a feed.
+    pub(super) fn change(&self) -> Option<&[u8]> {
+        self.changes.first().map(Vec::as_slice)
+    }
+
+    /// What the commit stored, once done.
+    pub(super) fn committed(self) -> Committed {
+        Committed {
+            stored: self.plan.results,
+            ticket: None,
+        }
     }
 
     /// Sends the insert over the blocking client.
@@ -198,9 +243,6 @@ impl PostgresTable {
             self.forget_plain_catalog();
             return Ok(OneTrip::NotTaken);
         }
-        Ok(OneTrip::Done(Committed {
-            stored: insert.plan.results,
-            ticket: None,
-        }))
+        Ok(OneTrip::Done(insert.committed()))
     }
 }

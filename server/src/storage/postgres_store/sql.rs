@@ -13,9 +13,9 @@ pub(super) const SCAN_BATCH: i32 = 256;
 /// deletion, which so waits for the commits under way, and after which commits find the table
 /// gone. Advisory locks live in the lock manager: unlike `FOR SHARE` on the catalog row, they
 /// write nothing, however many commits hold them at once. (The two-key space is apart from the
-/// partitions' one-key space.) The schema's `trestle_insert_rows` takes the same lock in SQL, and
-/// its `trestle_feed_horizon` finds the lock's holders by it: all take its class from
-/// `table_lock_class!`.
+/// partitions' one-key space.) The schema's `trestle_insert_rows` and `trestle_insert_each` take
+/// the same lock in SQL, and its `trestle_feed_horizon` finds the lock's holders by it: all take
+/// its class from `table_lock_class!`.
 pub(super) fn table_lock(table_id: i64) -> String {
     format!(
         concat!(table_lock_class!(), ", {}"),

@@ -11,6 +11,7 @@ use postgres::types::ToSql;
 use postgres::Transaction;
 
 use super::changes;
+use super::insert_batches::InsertBatches;
 use super::one_trip::{OneTrip, PlainCatalog};
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
@@ -77,6 +78,8 @@ pub struct PostgresTable {
     pub(super) catalog: IndexCatalog,
     /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
     pub(super) plain: Mutex<Option<Arc<PlainCatalog>>>,
+    /// Its single-entity inserts on their way, sent together (awaited).
+    pub(super) insert_batches: InsertBatches,
 }
 
 impl Table for PostgresTable {
