@@ -942,6 +942,42 @@ async fn a_table_purged_by_two_purgers_at_once_leaves_no_row_behind() {
     create_table(&mut client, "Big").await;
 }
 
+/// `trestle_entities` locked in a mode by a transaction of the test's own, until released.
+struct EntitiesLocked {
+    release: std::sync::mpsc::Sender<()>,
+    holder: std::thread::JoinHandle<()>,
+}
+
+impl EntitiesLocked {
+    /// Locks `trestle_entities` of the database at `url` in `mode` (`SHARE` holds back writes,
+    /// `ACCESS EXCLUSIVE` reads too), once the lock is held.
+    fn hold(url: &str, mode: &str) -> EntitiesLocked {
+        let (url, lock) = (
+            url.to_owned(),
+            format!("LOCK TABLE trestle_entities IN {mode} MODE"),
+        );
+        let (locked, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let holder = std::thread::spawn(move || {
+            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut transaction = admin.transaction().unwrap();
+            transaction.batch_execute(&lock).unwrap();
+            locked.0.send(()).unwrap();
+            release.1.recv().unwrap();
+            transaction.commit().unwrap();
+        });
+        locked.1.recv().unwrap();
+        EntitiesLocked {
+            release: release.0,
+            holder,
+        }
+    }
+
+    fn release(self) {
+        self.release.send(()).unwrap();
+        self.holder.join().unwrap();
+    }
+}
+
 /// Single-entity inserts that wait for the database go to it together (`insert_batches.rs`):
 /// here the test holds every insert into `trestle_entities` back while 40 wait, then lets them
 /// go. Each entity is inserted once: of two inserts of one entity waiting together one commits
@@ -969,18 +1005,7 @@ async fn inserts_waiting_together_commit_each_entity_once_and_refuse_only_their_
     };
     client.insert_entity(insert("taken".into())).await.unwrap();
     let (_, cursor) = feed_after(&mut client, "Batched", "").await;
-    let (locked, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
-    let holder = std::thread::spawn(move || {
-        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let mut transaction = admin.transaction().unwrap();
-        transaction
-            .batch_execute("LOCK TABLE trestle_entities IN SHARE MODE")
-            .unwrap();
-        locked.0.send(()).unwrap();
-        release.1.recv().unwrap();
-        transaction.commit().unwrap();
-    });
-    locked.1.recv().unwrap();
+    let held = EntitiesLocked::hold(&url, "SHARE");
     // 30 entities, five of them inserted twice, and five inserts of the one stored.
     let row_keys = (0..30)
         .map(|n| format!("r{n:02}"))
@@ -994,8 +1019,7 @@ async fn inserts_waiting_together_commit_each_entity_once_and_refuse_only_their_
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    release.0.send(()).unwrap();
-    holder.join().unwrap();
+    held.release();
     let mut committed = BTreeSet::new();
     let mut refused = Vec::new();
     for insert in inserts {
@@ -1030,4 +1054,70 @@ async fn inserts_waiting_together_commit_each_entity_once_and_refuse_only_their_
         transactions.len() < records.len(),
         "no two inserts went together"
     );
+}
+
+/// Point reads that wait for the database go to it together (`point_reads.rs`): here the test
+/// holds every read of `trestle_entities` back while 40 wait, then lets them go, and each is
+/// answered with its own entity, its own absence or its own missing table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_waiting_together_each_get_their_own_answer() {
+    let Some((_cluster, url, servers, _dir)) = cluster_with_servers(1, &[]) else {
+        return;
+    };
+    let mut client = servers[0].client().await;
+    create_table(&mut client, "Reads").await;
+    for n in 0..30 {
+        let request = pb::InsertEntityRequest {
+            table: "Reads".into(),
+            entity: Some(entity(
+                &format!("p{}", n % 3),
+                &format!("r{n}"),
+                &[("N", n)],
+            )),
+            ..Default::default()
+        };
+        client.insert_entity(request).await.unwrap();
+    }
+    let held = EntitiesLocked::hold(&url, "ACCESS EXCLUSIVE");
+    // 27 stored entities, 8 missing ones and 5 of a table that does not exist, interleaved.
+    let reads: Vec<_> = (0..40i64)
+        .map(|n| {
+            let mut client = client.clone();
+            let table = if n % 8 == 7 { "NoSuchTable" } else { "Reads" };
+            let request = pb::GetEntityRequest {
+                table: table.into(),
+                partition_key: format!("p{}", n % 3),
+                row_key: format!("r{n}"),
+                select: vec![],
+            };
+            tokio::spawn(async move { (n, client.get_entity(request).await) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    held.release();
+    let reason = |status: &tonic::Status| {
+        use tonic_types::StatusExt;
+        let details = status.get_error_details();
+        details.error_info().map(|info| info.reason.clone())
+    };
+    for read in reads {
+        let (n, answer) = read.await.unwrap();
+        match answer {
+            Ok(found) => {
+                let found = found.into_inner();
+                assert!(n < 30 && n % 8 != 7, "{n} found");
+                assert_eq!(
+                    (found.row_key.clone(), int64_of(&found, "N")),
+                    (format!("r{n}"), n)
+                );
+            }
+            Err(status) if n % 8 == 7 => {
+                assert_eq!(reason(&status).as_deref(), Some("TableNotFound"), "{n}")
+            }
+            Err(status) => {
+                assert!(n >= 30, "{n} not found");
+                assert_eq!(reason(&status).as_deref(), Some("ResourceNotFound"), "{n}");
+            }
+        }
+    }
 }

@@ -1,11 +1,11 @@
-//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read, a read of many keys
-//! across tables, a page of a query by key (`snapshot.rs`), and commits on one or
-//! several partitions of tables without indexes (`one_trip.rs`, `pipelined.rs`), over
-//! connections of their own that the server's runtime drives (tokio-postgres), so that a request
-//! waiting for the database holds no thread. Each call borrows a connection for itself (a slow
-//! statement delays no other call), in the order calls asked for one; connections are opened
-//! when first needed, at most the pool's size, and one the database dropped (a restart, a
-//! failover) is replaced at its next use.
+//! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read (`point_reads.rs`), a
+//! read of many keys across tables, a page of a query by key (`snapshot.rs`), and commits on one
+//! or several partitions of tables without indexes (`one_trip.rs`, `insert_batches.rs`,
+//! `pipelined.rs`), over connections of their own that the server's runtime drives
+//! (tokio-postgres), so that a request waiting for the database holds no thread. Each call
+//! borrows a connection for itself (a slow statement delays no other call), in the order calls
+//! asked for one; connections are opened when first needed, at most the pool's size, and one the
+//! database dropped (a restart, a failover) is replaced at its next use.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,7 +20,7 @@ use super::across::{ManyKeys, ManyRow, GET_MANY};
 use super::one_trip::{OneTrip, INSERT_ROWS};
 use super::table::planned_rows;
 use super::tls::Rustls;
-use super::{named_entity, PostgresStore, GET_NAMED};
+use super::{named_entity, PostgresStore};
 use crate::model::{EntityKey, Operation, TableName, TimeToLive};
 use crate::storage::{
     AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, AwaitedSnapshot, CommitOutcome,
@@ -243,12 +243,16 @@ impl AwaitedCalls for PostgresStore {
         read: &'a mut AwaitedGetVisitor<'_>,
     ) -> StoreFuture<'a, Option<bool>> {
         Box::pin(async move {
-            let (pk, rk) = (key.partition_key.as_bytes(), key.row_key.as_bytes());
-            let rows = self
-                .awaited
-                .query(GET_NAMED, &[&name.folded(), &pk, &rk])
-                .await?;
-            named_entity(rows.first(), key, read)
+            let asked = TableKey {
+                table: name.clone(),
+                key: key.clone(),
+            };
+            let row = self.point_reads.send(&self.awaited, asked).await??;
+            // (Its position was checked when the statement's rows were shared out.)
+            let ManyRow {
+                catalog, record, ..
+            } = ManyRow::of(&row, usize::MAX)?;
+            named_entity(catalog.map(|catalog| (catalog, record)), key, read)
         })
     }
 
@@ -268,12 +272,7 @@ impl AwaitedCalls for PostgresStore {
             };
             if let Some(insert) = table.plan_one_trip(partition_key, operations) {
                 let outcome = match insert.is_single() {
-                    true => {
-                        table
-                            .insert_batches
-                            .send(&self.awaited, &table, insert)
-                            .await?
-                    }
+                    true => table.insert_together(&self.awaited, insert).await?,
                     false => {
                         let rows = planned_rows(insert.plan());
                         let sent = self

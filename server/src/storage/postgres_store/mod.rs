@@ -29,12 +29,14 @@ mod insert_batches;
 mod lease;
 mod one_trip;
 mod pipelined;
+mod point_reads;
 mod pool;
 mod purge;
 mod snapshot;
 mod sql;
 mod table;
 mod tls;
+mod together;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,8 +45,9 @@ use postgres::config::SslMode;
 use postgres::Client;
 
 use self::awaited::AwaitedPool;
-use self::insert_batches::InsertBatches;
+use self::insert_batches::{InsertBatches, InsertEach};
 use self::one_trip::PlainCatalog;
+use self::point_reads::{PointReads, WaitingReads};
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
@@ -179,7 +182,7 @@ const CREATE_TABLE: &str = "INSERT INTO trestle_tables (folded, name, live, inde
 const NAME_TAKEN_BY_LIVE: &str = "SELECT bool_or(live) FROM trestle_tables WHERE folded = $1";
 const DELETE_TABLE: &str = "UPDATE trestle_tables SET live = false WHERE id = $1 AND live";
 /// A point read by the table's name: the table's catalog (none: no such live table) and the row.
-pub(super) const GET_NAMED: &str = "SELECT t.indexes, e.record FROM trestle_tables t
+const GET_NAMED: &str = "SELECT t.indexes, e.record FROM trestle_tables t
     LEFT JOIN trestle_entities e ON e.table_id = t.id AND e.pk = $2 AND e.rk = $3
     WHERE t.folded = $1 AND t.live";
 const LIVE_TABLES: &str = "SELECT id, name, indexes FROM trestle_tables WHERE live";
@@ -220,6 +223,8 @@ pub struct PostgresStore {
     pool: Arc<Pool>,
     /// The connections of the calls served awaited (point reads, one-trip inserts).
     awaited: Arc<AwaitedPool>,
+    /// Point reads served awaited, waiting to go together.
+    point_reads: WaitingReads,
     secret: StoreSecret,
     wake_purger: Arc<purge::Wake>,
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
@@ -270,6 +275,7 @@ impl PostgresStore {
         let store = PostgresStore {
             pool,
             awaited,
+            point_reads: WaitingReads::new(PointReads),
             secret,
             wake_purger,
             known: Mutex::default(),
@@ -298,7 +304,7 @@ impl PostgresStore {
             name,
             pool: self.pool.clone(),
             plain: Mutex::new(PlainCatalog::of(stored, &catalog).map(Arc::new)),
-            insert_batches: InsertBatches::default(),
+            insert_batches: InsertBatches::new(InsertEach { table_id: id }),
             catalog,
         }))
     }
@@ -517,7 +523,8 @@ impl Store for PostgresStore {
         let row = self
             .pool
             .query_opt(GET_NAMED, &[&name.folded(), &pk, &rk])?;
-        named_entity(row.as_ref(), key, read)
+        let found = row.as_ref().map(|row| (row.get(0), row.get(1)));
+        named_entity(found, key, read)
     }
 
     fn awaited(&self) -> Option<&dyn AwaitedCalls> {
@@ -620,21 +627,21 @@ impl Store for PostgresStore {
     }
 }
 
-/// What a row of [`GET_NAMED`] says of the entity at `key` (`read` is shown it with the table's
-/// time to live): `None` if there is no such live table (no row), else whether the entity is
-/// there.
+/// What a read of the table's catalog and the entity's record (`found`: `None` if there is no such
+/// live table) says of the entity at `key` (`read` is shown it with the table's time to live):
+/// `None` if there is no table, else whether the entity is there.
 fn named_entity(
-    row: Option<&postgres::Row>,
+    found: Option<(&[u8], Option<&[u8]>)>,
     key: &EntityKey,
     read: &mut NamedGetVisitor<'_>,
 ) -> Result<Option<bool>, StorageError> {
-    let Some(row) = row else {
+    let Some((catalog, record)) = found else {
         return Ok(None);
     };
-    let Some(record) = row.get::<_, Option<&[u8]>>(1) else {
+    let Some(record) = record else {
         return Ok(Some(false));
     };
-    let ttl = IndexCatalog::decode(row.get(0))?.time_to_live;
+    let ttl = IndexCatalog::decode(catalog)?.time_to_live;
     read(
         ttl,
         EntityView::parse(&key.partition_key, &key.row_key, record)?,
