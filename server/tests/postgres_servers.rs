@@ -678,6 +678,16 @@ async fn an_insert_writes_the_record_of_a_feed_another_server_just_started() {
 
 /// Every row key of `table`'s feed after `cursor` read through `client`, and the last cursor.
 async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<String>, String) {
+    let (records, last) = records_after(client, table, cursor).await;
+    (records.into_iter().map(|c| c.row_key).collect(), last)
+}
+
+/// Every record of `table`'s feed after `cursor` read through `client`, and the last cursor.
+async fn records_after(
+    client: &mut Client,
+    table: &str,
+    cursor: &str,
+) -> (Vec<pb::Change>, String) {
     let request = pb::ReadChangesRequest {
         table: table.into(),
         cursor: cursor.into(),
@@ -685,12 +695,12 @@ async fn feed_after(client: &mut Client, table: &str, cursor: &str) -> (Vec<Stri
         ..Default::default()
     };
     let mut stream = client.read_changes(request).await.unwrap().into_inner();
-    let (mut rows, mut last) = (Vec::new(), cursor.to_owned());
+    let (mut records, mut last) = (Vec::new(), cursor.to_owned());
     while let Some(batch) = stream.message().await.unwrap() {
-        rows.extend(batch.changes.into_iter().map(|c| c.row_key));
+        records.extend(batch.changes);
         last = batch.cursor;
     }
-    (rows, last)
+    (records, last)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1037,16 +1047,7 @@ async fn inserts_waiting_together_commit_each_entity_once_and_refuse_only_their_
     let mut expected_refused: Vec<String> = (0..5).map(|n| format!("r{n:02}")).collect();
     expected_refused.extend((0..5).map(|_| "taken".to_owned()));
     assert_eq!(refused, expected_refused);
-    let request = pb::ReadChangesRequest {
-        table: "Batched".into(),
-        cursor,
-        ..Default::default()
-    };
-    let mut stream = client.read_changes(request).await.unwrap().into_inner();
-    let mut records = Vec::new();
-    while let Some(batch) = stream.message().await.unwrap() {
-        records.extend(batch.changes);
-    }
+    let (records, _) = records_after(&mut client, "Batched", &cursor).await;
     let recorded: BTreeSet<String> = records.iter().map(|r| r.row_key.clone()).collect();
     assert_eq!((records.len(), recorded), (30, expected));
     let transactions: BTreeSet<u64> = records.iter().map(|r| r.transaction_id).collect();
