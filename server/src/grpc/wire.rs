@@ -8,7 +8,7 @@ use prost::encoding::{encoded_len_varint, key_len, WireType};
 
 use super::pages::EncodedEntities;
 use crate::engine::MatchSink;
-use crate::model::{DocumentRef, ETag, Ticks, ValueRef};
+use crate::model::{DocumentRef, ETagText, Ticks, ValueRef};
 use crate::storage::{EntityView, StorageError, StoredChange};
 
 // Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` (and of the documents it
@@ -46,14 +46,14 @@ pub(super) const CHANGE_BEFORE: u32 = 7;
 pub(super) const CHANGES_CHANGES: u32 = 1;
 pub(super) const CHANGES_CURSOR: u32 = 2;
 
-/// Collects matches as encoded entities, reusing one scratch buffer (and one for the ETag) for all
+/// Collects matches as encoded entities, reusing one scratch buffer (and the ETag's text) for all
 /// of them.
 #[derive(Debug, Default)]
 pub(crate) struct EntityEncoder {
     /// The entities encoded so far.
     pub(crate) encoded: EncodedEntities,
     scratch: Vec<u8>,
-    etag: String,
+    etag: ETagText,
 }
 
 impl EntityEncoder {
@@ -82,7 +82,7 @@ pub(crate) fn entity_message(entity: &EntityView<'_>) -> Result<Vec<u8>, Storage
     // Each property takes a few bytes more on the wire than stored; the ETag about 40.
     let keys = entity.partition_key.len() + entity.row_key.len();
     let mut out = Vec::with_capacity(64 + keys + entity.stored_len() * 5 / 4);
-    write_entity(entity, &mut String::new(), &mut out)?;
+    write_entity(entity, &mut ETagText::default(), &mut out)?;
     Ok(out)
 }
 
@@ -124,10 +124,10 @@ pub(crate) fn put_change(
     Ok(())
 }
 
-/// Appends `entity`'s `Entity` message to `out`, formatting its ETag in `etag`.
+/// Appends `entity`'s `Entity` message to `out`, its ETag's text from `etag`.
 fn write_entity(
     entity: &EntityView<'_>,
-    etag: &mut String,
+    etag: &mut ETagText,
     out: &mut Vec<u8>,
 ) -> Result<(), StorageError> {
     put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
@@ -138,9 +138,7 @@ fn write_entity(
     }
     put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
     put_timestamp(entity.timestamp, out);
-    etag.clear();
-    ETag::write_for_timestamp(entity.timestamp, etag);
-    put_text(ENTITY_ETAG, etag, out);
+    put_text(ENTITY_ETAG, etag.for_timestamp(entity.timestamp), out);
     Ok(())
 }
 

@@ -33,6 +33,26 @@ impl ETag {
     }
 }
 
+/// The ETag of the entity last shown, kept as text: formatted again only when the timestamp
+/// changes (the entities one commit wrote share theirs, and a scan reads them side by side).
+#[derive(Debug, Default)]
+pub struct ETagText {
+    text: String,
+    timestamp: Option<Ticks>,
+}
+
+impl ETagText {
+    /// The ETag of an entity written at `timestamp`.
+    pub fn for_timestamp(&mut self, timestamp: Ticks) -> &str {
+        if self.timestamp != Some(timestamp) {
+            self.text.clear();
+            ETag::write_for_timestamp(timestamp, &mut self.text);
+            self.timestamp = Some(timestamp);
+        }
+        &self.text
+    }
+}
+
 /// The precondition of an update, merge or delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IfMatch {
@@ -83,6 +103,15 @@ mod tests {
             "W/\"datetime'1970-01-01T00%3A00%3A00.0000000Z'\""
         );
         assert_eq!(IfMatch::parse(tag.as_str()), Ok(IfMatch::Tag(tag)));
+    }
+
+    #[test]
+    fn etag_text_follows_the_timestamp_it_is_asked_for() {
+        let mut text = ETagText::default();
+        for ticks in [5, 5, 6, 5, i64::MAX, 0, 0] {
+            let expected = ETag::for_timestamp(Ticks(ticks));
+            assert_eq!(text.for_timestamp(Ticks(ticks)), expected.as_str());
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub use entity::{
     billed_size, validate_selected_name, validate_shape, NewEntity, Properties, StoredEntity,
 };
 pub use error::{KeyKind, ValidationError};
-pub use etag::{ETag, IfMatch};
+pub use etag::{ETag, ETagText, IfMatch};
 pub use index::{
     put_escaped, put_value, successor_of_prefix, type_tag, Index, IndexDefinition, IndexEntry,
     IndexRange, IndexScope, IndexState, MAX_INDEXES_PER_TABLE, MAX_INDEX_PROPERTIES,
