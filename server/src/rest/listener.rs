@@ -1,13 +1,14 @@
 //! Starting and stopping the endpoint: its listener, the connections it keeps within the limits,
-//! and the app every request goes to ([`super::handle`]).
+//! and the app every request goes to ([`super::serve::handle`]).
 
 use std::sync::Arc;
 
 use super::body::{self, BodyLimits};
 use super::connections::{Accepted, Peer};
 use super::reply::header_value;
+use super::serve::handle;
 use super::shared_key::AccountKeys;
-use super::{handle, RestApi};
+use super::RestApi;
 use crate::auth::Authenticator;
 use crate::config::Limits;
 use crate::connections::{ConnectionTimeouts, Connections};
