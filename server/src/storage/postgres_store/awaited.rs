@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, NoTls, Row, RowStream, Statement};
 
 use super::across::{ManyKeys, ManyRow, GET_MANY};
 use super::one_trip::{OneTrip, INSERT_ROWS};
@@ -173,6 +173,19 @@ impl Borrowed<'_> {
     ) -> Result<Vec<Row>, StorageError> {
         let statement = self.prepared(sql).await?;
         Ok(self.client().query(&statement, params).await?)
+    }
+
+    /// Runs the statement `sql` (prepared the first time) with `params`: its rows as they arrive,
+    /// so that the first are read while the database is still sending the rest. A stream dropped
+    /// before its end leaves the connection usable (it reads the rest and drops them).
+    pub(super) async fn query_rows(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<RowStream, StorageError> {
+        let statement = self.prepared(sql).await?;
+        let params = params.iter().map(|param| *param as &dyn ToSql);
+        Ok(self.client().query_raw(&statement, params).await?)
     }
 
     /// Ends the transaction the call began with `sql` (`COMMIT` or `ROLLBACK`): the connection

@@ -5,20 +5,25 @@
 //! streamed query begins one without a lookup, reading the table the stream looked up. Each range
 //! is read in key order, [`SCAN_BATCH`] rows a statement, each statement starting past the last
 //! row of the one before: the rows of one snapshot, as the blocking path's portal reads them.
+//! Rows are shown as they arrive, never collected first: a page holds the rows it uses, not its
+//! batch (a page of large entities uses a few of the 256 the batch asks for).
 //! Snapshots hold at most half of the awaited connections (`AwaitedPool::borrow_for_query`):
 //! the rest stay for point reads and commits, however many queries run.
 
 use std::sync::Arc;
 
+use futures_util::TryStreamExt;
 use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
 
 use super::awaited::Borrowed;
-use super::sql::{row_keys, visit_rows, SCAN_BATCH};
+use super::sql::{row_keys, SCAN_BATCH};
 use super::table::{range_query, PostgresTable};
 use super::{PostgresStore, FIND_TABLE};
 use crate::model::{KeyPosition, KeyRange, TableName};
-use crate::storage::{in_scan_order, AwaitedSnapshot, SendVisitor, StorageError, StoreFuture};
+use crate::storage::{
+    in_scan_order, AwaitedSnapshot, EntityView, SendVisitor, StorageError, StoreFuture, Visit,
+};
 
 const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 /// Rows are read in an index's order, never sorted (see `sql::read_snapshot`).
@@ -63,7 +68,8 @@ impl PostgresStore {
 }
 
 impl ReadSnapshot<'_> {
-    /// Visits `range` of table `table_id` a batch at a time; where the visitor stopped, if it did.
+    /// Visits `range` of table `table_id` a batch at a time, each row as it arrives; where the
+    /// visitor stopped, if it did.
     async fn visit_range(
         &mut self,
         table_id: i64,
@@ -76,21 +82,22 @@ impl ReadSnapshot<'_> {
         while !rest.is_empty() {
             let (sql, params) = range_query(table_id, &rest, reverse, &limit);
             let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-            let rows = self.connection.query(&sql, &params).await?;
-            let full = rows.len() == SCAN_BATCH as usize;
-            let last = match (full, rows.last()) {
-                (true, Some(row)) => {
-                    let (partition_key, row_key) = row_keys(row)?;
-                    Some(KeyPosition::row(partition_key, row_key))
+            let rows = self.connection.query_rows(&sql, &params).await?;
+            let mut rows = std::pin::pin!(rows);
+            let (mut read, mut last) = (0, None);
+            while let Some(row) = rows.try_next().await? {
+                let (partition_key, row_key) = row_keys(&row)?;
+                let entity = EntityView::parse(partition_key, row_key, row.get(2))?;
+                read += 1;
+                let stopped = visitor(&entity)? == Visit::Stop;
+                if stopped || read == SCAN_BATCH {
+                    last = Some(KeyPosition::row(partition_key, row_key));
                 }
-                _ => None,
-            };
-            if let Some(stopped) = visit_rows(rows, visitor)? {
-                return Ok(Some(KeyPosition::row(
-                    stopped.partition_key,
-                    stopped.row_key,
-                )));
+                if stopped {
+                    return Ok(last);
+                }
             }
+            // A batch cut short by its limit goes on past its last row; a shorter one was all.
             let Some(last) = last else {
                 break;
             };
