@@ -88,13 +88,12 @@ impl ReadSnapshot<'_> {
             while let Some(row) = rows.try_next().await? {
                 let (partition_key, row_key) = row_keys(&row)?;
                 let entity = EntityView::parse(partition_key, row_key, row.get(2))?;
-                read += 1;
-                let stopped = visitor(&entity)? == Visit::Stop;
-                if stopped || read == SCAN_BATCH {
-                    last = Some(KeyPosition::row(partition_key, row_key));
+                if visitor(&entity)? == Visit::Stop {
+                    return Ok(Some(KeyPosition::row(partition_key, row_key)));
                 }
-                if stopped {
-                    return Ok(last);
+                read += 1;
+                if read == SCAN_BATCH {
+                    last = Some(KeyPosition::row(partition_key, row_key));
                 }
             }
             // A batch cut short by its limit goes on past its last row; a shorter one was all.

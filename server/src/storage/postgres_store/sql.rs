@@ -70,42 +70,34 @@ pub(super) struct StoppedAt {
 }
 
 /// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched
-/// [`SCAN_BATCH`] rows at a time, until it stops (where, then) or the rows run out.
+/// [`SCAN_BATCH`] rows at a time and each shown as it arrives (a fetch is never collected first:
+/// a page of large entities holds the rows it uses, not its batch), until it stops (where, then)
+/// or the rows run out.
 pub(super) fn visit_portal(
     snapshot: &mut Transaction<'_>,
     portal: &postgres::Portal,
     visitor: &mut Visitor<'_>,
 ) -> Result<Option<StoppedAt>, StorageError> {
+    use postgres::fallible_iterator::FallibleIterator;
     loop {
-        let rows = snapshot.query_portal(portal, SCAN_BATCH)?;
-        let fetched = rows.len();
-        if let Some(stopped) = visit_rows(rows, visitor)? {
-            return Ok(Some(stopped));
+        let mut rows = snapshot.query_portal_raw(portal, SCAN_BATCH)?;
+        let mut fetched = 0;
+        while let Some(row) = rows.next()? {
+            fetched += 1;
+            let (partition_key, row_key) = row_keys(&row)?;
+            if visitor(&EntityView::parse(partition_key, row_key, row.get(2))?)? == Visit::Stop {
+                let (partition_key, row_key) = (partition_key.to_owned(), row_key.to_owned());
+                return Ok(Some(StoppedAt {
+                    partition_key,
+                    row_key,
+                    row,
+                }));
+            }
         }
-        if fetched < SCAN_BATCH as usize {
+        if fetched < SCAN_BATCH {
             return Ok(None);
         }
     }
-}
-
-/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `rows` in order, until it
-/// stops (where, then).
-pub(super) fn visit_rows(
-    rows: Vec<postgres::Row>,
-    visitor: &mut Visitor<'_>,
-) -> Result<Option<StoppedAt>, StorageError> {
-    for row in rows {
-        let (partition_key, row_key) = row_keys(&row)?;
-        if visitor(&EntityView::parse(partition_key, row_key, row.get(2))?)? == Visit::Stop {
-            let (partition_key, row_key) = (partition_key.to_owned(), row_key.to_owned());
-            return Ok(Some(StoppedAt {
-                partition_key,
-                row_key,
-                row,
-            }));
-        }
-    }
-    Ok(None)
 }
 
 /// The keys of a `(pk, rk, ...)` row.
