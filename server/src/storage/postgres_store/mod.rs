@@ -32,12 +32,14 @@ mod pipelined;
 mod point_reads;
 mod pool;
 mod purge;
+mod scan_batches;
 mod snapshot;
 mod sql;
 mod table;
 mod tls;
 mod together;
 
+use scan_batches::ScanBatches;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -230,6 +232,8 @@ pub struct PostgresStore {
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
     /// since, which the next commit to one finds under its lock.
     known: Mutex<HashMap<String, Arc<PostgresTable>>>,
+    /// How many rows scans ask each table for at a time.
+    scan_batches: Arc<ScanBatches>,
     /// Whether this server tends the tables ([`Store::tables_to_tend`]).
     lease: lease::Lease,
 }
@@ -279,6 +283,7 @@ impl PostgresStore {
             secret,
             wake_purger,
             known: Mutex::default(),
+            scan_batches: Arc::default(),
             lease: lease::Lease::new()?,
         };
         store.resume_builds()?;
@@ -303,19 +308,20 @@ impl PostgresStore {
             id,
             name,
             pool: self.pool.clone(),
+            scan_batches: self.scan_batches.clone(),
             plain: Mutex::new(PlainCatalog::of(stored, &catalog).map(Arc::new)),
             insert_batches: InsertBatches::new(InsertEach { table_id: id }),
             catalog,
         }))
     }
 
-    /// The table of a catalog row `(id, name, indexes)`.
     /// The live table called `name` (ignoring case), if any.
     fn postgres_table(&self, name: &TableName) -> Result<Option<Arc<PostgresTable>>, StorageError> {
         let found = self.pool.query_opt(FIND_TABLE, &[&name.folded()])?;
         found.map(|row| self.table_of_row(&row)).transpose()
     }
 
+    /// The table of a catalog row `(id, name, indexes)`.
     pub(super) fn table_of_row(
         &self,
         row: &postgres::Row,

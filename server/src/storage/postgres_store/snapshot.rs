@@ -3,8 +3,9 @@
 //! table's lookup by name, so that the table read is the one live at the snapshot's instant (one
 //! deleted and created again by another server is the new one, never a stale id); a chunk of a
 //! streamed query begins one without a lookup, reading the table the stream looked up. Each range
-//! is read in key order, [`SCAN_BATCH`] rows a statement, each statement starting past the last
-//! row of the one before: the rows of one snapshot, as the blocking path's portal reads them.
+//! is read in key order, as many rows a statement as [`ScanBatches`] says, each statement starting
+//! past the last row of the one before: the rows of one snapshot, as the blocking path's portal
+//! reads them.
 //! Rows are shown as they arrive, never collected first: a page holds the rows it uses, not its
 //! batch (a page of large entities uses a few of the 256 the batch asks for).
 //! Snapshots hold at most half of the awaited connections (`AwaitedPool::borrow_for_query`):
@@ -17,7 +18,8 @@ use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
 
 use super::awaited::Borrowed;
-use super::sql::{row_keys, SCAN_BATCH};
+use super::scan_batches::{ScanBatches, TableBatches};
+use super::sql::row_keys;
 use super::table::{range_query, PostgresTable};
 use super::{PostgresStore, FIND_TABLE};
 use crate::model::{KeyPosition, KeyRange, TableName};
@@ -34,6 +36,7 @@ const COMMIT: &str = "COMMIT";
 pub(super) struct ReadSnapshot<'a> {
     connection: Borrowed<'a>,
     _query: SemaphorePermit<'a>,
+    batches: &'a ScanBatches,
 }
 
 impl PostgresStore {
@@ -55,6 +58,7 @@ impl PostgresStore {
         let mut snapshot = ReadSnapshot {
             connection,
             _query: query,
+            batches: &self.scan_batches,
         };
         if name.is_none() {
             return Ok((snapshot, None));
@@ -77,25 +81,31 @@ impl ReadSnapshot<'_> {
         reverse: bool,
         visitor: &mut SendVisitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
-        let limit = format!(" LIMIT {SCAN_BATCH}");
+        let batches = TableBatches {
+            batches: self.batches,
+            table_id,
+        };
         let mut rest = range.clone();
         while !rest.is_empty() {
-            let (sql, params) = range_query(table_id, &rest, reverse, &limit);
+            let asked = batches.rows();
+            let (sql, params) = range_query(table_id, &rest, reverse, &format!(" LIMIT {asked}"));
             let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
             let rows = self.connection.query_rows(&sql, &params).await?;
             let mut rows = std::pin::pin!(rows);
-            let (mut read, mut last) = (0, None);
+            let (mut read, mut bytes, mut last) = (0, 0, None);
             while let Some(row) = rows.try_next().await? {
                 let (partition_key, row_key) = row_keys(&row)?;
-                let entity = EntityView::parse(partition_key, row_key, row.get(2))?;
-                if visitor(&entity)? == Visit::Stop {
+                let record: &[u8] = row.get(2);
+                (read, bytes) = (read + 1, bytes + record.len());
+                if visitor(&EntityView::parse(partition_key, row_key, record)?)? == Visit::Stop {
+                    batches.observe(read, bytes);
                     return Ok(Some(KeyPosition::row(partition_key, row_key)));
                 }
-                read += 1;
-                if read == SCAN_BATCH {
+                if read == asked as usize {
                     last = Some(KeyPosition::row(partition_key, row_key));
                 }
             }
+            batches.observe(read, bytes);
             // A batch cut short by its limit goes on past its last row; a shorter one was all.
             let Some(last) = last else {
                 break;

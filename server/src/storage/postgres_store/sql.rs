@@ -4,10 +4,8 @@
 
 use postgres::{IsolationLevel, Transaction};
 
+use super::scan_batches::TableBatches;
 use crate::storage::{EntityView, StorageError, Visit, Visitor};
-
-/// Rows a scan fetches from its portal at a time.
-pub(super) const SCAN_BATCH: i32 = 256;
 
 /// The table's lock: shared by its commits (they run side by side), taken exclusively by its
 /// deletion, which so waits for the commits under way, and after which commits find the table
@@ -69,23 +67,27 @@ pub(super) struct StoppedAt {
     pub(super) row: postgres::Row,
 }
 
-/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched
-/// [`SCAN_BATCH`] rows at a time and each shown as it arrives (a fetch is never collected first:
-/// a page of large entities holds the rows it uses, not its batch), until it stops (where, then)
-/// or the rows run out.
+/// Shows the visitor the entity of each `(pk, rk, record, ...)` row of `portal`, fetched as many
+/// rows at a time as `batches` says and each shown as it arrives (a fetch is never collected
+/// first: a page of large entities holds the rows it uses, not its batch), until it stops (where,
+/// then) or the rows run out.
 pub(super) fn visit_portal(
     snapshot: &mut Transaction<'_>,
     portal: &postgres::Portal,
+    batches: TableBatches<'_>,
     visitor: &mut Visitor<'_>,
 ) -> Result<Option<StoppedAt>, StorageError> {
     use postgres::fallible_iterator::FallibleIterator;
     loop {
-        let mut rows = snapshot.query_portal_raw(portal, SCAN_BATCH)?;
-        let mut fetched = 0;
+        let asked = batches.rows();
+        let mut rows = snapshot.query_portal_raw(portal, asked)?;
+        let (mut fetched, mut bytes) = (0, 0);
         while let Some(row) = rows.next()? {
-            fetched += 1;
             let (partition_key, row_key) = row_keys(&row)?;
-            if visitor(&EntityView::parse(partition_key, row_key, row.get(2))?)? == Visit::Stop {
+            let record: &[u8] = row.get(2);
+            (fetched, bytes) = (fetched + 1, bytes + record.len());
+            if visitor(&EntityView::parse(partition_key, row_key, record)?)? == Visit::Stop {
+                batches.observe(fetched, bytes);
                 let (partition_key, row_key) = (partition_key.to_owned(), row_key.to_owned());
                 return Ok(Some(StoppedAt {
                     partition_key,
@@ -94,7 +96,8 @@ pub(super) fn visit_portal(
                 }));
             }
         }
-        if fetched < SCAN_BATCH {
+        batches.observe(fetched, bytes);
+        if fetched < asked as usize {
             return Ok(None);
         }
     }

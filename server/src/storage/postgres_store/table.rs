@@ -14,6 +14,7 @@ use super::changes;
 use super::insert_batches::InsertBatches;
 use super::one_trip::{OneTrip, PlainCatalog};
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
+use super::scan_batches::{ScanBatches, TableBatches};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
     plan_commit, CommitPlan, EntityKey, KeyPosition, KeyRange, Operation, RowPosition,
@@ -74,6 +75,8 @@ pub struct PostgresTable {
     pub(super) id: i64,
     pub(super) name: TableName,
     pub(super) pool: Arc<Pool>,
+    /// How many rows its scans ask for at a time (shared by the store's tables).
+    pub(super) scan_batches: Arc<ScanBatches>,
     /// The table's indexes as of its lookup (commits read them afresh).
     pub(super) catalog: IndexCatalog,
     /// The table's catalog as a commit last read it, if it lets inserts go in one round trip.
@@ -389,7 +392,15 @@ impl PostgresTable {
         current_entities_of(&rows, operations, indexed)
     }
 
-    /// Visits one range through a portal, [`SCAN_BATCH`](super::sql::SCAN_BATCH) rows per fetch.
+    /// Its scans' batches ([`ScanBatches`]).
+    pub(super) fn batches(&self) -> TableBatches<'_> {
+        TableBatches {
+            batches: &self.scan_batches,
+            table_id: self.id,
+        }
+    }
+
+    /// Visits one range through a portal, as many rows per fetch as [`ScanBatches`] says.
     fn visit_range(
         &self,
         snapshot: &mut Transaction<'_>,
@@ -405,7 +416,7 @@ impl PostgresTable {
         let statement = prepared.get(snapshot, &sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         let portal = snapshot.bind(&statement, &refs)?;
-        let stopped_at = visit_portal(snapshot, &portal, visitor)?;
+        let stopped_at = visit_portal(snapshot, &portal, self.batches(), visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
     }
 }

@@ -1,0 +1,113 @@
+//! How many rows a scan asks the database for at a time. [`SCAN_BATCH`] rows a statement (or a
+//! portal's fetch) suit small entities; but a page stops after about 2 MiB, and rows past where
+//! it stops are still read and sent by the database, so 256 entities of 1 MiB asked for would
+//! cost the database 256 MiB to serve two. Each table's mean row size, as the last batch read from
+//! it showed, sizes the next batches of every scan of the table: about [`BATCH_BYTES`] a batch,
+//! a power of two from [`FEWEST`] rows to [`SCAN_BATCH`] (so that a connection prepares a few
+//! forms of a statement, not one per size). A table not read yet asks for [`SCAN_BATCH`].
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+/// The most rows a scan asks for at a time.
+pub(super) const SCAN_BATCH: i32 = 256;
+/// The fewest rows a scan asks for at a time, however large the table's rows.
+const FEWEST: i32 = 4;
+/// The bytes of rows a batch aims at: twice a page's budget, so that a page of large entities
+/// is one batch.
+const BATCH_BYTES: usize = 4 << 20;
+/// The tables whose row size is kept; past that the sizes are forgotten (and learned again).
+const TABLES_KEPT: usize = 4096;
+
+/// The mean row size of each table read lately, by table id.
+#[derive(Debug, Default)]
+pub(super) struct ScanBatches {
+    row_bytes: Mutex<HashMap<i64, usize>>,
+}
+
+impl ScanBatches {
+    /// How many rows to ask table `table_id` for at a time.
+    pub(super) fn rows(&self, table_id: i64) -> i32 {
+        let row_bytes = self.sizes().get(&table_id).copied();
+        row_bytes.map_or(SCAN_BATCH, rows_of)
+    }
+
+    /// Notes that a batch read from table `table_id` showed `rows` rows of `bytes` in all.
+    pub(super) fn observe(&self, table_id: i64, rows: usize, bytes: usize) {
+        if rows == 0 {
+            return;
+        }
+        let mut sizes = self.sizes();
+        if sizes.len() >= TABLES_KEPT && !sizes.contains_key(&table_id) {
+            sizes.clear();
+        }
+        sizes.insert(table_id, bytes / rows);
+    }
+
+    fn sizes(&self) -> std::sync::MutexGuard<'_, HashMap<i64, usize>> {
+        self.row_bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One table's batches.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TableBatches<'a> {
+    pub(super) batches: &'a ScanBatches,
+    pub(super) table_id: i64,
+}
+
+impl TableBatches<'_> {
+    /// How many rows to ask for at a time.
+    pub(super) fn rows(self) -> i32 {
+        self.batches.rows(self.table_id)
+    }
+
+    /// Notes that a batch showed `rows` rows of `bytes` in all.
+    pub(super) fn observe(self, rows: usize, bytes: usize) {
+        self.batches.observe(self.table_id, rows, bytes)
+    }
+}
+
+/// The rows a batch asks for where rows are `row_bytes` long.
+fn rows_of(row_bytes: usize) -> i32 {
+    let rows = (BATCH_BYTES / row_bytes.max(1)).clamp(FEWEST as usize, SCAN_BATCH as usize);
+    1 << rows.ilog2()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_rows_are_read_a_full_batch_at_a_time_and_large_ones_a_few() {
+        let batches = ScanBatches::default();
+        assert_eq!(batches.rows(7), SCAN_BATCH, "a table not read yet");
+        batches.observe(7, 256, 256 * 300);
+        assert_eq!(batches.rows(7), SCAN_BATCH);
+        batches.observe(7, 4, 4 * 480_000);
+        assert_eq!(batches.rows(7), 8, "0.48 MB rows: 4 MiB is 8 of them");
+        batches.observe(7, 10, 10 * 100_000);
+        assert_eq!(
+            batches.rows(7),
+            32,
+            "41 rows of 100 kB, down to a power of two"
+        );
+        batches.observe(7, 2, 2 * (1 << 20));
+        assert_eq!(batches.rows(7), FEWEST, "1 MiB rows");
+        assert_eq!(batches.rows(8), SCAN_BATCH, "another table is its own");
+        batches.observe(7, 0, 0);
+        assert_eq!(batches.rows(7), FEWEST, "an empty batch shows nothing");
+    }
+
+    #[test]
+    fn the_sizes_kept_are_bounded() {
+        let batches = ScanBatches::default();
+        for table_id in 0..TABLES_KEPT as i64 + 1 {
+            batches.observe(table_id, 1, 1 << 20);
+        }
+        assert!(batches.sizes().len() <= TABLES_KEPT);
+        assert_eq!(batches.rows(TABLES_KEPT as i64), FEWEST);
+    }
+}
