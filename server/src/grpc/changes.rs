@@ -1,8 +1,9 @@
 //! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
 //! blocking pool; with `follow`, the feed is looked at again every [`FOLLOW_EVERY`] once the
 //! reader has caught up, until the reader goes away. A token bounded to a key range is shown only
-//! the records of its range, and a reader of one partition only that partition's. The stream holds the request's in-flight permit and a place among
-//! its connection's open scans while it lives.
+//! the records of its range, and a reader of one partition only that partition's. The stream
+//! holds the request's in-flight permit and a place among its connection's open scans while it
+//! lives.
 
 use std::pin::Pin;
 use std::time::{Duration, Instant};

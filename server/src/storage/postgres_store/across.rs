@@ -156,11 +156,18 @@ impl<'r> ManyRow<'r> {
             .ok()
             .filter(|&position| position < asked)
             .ok_or_else(|| StorageError::Corrupt("a read returned an unasked key".into()))?;
+        let (catalog, record) = ManyRow::found(row);
         Ok(ManyRow {
             position,
-            catalog: row.get(1),
-            record: row.get(2),
+            catalog,
+            record,
         })
+    }
+
+    /// The catalog and the record of `row`, whose position was checked before (when the rows
+    /// were shared out to their askers).
+    pub(super) fn found(row: &'r Row) -> (Option<&'r [u8]>, Option<&'r [u8]>) {
+        (row.get(1), row.get(2))
     }
 }
 

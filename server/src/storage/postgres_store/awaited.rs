@@ -261,10 +261,7 @@ impl AwaitedCalls for PostgresStore {
                 key: key.clone(),
             };
             let row = self.point_reads.send(&self.awaited, asked).await??;
-            // (Its position was checked when the statement's rows were shared out.)
-            let ManyRow {
-                catalog, record, ..
-            } = ManyRow::of(&row, usize::MAX)?;
+            let (catalog, record) = ManyRow::found(&row);
             named_entity(catalog.map(|catalog| (catalog, record)), key, read)
         })
     }

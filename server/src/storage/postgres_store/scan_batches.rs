@@ -4,13 +4,17 @@
 //! cost the database 256 MiB to serve two. Each table's mean row size, as the last batch read from
 //! it showed, sizes the next batches of every scan of the table: about [`BATCH_BYTES`] a batch,
 //! a power of two from [`FEWEST`] rows to [`SCAN_BATCH`] (so that a connection prepares a few
-//! forms of a statement, not one per size). A table not read yet asks for [`SCAN_BATCH`].
+//! forms of a statement, not one per size). A table not read yet (since the server started) asks
+//! for [`FIRST_BATCH`] rows, so that its first read learns the size without reading hundreds of
+//! large rows.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// The most rows a scan asks for at a time.
-pub(super) const SCAN_BATCH: i32 = 256;
+const SCAN_BATCH: i32 = 256;
+/// The rows a scan asks a table for whose row size is not known yet.
+const FIRST_BATCH: i32 = 16;
 /// The fewest rows a scan asks for at a time, however large the table's rows.
 const FEWEST: i32 = 4;
 /// The bytes of rows a batch aims at: twice a page's budget, so that a page of large entities
@@ -29,7 +33,7 @@ impl ScanBatches {
     /// How many rows to ask table `table_id` for at a time.
     pub(super) fn rows(&self, table_id: i64) -> i32 {
         let row_bytes = self.sizes().get(&table_id).copied();
-        row_bytes.map_or(SCAN_BATCH, rows_of)
+        row_bytes.map_or(FIRST_BATCH, rows_of)
     }
 
     /// Notes that a batch read from table `table_id` showed `rows` rows of `bytes` in all.
@@ -83,7 +87,7 @@ mod tests {
     #[test]
     fn small_rows_are_read_a_full_batch_at_a_time_and_large_ones_a_few() {
         let batches = ScanBatches::default();
-        assert_eq!(batches.rows(7), SCAN_BATCH, "a table not read yet");
+        assert_eq!(batches.rows(7), FIRST_BATCH, "a table not read yet");
         batches.observe(7, 256, 256 * 300);
         assert_eq!(batches.rows(7), SCAN_BATCH);
         batches.observe(7, 4, 4 * 480_000);
@@ -96,7 +100,7 @@ mod tests {
         );
         batches.observe(7, 2, 2 * (1 << 20));
         assert_eq!(batches.rows(7), FEWEST, "1 MiB rows");
-        assert_eq!(batches.rows(8), SCAN_BATCH, "another table is its own");
+        assert_eq!(batches.rows(8), FIRST_BATCH, "another table is its own");
         batches.observe(7, 0, 0);
         assert_eq!(batches.rows(7), FEWEST, "an empty batch shows nothing");
     }
