@@ -68,9 +68,24 @@ impl TableBatches<'_> {
         self.batches.rows(self.table_id)
     }
 
-    /// Notes that a batch showed `rows` rows of `bytes` in all.
-    pub(super) fn observe(self, rows: usize, bytes: usize) {
-        self.batches.observe(self.table_id, rows, bytes)
+    /// Notes what a batch showed.
+    pub(super) fn observe(self, tally: &BatchTally) {
+        self.batches.observe(self.table_id, tally.rows, tally.bytes)
+    }
+}
+
+/// The rows a batch has shown so far, and their records' bytes.
+#[derive(Debug, Default)]
+pub(super) struct BatchTally {
+    pub(super) rows: usize,
+    bytes: usize,
+}
+
+impl BatchTally {
+    /// Counts a row whose record is `record_bytes` long.
+    pub(super) fn count(&mut self, record_bytes: usize) {
+        self.rows += 1;
+        self.bytes += record_bytes;
     }
 }
 

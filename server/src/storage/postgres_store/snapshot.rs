@@ -7,7 +7,7 @@
 //! past the last row of the one before: the rows of one snapshot, as the blocking path's portal
 //! reads them.
 //! Rows are shown as they arrive, never collected first: a page holds the rows it uses, not its
-//! batch (a page of large entities uses a few of the 256 the batch asks for).
+//! batch.
 //! Snapshots hold at most half of the awaited connections (`AwaitedPool::borrow_for_query`):
 //! the rest stay for point reads and commits, however many queries run.
 
@@ -18,13 +18,13 @@ use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
 
 use super::awaited::Borrowed;
-use super::scan_batches::{ScanBatches, TableBatches};
-use super::sql::row_keys;
+use super::scan_batches::{BatchTally, ScanBatches, TableBatches};
+use super::sql::show_row;
 use super::table::{range_query, PostgresTable};
 use super::{PostgresStore, FIND_TABLE};
 use crate::model::{KeyPosition, KeyRange, TableName};
 use crate::storage::{
-    in_scan_order, AwaitedSnapshot, EntityView, SendVisitor, StorageError, StoreFuture, Visit,
+    in_scan_order, AwaitedSnapshot, SendVisitor, StorageError, StoreFuture, Visit,
 };
 
 const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
@@ -92,20 +92,18 @@ impl ReadSnapshot<'_> {
             let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
             let rows = self.connection.query_rows(&sql, &params).await?;
             let mut rows = std::pin::pin!(rows);
-            let (mut read, mut bytes, mut last) = (0, 0, None);
+            let (mut tally, mut last) = (BatchTally::default(), None);
             while let Some(row) = rows.try_next().await? {
-                let (partition_key, row_key) = row_keys(&row)?;
-                let record: &[u8] = row.get(2);
-                (read, bytes) = (read + 1, bytes + record.len());
-                if visitor(&EntityView::parse(partition_key, row_key, record)?)? == Visit::Stop {
-                    batches.observe(read, bytes);
+                let (partition_key, row_key, visit) = show_row(&row, visitor, &mut tally)?;
+                if visit == Visit::Stop {
+                    batches.observe(&tally);
                     return Ok(Some(KeyPosition::row(partition_key, row_key)));
                 }
-                if read == asked as usize {
+                if tally.rows == asked as usize {
                     last = Some(KeyPosition::row(partition_key, row_key));
                 }
             }
-            batches.observe(read, bytes);
+            batches.observe(&tally);
             // A batch cut short by its limit goes on past its last row; a shorter one was all.
             let Some(last) = last else {
                 break;

@@ -4,7 +4,7 @@
 
 use postgres::{IsolationLevel, Transaction};
 
-use super::scan_batches::TableBatches;
+use super::scan_batches::{BatchTally, TableBatches};
 use crate::storage::{EntityView, StorageError, Visit, Visitor};
 
 /// The table's lock: shared by its commits (they run side by side), taken exclusively by its
@@ -81,13 +81,11 @@ pub(super) fn visit_portal(
     loop {
         let asked = batches.rows();
         let mut rows = snapshot.query_portal_raw(portal, asked)?;
-        let (mut fetched, mut bytes) = (0, 0);
+        let mut tally = BatchTally::default();
         while let Some(row) = rows.next()? {
-            let (partition_key, row_key) = row_keys(&row)?;
-            let record: &[u8] = row.get(2);
-            (fetched, bytes) = (fetched + 1, bytes + record.len());
-            if visitor(&EntityView::parse(partition_key, row_key, record)?)? == Visit::Stop {
-                batches.observe(fetched, bytes);
+            let (partition_key, row_key, visit) = show_row(&row, visitor, &mut tally)?;
+            if visit == Visit::Stop {
+                batches.observe(&tally);
                 let (partition_key, row_key) = (partition_key.to_owned(), row_key.to_owned());
                 return Ok(Some(StoppedAt {
                     partition_key,
@@ -96,11 +94,25 @@ pub(super) fn visit_portal(
                 }));
             }
         }
-        batches.observe(fetched, bytes);
-        if fetched < asked as usize {
+        batches.observe(&tally);
+        if tally.rows < asked as usize {
             return Ok(None);
         }
     }
+}
+
+/// Shows the visitor the entity of a `(pk, rk, record, ...)` row and counts the row in `tally`:
+/// the row's keys, and what the visitor said.
+pub(super) fn show_row<'r>(
+    row: &'r postgres::Row,
+    visitor: &mut Visitor<'_>,
+    tally: &mut BatchTally,
+) -> Result<(&'r str, &'r str, Visit), StorageError> {
+    let (partition_key, row_key) = row_keys(row)?;
+    let record: &[u8] = row.get(2);
+    tally.count(record.len());
+    let visit = visitor(&EntityView::parse(partition_key, row_key, record)?)?;
+    Ok((partition_key, row_key, visit))
 }
 
 /// The keys of a `(pk, rk, ...)` row.
