@@ -1,7 +1,7 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
-//! as Azure does, a shared access signature giving a field twice is refused, and the filter and
-//! ETag leniencies Azure has (or not), CORS rules, preflights and their answers.
+//! as Azure does, a shared access signature giving a field twice is refused, the filter and ETag
+//! leniencies Azure has (or not), `$top=0`, CORS rules, preflights and their answers.
 
 mod common;
 
@@ -205,6 +205,71 @@ async fn a_lone_true_or_false_filters_everything_or_nothing_and_booleans_read_in
     )
     .await;
     assert_eq!(status, 204, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_zero_answers_no_entities_or_tables_after_the_checks_any_query_has() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let (status, _) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        br#"{"TableName":"Topped"}"#,
+    )
+    .await;
+    assert_eq!(status, 201);
+    for row in ["a", "b"] {
+        let body = format!(r#"{{"PartitionKey":"p","RowKey":"{row}"}}"#);
+        let (status, answer) = exchange(
+            &mut socket,
+            "POST",
+            "/devstoreaccount1/Topped",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let continued = |answer: &str| answer.contains("x-ms-continuation-");
+    let (status, answer) =
+        exchange(&mut socket, "GET", "/devstoreaccount1/Topped()?$top=0", b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.ends_with(r#"{"value":[]}"#) && !continued(&answer),
+        "{answer}"
+    );
+    let (status, answer) =
+        exchange(&mut socket, "GET", "/devstoreaccount1/Topped()?$top=1", b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(r#""RowKey":"a""#) && continued(&answer),
+        "{answer}"
+    );
+    let (status, answer) =
+        exchange(&mut socket, "GET", "/devstoreaccount1/Tables?$top=0", b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.ends_with(r#"{"value":[]}"#) && !continued(&answer),
+        "{answer}"
+    );
+
+    // What any query is refused for, a query of none is refused for too.
+    for (path, code, reason) in [
+        ("/devstoreaccount1/Missing()?$top=0", 404, "TableNotFound"),
+        (
+            "/devstoreaccount1/Topped()?$top=0&$filter=RowKey%20eq",
+            400,
+            "InvalidInput",
+        ),
+        ("/devstoreaccount1/Topped()?$top=-1", 400, "InvalidInput"),
+    ] {
+        let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
+        assert_eq!(status, code, "{path}: {answer}");
+        assert!(
+            answer.contains(&format!("x-ms-error-code: {reason}")),
+            "{path}: {answer}"
+        );
+    }
 }
 
 /// Set Service Properties with `rules` (`<CorsRule>` elements) as the body.

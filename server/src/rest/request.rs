@@ -94,16 +94,18 @@ impl Request {
         })
     }
 
-    /// `$top` (0, the server's page size, when absent).
-    pub(super) fn top(&self) -> Result<u32, Failure> {
-        match self.param("$top") {
-            Some(top) => top.parse::<u32>().map_err(|_| {
-                Failure::invalid(ValidationError::Argument(format!(
-                    "$top {top:?} is not a number"
-                )))
-            }),
-            None => Ok(0),
-        }
+    /// `$top`: how many results a page may hold, `None` when absent (the server's page size).
+    /// `Some(0)` asks for none, as OData has it: callers answer an empty page.
+    pub(super) fn top(&self) -> Result<Option<u32>, Failure> {
+        self.param("$top")
+            .map(|top| {
+                top.parse::<u32>().map_err(|_| {
+                    Failure::invalid(ValidationError::Argument(format!(
+                        "$top {top:?} is not a number"
+                    )))
+                })
+            })
+            .transpose()
     }
 
     pub(super) fn metadata(&self) -> Metadata {

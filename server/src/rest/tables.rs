@@ -11,6 +11,7 @@ use super::reply::{header_value, json_response, no_content};
 use super::request::Request;
 use super::{odata, RestApi, ACCOUNT};
 use crate::auth::Access;
+use crate::engine::TablePage;
 use crate::model::{Ticks, ValidationError, ValueRef};
 use crate::query::{self, Record};
 
@@ -80,10 +81,19 @@ pub(super) async fn list(
         }
         _ => None,
     };
-    let page = api
-        .executor
-        .blocking(move |engine| engine.list_tables("", top, &after))
-        .await?;
+    let page = match top {
+        // `$top=0` asks for no tables: a page of none, and nothing to continue with.
+        Some(0) => TablePage {
+            tables: Vec::new(),
+            next_page_token: None,
+        },
+        top => {
+            let top = top.unwrap_or(0);
+            api.executor
+                .blocking(move |engine| engine.list_tables("", top, &after))
+                .await?
+        }
+    };
     let metadata = request.metadata();
     let tables: Vec<Json> = page
         .tables
