@@ -1,7 +1,8 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
-//! as Azure does, a shared access signature giving a field twice is refused, the filter and ETag
-//! leniencies Azure has (or not), `$top=0`, CORS rules, preflights and their answers.
+//! as Azure does (minimal metadata no system property's type), a shared access signature giving a
+//! field twice is refused, the filter and ETag leniencies Azure has (or not), `$top=0`, CORS
+//! rules, preflights and their answers.
 
 mod common;
 
@@ -78,7 +79,16 @@ async fn full_metadata_names_types_ids_and_edit_links_as_azure_does() {
             && answer.contains(&format!(
                 r#""odata.id":"http://localhost/devstoreaccount1/{link}""#
             ))
-            && answer.contains(&format!(r#""odata.editLink":"{link}""#)),
+            && answer.contains(&format!(r#""odata.editLink":"{link}""#))
+            && answer.contains(r#""Timestamp@odata.type":"Edm.DateTime""#),
+        "{answer}"
+    );
+    // Minimal metadata annotates no system property, as Azure's does not.
+    let minimal = "Accept: application/json;odata=minimalmetadata\r\n";
+    let (status, answer) = exchange_with(&mut socket, "GET", path, minimal, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(r#""odata.etag""#) && !answer.contains("Timestamp@odata.type"),
         "{answer}"
     );
 }

@@ -363,7 +363,9 @@ impl<'a> EntityJson<'a> {
         }
         object.string("PartitionKey", partition_key);
         object.string("RowKey", row_key);
-        if self.metadata != Metadata::None {
+        if self.metadata == Metadata::Full {
+            // Minimal metadata leaves the system property's type out, as Azure does: the model
+            // says what it is.
             object.string("Timestamp@odata.type", "Edm.DateTime");
         }
         object.key("Timestamp", "");
