@@ -68,7 +68,12 @@ impl Queue {
         // with the notify below.
         drop(queue);
 
-        self.cv.notify_all();
+        // Trestle: a task wakes one waiting thread. Upstream woke every
+        // waiting thread (seven or more) for each task, and all but one
+        // went back to sleep: a context switch each, for every log buffer
+        // written. A thread that finds the queue empty waits again, and a
+        // busy thread drains the queue before it waits, so no task is left.
+        self.cv.notify_one();
 
         len
     }
