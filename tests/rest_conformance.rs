@@ -11,6 +11,19 @@ use tokio::net::TcpStream;
 
 const FULL: &str = "Accept: application/json;odata=fullmetadata\r\n";
 
+/// Creates table `table` and inserts each of `entities` (JSON bodies).
+async fn create_with_entities(socket: &mut TcpStream, table: &str, entities: &[String]) {
+    let body = format!(r#"{{"TableName":"{table}"}}"#);
+    let (status, answer) =
+        exchange(socket, "POST", "/devstoreaccount1/Tables", body.as_bytes()).await;
+    assert_eq!(status, 201, "{answer}");
+    let path = format!("/devstoreaccount1/{table}");
+    for entity in entities {
+        let (status, answer) = exchange(socket, "POST", &path, entity.as_bytes()).await;
+        assert_eq!(status, 201, "{entity}: {answer}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trailing_slash_names_the_same_resource() {
     let (_server, rest) = server(|_| {}).await;
@@ -144,25 +157,9 @@ async fn an_unknown_service_version_is_refused_and_a_known_one_answered_back() {
 async fn a_lone_true_or_false_filters_everything_or_nothing_and_booleans_read_in_any_case() {
     let (_server, rest) = server(|_| {}).await;
     let mut socket = TcpStream::connect(rest).await.unwrap();
-    let (status, _) = exchange(
-        &mut socket,
-        "POST",
-        "/devstoreaccount1/Tables",
-        br#"{"TableName":"Lenient"}"#,
-    )
-    .await;
-    assert_eq!(status, 201);
-    for (row, flag) in [("a", true), ("b", false)] {
-        let body = format!(r#"{{"PartitionKey":"p","RowKey":"{row}","Flag":{flag}}}"#);
-        let (status, answer) = exchange(
-            &mut socket,
-            "POST",
-            "/devstoreaccount1/Lenient",
-            body.as_bytes(),
-        )
-        .await;
-        assert_eq!(status, 201, "{answer}");
-    }
+    let flags = [("a", true), ("b", false)]
+        .map(|(row, flag)| format!(r#"{{"PartitionKey":"p","RowKey":"{row}","Flag":{flag}}}"#));
+    create_with_entities(&mut socket, "Lenient", &flags).await;
     let rows = |answer: &str| {
         ["\"RowKey\":\"a\"", "\"RowKey\":\"b\""]
             .iter()
@@ -221,47 +218,29 @@ async fn a_lone_true_or_false_filters_everything_or_nothing_and_booleans_read_in
 async fn top_zero_answers_no_entities_or_tables_after_the_checks_any_query_has() {
     let (_server, rest) = server(|_| {}).await;
     let mut socket = TcpStream::connect(rest).await.unwrap();
-    let (status, _) = exchange(
-        &mut socket,
-        "POST",
-        "/devstoreaccount1/Tables",
-        br#"{"TableName":"Topped"}"#,
-    )
-    .await;
-    assert_eq!(status, 201);
-    for row in ["a", "b"] {
-        let body = format!(r#"{{"PartitionKey":"p","RowKey":"{row}"}}"#);
-        let (status, answer) = exchange(
-            &mut socket,
-            "POST",
-            "/devstoreaccount1/Topped",
-            body.as_bytes(),
-        )
-        .await;
-        assert_eq!(status, 201, "{answer}");
+    let rows = ["a", "b"].map(|row| format!(r#"{{"PartitionKey":"p","RowKey":"{row}"}}"#));
+    create_with_entities(&mut socket, "Topped", &rows).await;
+    // Each query, whether its page holds row `a` (else nothing at all), and whether it continues.
+    for (path, holds_a, continues) in [
+        ("/devstoreaccount1/Topped()?$top=0", false, false),
+        ("/devstoreaccount1/Topped()?$top=1", true, true),
+        ("/devstoreaccount1/Tables?$top=0", false, false),
+    ] {
+        let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        let page_is_empty = answer.ends_with(r#"{"value":[]}"#);
+        assert_eq!(page_is_empty, !holds_a, "{path}: {answer}");
+        assert_eq!(
+            answer.contains(r#""RowKey":"a""#),
+            holds_a,
+            "{path}: {answer}"
+        );
+        assert_eq!(
+            answer.contains("x-ms-continuation-"),
+            continues,
+            "{path}: {answer}"
+        );
     }
-    let continued = |answer: &str| answer.contains("x-ms-continuation-");
-    let (status, answer) =
-        exchange(&mut socket, "GET", "/devstoreaccount1/Topped()?$top=0", b"").await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(
-        answer.ends_with(r#"{"value":[]}"#) && !continued(&answer),
-        "{answer}"
-    );
-    let (status, answer) =
-        exchange(&mut socket, "GET", "/devstoreaccount1/Topped()?$top=1", b"").await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(
-        answer.contains(r#""RowKey":"a""#) && continued(&answer),
-        "{answer}"
-    );
-    let (status, answer) =
-        exchange(&mut socket, "GET", "/devstoreaccount1/Tables?$top=0", b"").await;
-    assert_eq!(status, 200, "{answer}");
-    assert!(
-        answer.ends_with(r#"{"value":[]}"#) && !continued(&answer),
-        "{answer}"
-    );
 
     // What any query is refused for, a query of none is refused for too.
     for (path, code, reason) in [
