@@ -1,8 +1,8 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
 //! as Azure does (minimal metadata no system property's type), a shared access signature giving a
-//! field twice is refused, the filter and ETag leniencies Azure has (or not), `$top=0`, CORS
-//! rules, preflights and their answers.
+//! field twice is refused, the filter and ETag leniencies Azure has (or not), `$top=0`, a `+` in
+//! the query, CORS rules, preflights and their answers.
 
 mod common;
 
@@ -258,6 +258,33 @@ async fn top_zero_answers_no_entities_or_tables_after_the_checks_any_query_has()
             answer.contains(&format!("x-ms-error-code: {reason}")),
             "{path}: {answer}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plus_in_the_query_is_a_plus_as_azure_reads_it() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let rows = ["a b", "a+b"].map(|row| format!(r#"{{"PartitionKey":"p","RowKey":"{row}"}}"#));
+    create_with_entities(&mut socket, "Plus", &rows).await;
+    // Azure does not read `+` as a space (its Go SDK sends spaces as `%20` for that reason).
+    for (filter, found) in [
+        ("RowKey%20eq%20'a+b'", Some("a+b")),
+        ("RowKey%20eq%20'a%2Bb'", Some("a+b")),
+        ("RowKey%20eq%20'a%20b'", Some("a b")),
+        ("RowKey+eq+'a+b'", None),
+    ] {
+        let path = format!("/devstoreaccount1/Plus()?$filter={filter}");
+        let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+        match found {
+            Some(row) => {
+                assert_eq!(status, 200, "{filter}: {answer}");
+                let only = format!(r#"{{"value":[{{"PartitionKey":"p","RowKey":"{row}","#);
+                assert!(answer.contains(&only), "{filter}: {answer}");
+                assert_eq!(answer.matches("RowKey").count(), 1, "{filter}: {answer}");
+            }
+            None => assert_eq!(status, 400, "{filter}: {answer}"),
+        }
     }
 }
 
