@@ -2,7 +2,7 @@
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
 //! as Azure does (minimal metadata no system property's type), a shared access signature giving a
 //! field twice is refused, the filter and ETag leniencies Azure has (or not), `$top=0`, a `+` in
-//! the query, CORS rules, preflights and their answers.
+//! the query, a body naming other keys than its URL, CORS rules, preflights and their answers.
 
 mod common;
 
@@ -286,6 +286,38 @@ async fn a_plus_in_the_query_is_a_plus_as_azure_reads_it() {
             None => assert_eq!(status, 400, "{filter}: {answer}"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_naming_other_keys_than_the_url_is_refused_and_writes_nothing() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    create_with_entities(&mut socket, "Keyed", &[]).await;
+    let url = "/devstoreaccount1/Keyed(PartitionKey='p',RowKey='q')";
+    for (method, body) in [
+        ("PUT", r#"{"PartitionKey":"x","RowKey":"q","A":1}"#),
+        ("MERGE", r#"{"RowKey":"y","A":1}"#),
+        ("PATCH", r#"{"PartitionKey":"p","RowKey":"y","A":1}"#),
+    ] {
+        let (status, answer) = exchange(&mut socket, method, url, body.as_bytes()).await;
+        assert_eq!(status, 400, "{method} {body}: {answer}");
+        assert!(
+            answer.contains("x-ms-error-code: InvalidInput") && answer.contains("is not the URL's"),
+            "{answer}"
+        );
+    }
+    for read in [url, "/devstoreaccount1/Keyed(PartitionKey='x',RowKey='q')"] {
+        let (status, answer) = exchange(&mut socket, "GET", read, b"").await;
+        assert_eq!(status, 404, "{read}: {answer}");
+    }
+    // The same keys, or none, in the body: written where the URL says.
+    for body in [r#"{"PartitionKey":"p","RowKey":"q","A":1}"#, r#"{"A":2}"#] {
+        let (status, answer) = exchange(&mut socket, "PUT", url, body.as_bytes()).await;
+        assert_eq!(status, 204, "{body}: {answer}");
+    }
+    let (status, answer) = exchange(&mut socket, "GET", url, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""A":2"#), "{answer}");
 }
 
 /// Set Service Properties with `rules` (`<CorsRule>` elements) as the body.

@@ -104,7 +104,22 @@ pub(crate) fn entity_from_json(
         key_text("RowKey", row_key)?,
     );
     let key = match keys {
-        Some(keys) => keys.clone(),
+        Some(keys) => {
+            // The URL names the entity; a body naming another would write where it does not say.
+            for (name, given, named) in [
+                ("PartitionKey", &partition_key, &keys.partition_key),
+                ("RowKey", &row_key, &keys.row_key),
+            ] {
+                if let Some(given) = given.as_ref().filter(|given| *given != named) {
+                    return Err(invalid(format!(
+                        "the body's {name} {} is not the URL's {}: an entity's keys cannot change",
+                        quoted(given),
+                        quoted(named)
+                    )));
+                }
+            }
+            keys.clone()
+        }
         None => EntityKey::new(
             partition_key.ok_or_else(|| invalid("the entity has no PartitionKey".into()))?,
             row_key.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
