@@ -1,8 +1,9 @@
 //! Azure's REST behaviour where the SDKs' requests or Azure's own test suite meet it, over raw
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
-//! as Azure does (minimal metadata no system property's type), a shared access signature giving a
-//! field twice is refused, the filter and ETag leniencies Azure has (or not), `$top=0`, a `+` in
-//! the query, a body naming other keys than its URL, CORS rules, preflights and their answers.
+//! as Azure does (minimal metadata no system property's type), one table is read by name, a
+//! shared access signature giving a field twice is refused, the filter and ETag leniencies Azure
+//! has (or not), `$top=0`, a `+` in the query, a body naming other keys than its URL, CORS rules,
+//! preflights and their answers.
 
 mod common;
 
@@ -74,6 +75,27 @@ async fn full_metadata_names_types_ids_and_edit_links_as_azure_does() {
         listed.contains(r#""odata.editLink":"Tables('Meta')""#),
         "{listed}"
     );
+    // One table by name (ignoring case), as Query Tables answers it; a missing one is not found.
+    let (status, one) = exchange_with(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Tables('meta')",
+        FULL,
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{one}");
+    assert!(
+        one.contains(
+            r#""odata.metadata":"http://localhost/devstoreaccount1/$metadata#Tables/@Element""#
+        ) && one.contains(r#""odata.editLink":"Tables('Meta')""#)
+            && one.contains(r#""TableName":"Meta""#),
+        "{one}"
+    );
+    let (status, none) =
+        exchange(&mut socket, "GET", "/devstoreaccount1/Tables('Nope')", b"").await;
+    assert_eq!(status, 404, "{none}");
+    assert!(none.contains("x-ms-error-code: TableNotFound"), "{none}");
 
     let (status, answer) = exchange(
         &mut socket,

@@ -3,7 +3,7 @@
 //! Trestle by changing their connection string. A second protocol layer beside `grpc`, above the
 //! engine.
 //!
-//! Served: tables (create, list with continuation, delete); entities (insert, update, merge,
+//! Served: tables (create, list with continuation, get one, delete); entities (insert, update, merge,
 //! insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top` and
 //! continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON metadata
 //! levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and the
@@ -98,6 +98,9 @@ async fn dispatch(
     match (&request.method, resource) {
         (&Method::POST, Resource::Tables) => tables::create(api, request, access, &base).await,
         (&Method::GET, Resource::Tables) => tables::list(api, request, access, &base).await,
+        (&Method::GET, Resource::Table(table)) => {
+            tables::get(api, request, access, table, &base).await
+        }
         (&Method::DELETE, Resource::Table(table)) => tables::delete(api, access, table).await,
         (&Method::POST, Resource::Entities(table)) => {
             entities::insert(api, request, access, &base, table).await

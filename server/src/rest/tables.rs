@@ -1,5 +1,5 @@
-//! The table operations: Create Table, Query Tables (with `$filter` on `TableName`), and the
-//! delete that `rest::dispatch` routes here.
+//! The table operations: Create Table, Query Tables (with `$filter` on `TableName`, or of one
+//! table by name), and the delete that `rest::dispatch` routes here.
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
@@ -45,15 +45,8 @@ pub(super) async fn create(
         return Ok(no_content(request.header("prefer").is_some()));
     }
     let metadata = request.metadata();
-    let mut out = Map::new();
-    if metadata != Metadata::None {
-        out.insert(
-            "odata.metadata".into(),
-            format!("{base}/$metadata#Tables/@Element").into(),
-        );
-    }
-    table_members(&mut out, metadata, base, &name.to_string());
-    let mut response = json_response(StatusCode::CREATED, metadata, &Json::Object(out));
+    let entry = table_entry(metadata, base, &name.to_string());
+    let mut response = json_response(StatusCode::CREATED, metadata, &entry);
     if request.header("prefer").is_some() {
         response.headers_mut().insert(
             "preference-applied",
@@ -61,6 +54,25 @@ pub(super) async fn create(
         );
     }
     Ok(response)
+}
+
+/// Query Tables for one table (`GET Tables('name')`): its entry as Create Table answers it, or
+/// `TableNotFound`. Allowed to whoever may read the table's description, as gRPC's `GetTable`.
+pub(super) async fn get(
+    api: &RestApi,
+    request: &Request,
+    access: &Access,
+    table: String,
+    base: &str,
+) -> Result<Response, Failure> {
+    access.describe_table(&table)?;
+    let (name, _) = api
+        .executor
+        .blocking(move |engine| engine.get_table(&table))
+        .await?;
+    let metadata = request.metadata();
+    let entry = table_entry(metadata, base, &name.to_string());
+    Ok(json_response(StatusCode::OK, metadata, &entry))
 }
 
 /// Query Tables, a page at a time.
@@ -159,6 +171,20 @@ pub(super) async fn delete(
         .blocking(move |engine| engine.delete_table(&table))
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// One table as a response's whole body: its members, after the metadata URL unless asked for
+/// none.
+fn table_entry(metadata: Metadata, base: &str, name: &str) -> Json {
+    let mut out = Map::new();
+    if metadata != Metadata::None {
+        out.insert(
+            "odata.metadata".into(),
+            format!("{base}/$metadata#Tables/@Element").into(),
+        );
+    }
+    table_members(&mut out, metadata, base, name);
+    Json::Object(out)
 }
 
 /// A table's members in a response: with full metadata, its type, id and edit link as Azure
