@@ -3,17 +3,16 @@
 //! Trestle by changing their connection string. A second protocol layer beside `grpc`, above the
 //! engine.
 //!
-//! Served: tables (create, list with continuation, get one, delete); entities (insert, update, merge,
-//! insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top` and
-//! continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON metadata
-//! levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and the
-//! client's request id echoed, `Keep-Alive`; service properties with CORS rules (preflights and
+//! Served: tables (create, list with continuation, get one, delete); entities (insert, update,
+//! merge, insert-or-replace, insert-or-merge, delete, get, query with `$filter`, `$select`, `$top`
+//! and continuation); `If-Match`; `Prefer: return-content|return-no-content`; the three JSON
+//! metadata levels; Azure's error body and `x-ms-error-code`; `x-ms-request-id`, `x-ms-version` and
+//! the client's request id echoed, `Keep-Alive`; service properties with CORS rules (preflights and
 //! the answers' `Access-Control-*` headers), service statistics, and tables' stored access
-//! policies. Auth: SharedKey and SharedKeyLite (the development key in open mode,
-//! the key file's keys otherwise), service and account shared access signatures (mapped onto
-//! Trestle's scoped grants, a stored access policy's fields included), and Trestle's own `Bearer`
-//! credentials. Other requests answer
-//! `NotImplemented`.
+//! policies. Auth: SharedKey and SharedKeyLite (the development key in open mode, the key file's
+//! keys otherwise), service and account shared access signatures (mapped onto Trestle's scoped
+//! grants, a stored access policy's fields included), and Trestle's own `Bearer` credentials.
+//! Other requests answer `NotImplemented`.
 //!
 //! This module routes: `serve` takes each request through its life (authenticated from its line
 //! and headers by `request`, admitted, its body read within bounds by `body`, its answer given
