@@ -2,8 +2,8 @@
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
 //! as Azure does (minimal metadata no system property's type), one table is read by name, a
 //! shared access signature giving a field twice is refused, the filter and ETag leniencies Azure
-//! has (or not), `$top=0`, a `+` in the query, a body naming other keys than its URL, CORS rules,
-//! preflights and their answers.
+//! has (or not), `$top=0`, `$format`, `$select=*`, a byte order mark, a `+` in the query, a body
+//! naming other keys than its URL, CORS rules, preflights and their answers.
 
 mod common;
 
@@ -340,6 +340,51 @@ async fn a_body_naming_other_keys_than_the_url_is_refused_and_writes_nothing() {
     let (status, answer) = exchange(&mut socket, "GET", url, b"").await;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains(r#""A":2"#), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_in_the_query_a_star_select_and_a_byte_order_mark_are_read_as_azure_reads_them() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    // A body may begin with UTF-8's byte order mark, as Windows PowerShell writes it.
+    let bom = |json: &str| [&b"\xEF\xBB\xBF"[..], json.as_bytes()].concat();
+    let (status, answer) = exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        &bom(r#"{"TableName":"Formats"}"#),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let entity = bom(r#"{"PartitionKey":"p","RowKey":"r","A":1,"B":"b"}"#);
+    let (status, answer) =
+        exchange(&mut socket, "POST", "/devstoreaccount1/Formats", &entity).await;
+    assert_eq!(status, 201, "{answer}");
+
+    // `$format` overrides `Accept` (here nometadata), for a point read and a query alike.
+    let full = "$format=application%2Fjson%3Bodata%3Dfullmetadata";
+    for path in [
+        format!("/devstoreaccount1/Formats(PartitionKey='p',RowKey='r')?{full}"),
+        format!("/devstoreaccount1/Formats()?{full}"),
+    ] {
+        let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        assert!(
+            answer.contains(r#""odata.type":"devstoreaccount1.Formats""#)
+                && answer.contains("odata=fullmetadata"),
+            "{path}: {answer}"
+        );
+    }
+    // `$select=*` selects every property, as no `$select` does.
+    let (status, answer) = exchange(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Formats()?$select=*",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""A":1,"B":"b""#), "{answer}");
 }
 
 /// Set Service Properties with `rules` (`<CorsRule>` elements) as the body.

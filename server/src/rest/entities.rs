@@ -164,7 +164,7 @@ pub(super) async fn delete(
 
 /// `$select` as property names (empty: all).
 pub(super) fn selection(request: &Request) -> Vec<String> {
-    request
+    let names: Vec<String> = request
         .param("$select")
         .map(|s| {
             s.split(',')
@@ -174,7 +174,12 @@ pub(super) fn selection(request: &Request) -> Vec<String> {
                 })
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // OData's `*` selects every property, as no `$select` does.
+    match names.iter().any(|name| name == "*") {
+        true => Vec::new(),
+        false => names,
+    }
 }
 
 /// `GET` of one entity, with `$select`.

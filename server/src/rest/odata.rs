@@ -145,10 +145,16 @@ pub(crate) fn entity_from_json(
 /// being read, before the rest of it is parsed.
 const MAX_MEMBERS: usize = 2 * (MAX_PROPERTIES + 3) + 8;
 
+/// A JSON request body without the UTF-8 byte order mark some clients (Windows PowerShell's
+/// UTF-8) write first, which Azure reads past and JSON parsers refuse.
+pub(super) fn without_bom(body: &[u8]) -> &[u8] {
+    body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body)
+}
+
 /// The members of the JSON object `body`, at most [`MAX_MEMBERS`] of them.
 fn members_of(body: &[u8]) -> Result<Members, ValidationError> {
     let overflowed = Cell::new(false);
-    let mut reader = serde_json::Deserializer::from_slice(body);
+    let mut reader = serde_json::Deserializer::from_slice(without_bom(body));
     let members = MembersSeed {
         overflowed: &overflowed,
     }

@@ -108,8 +108,11 @@ impl Request {
             .transpose()
     }
 
+    /// The metadata level asked for: by OData's `$format` if given (OData has it override
+    /// `Accept`; the .NET SDK sends it), else by `Accept`.
     pub(super) fn metadata(&self) -> Metadata {
-        Metadata::from_accept(self.header("accept"))
+        let format = self.param("$format");
+        Metadata::from_accept(format.as_deref().or(self.header("accept")))
     }
 
     /// Whether the client asked for the written entity back (`Prefer`), with `default`.

@@ -22,7 +22,7 @@ pub(super) async fn create(
     access: &Access,
     base: &str,
 ) -> Result<Response, Failure> {
-    let body: Json = serde_json::from_slice(&request.body).map_err(|e| {
+    let body: Json = serde_json::from_slice(odata::without_bom(&request.body)).map_err(|e| {
         Failure::invalid(ValidationError::Argument(format!(
             "the body is not JSON: {e}"
         )))
