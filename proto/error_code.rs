@@ -85,6 +85,8 @@ pub enum ErrorCode {
     /// A settings body (service properties, a table's ACL) is not the XML document it must be
     /// (REST).
     InvalidXmlDocument,
+    /// The request asks for answers in Atom, which Azure dropped for JSON in 2015 (REST).
+    AtomFormatNotSupported,
     /// No CORS rule of the service lets the page's origin make the request a browser asked
     /// about (REST).
     CorsPreflightFailure,
@@ -135,6 +137,7 @@ impl ErrorCode {
         ErrorCode::AuthorizationServiceMismatch,
         ErrorCode::InvalidHeaderValue,
         ErrorCode::InvalidXmlDocument,
+        ErrorCode::AtomFormatNotSupported,
         ErrorCode::CorsPreflightFailure,
         ErrorCode::ChangeFeedCursorExpired,
     ];
@@ -183,6 +186,7 @@ impl ErrorCode {
             ErrorCode::AuthorizationServiceMismatch => "AuthorizationServiceMismatch",
             ErrorCode::InvalidHeaderValue => "InvalidHeaderValue",
             ErrorCode::InvalidXmlDocument => "InvalidXmlDocument",
+            ErrorCode::AtomFormatNotSupported => "AtomFormatNotSupported",
             ErrorCode::CorsPreflightFailure => "CorsPreflightFailure",
             ErrorCode::ChangeFeedCursorExpired => "ChangeFeedCursorExpired",
         }

@@ -2,8 +2,8 @@
 //! HTTP: a trailing slash names the same resource, full metadata writes types, ids and edit links
 //! as Azure does (minimal metadata no system property's type), one table is read by name, a
 //! shared access signature giving a field twice is refused, the filter and ETag leniencies Azure
-//! has (or not), `$top=0`, `$format`, `$select=*`, a byte order mark, a `+` in the query, a body
-//! naming other keys than its URL, CORS rules, preflights and their answers.
+//! has (or not), `$top=0`, `$format`, Atom, `$select=*`, a byte order mark, a `+` in the query, a
+//! body naming other keys than its URL, CORS rules, preflights and their answers.
 
 mod common;
 
@@ -343,7 +343,7 @@ async fn a_body_naming_other_keys_than_the_url_is_refused_and_writes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn format_in_the_query_a_star_select_and_a_byte_order_mark_are_read_as_azure_reads_them() {
+async fn format_in_the_query_atom_a_star_select_and_a_byte_order_mark_are_read_as_azure_does() {
     let (_server, rest) = server(|_| {}).await;
     let mut socket = TcpStream::connect(rest).await.unwrap();
     // A body may begin with UTF-8's byte order mark, as Windows PowerShell writes it.
@@ -374,6 +374,21 @@ async fn format_in_the_query_a_star_select_and_a_byte_order_mark_are_read_as_azu
                 && answer.contains("odata=fullmetadata"),
             "{path}: {answer}"
         );
+    }
+    // Atom answers, which Azure stopped serving in 2015, are refused unless JSON is accepted too.
+    let path = "/devstoreaccount1/Formats()";
+    for (accept, status_wanted) in [
+        ("Accept: application/atom+xml\r\n", 415),
+        ("Accept: application/atom+xml,application/json\r\n", 200),
+    ] {
+        let (status, answer) = exchange_with(&mut socket, "GET", path, accept, b"").await;
+        assert_eq!(status, status_wanted, "{accept}: {answer}");
+        if status == 415 {
+            assert!(
+                answer.contains("x-ms-error-code: AtomFormatNotSupported"),
+                "{answer}"
+            );
+        }
     }
     // `$select=*` selects every property, as no `$select` does.
     let (status, answer) = exchange(

@@ -160,7 +160,8 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::CommandsInBatchActOnDifferentPartitions
         | ErrorCode::InvalidUri
         | ErrorCode::InvalidHeaderValue
-        | ErrorCode::InvalidXmlDocument => Code::InvalidArgument,
+        | ErrorCode::InvalidXmlDocument
+        | ErrorCode::AtomFormatNotSupported => Code::InvalidArgument,
         ErrorCode::InternalError => Code::Internal,
     }
 }

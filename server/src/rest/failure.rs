@@ -111,6 +111,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::AuthorizationServiceMismatch
         | C::CorsPreflightFailure => StatusCode::FORBIDDEN,
         C::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+        C::AtomFormatNotSupported => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         C::ServerBusy | C::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::OperationTimedOut => StatusCode::GATEWAY_TIMEOUT,
         C::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,

@@ -94,6 +94,7 @@ async fn dispatch(
     if let Some(setting) = request.param("comp") {
         return settings::serve(api, request, access, resource, &setting).await;
     }
+    request.accepts_json()?;
     match (&request.method, resource) {
         (&Method::POST, Resource::Tables) => tables::create(api, request, access, &base).await,
         (&Method::GET, Resource::Tables) => tables::list(api, request, access, &base).await,

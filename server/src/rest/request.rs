@@ -108,6 +108,24 @@ impl Request {
             .transpose()
     }
 
+    /// `AtomFormatNotSupported` when the client takes Atom answers only (`$format`, or else
+    /// `Accept`, names Atom and no JSON): Azure has answered in JSON alone since 2015, and such a
+    /// client could not read a JSON answer.
+    pub(super) fn accepts_json(&self) -> Result<(), Failure> {
+        let format = self.param("$format");
+        let accepted = format
+            .as_deref()
+            .or(self.header("accept"))
+            .unwrap_or_default();
+        if accepted.contains("atom") && !accepted.contains("json") {
+            return Err(Failure::of(
+                ErrorCode::AtomFormatNotSupported,
+                format!("answers are JSON only, and the request accepts {accepted:?}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// The metadata level asked for: by OData's `$format` if given (OData has it override
     /// `Accept`; the .NET SDK sends it), else by `Accept`.
     pub(super) fn metadata(&self) -> Metadata {
