@@ -10,14 +10,16 @@
 //! The server's stubs use [`RequestCodec`]: the same, except that a request that does not decode
 //! (invalid UTF-8 in a string field, a truncated or malformed message) is the client's bad input,
 //! `INVALID_ARGUMENT` with reason `InvalidInput`, not tonic's `INTERNAL`.
+//!
+//! What a codec sends is an [`EncodeReply`]: any prost message, or a reply the server encodes by
+//! hand (from an entity's stored bytes), which is only ever encoded and so needs no decoder.
 
 use std::marker::PhantomData;
 
-use prost::bytes::Buf;
+use prost::bytes::{Buf, BufMut};
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Code, Status};
-use tonic_prost::ProstEncoder;
 use tonic_types::{ErrorDetails, StatusExt};
 
 /// The `ErrorInfo.domain` of every error the Trestle server sends.
@@ -64,6 +66,25 @@ pub type ReplyCodec<T, U> = SliceCodec<T, U, ReplyFailure>;
 /// [`SliceCodec`] for the server's stubs: undecodable requests are `InvalidInput`.
 pub type RequestCodec<T, U> = SliceCodec<T, U, RequestFailure>;
 
+/// A message a codec sends: written whole into the message's buffer.
+pub trait EncodeReply: Send + 'static {
+    /// Writes the message's fields (its protobuf encoding, without a length prefix).
+    fn encode_reply(&self, buf: &mut impl BufMut);
+
+    /// The message's encoding, as a vector.
+    fn encode_reply_to_vec(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        self.encode_reply(&mut bytes);
+        bytes
+    }
+}
+
+impl<T: Message + Send + 'static> EncodeReply for T {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
+        self.encode_raw(buf);
+    }
+}
+
 /// A prost codec that decodes from a slice; named by the generated stubs (`codec_path`).
 #[derive(Debug, Clone)]
 pub struct SliceCodec<T, U, F> {
@@ -78,23 +99,45 @@ impl<T, U, F> Default for SliceCodec<T, U, F> {
 
 impl<T, U, F> Codec for SliceCodec<T, U, F>
 where
-    T: Message + Send + 'static,
+    T: EncodeReply,
     U: Message + Default + Send + 'static,
     F: DecodeFailure,
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncoder<T>;
+    type Encoder = ReplyEncoder<T>;
     type Decoder = SliceDecoder<U, F>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        ReplyEncoder {
+            message: PhantomData,
+        }
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         SliceDecoder {
             message: PhantomData,
         }
+    }
+}
+
+/// Encodes a `T` into tonic's buffer (which grows as it is written).
+#[derive(Debug, Clone)]
+pub struct ReplyEncoder<T> {
+    message: PhantomData<T>,
+}
+
+impl<T: EncodeReply> Encoder for ReplyEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode_reply(buf);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
     }
 }
 

@@ -244,6 +244,15 @@ impl ValueSerializer {
     }
 }
 
+/// Serializer methods for the Rust types that widen losslessly into one EDM type.
+macro_rules! serialize_widening {
+    ($($method:ident($rust:ty) => $edm:ident;)*) => {
+        $(fn $method(self, v: $rust) -> Result<Self::Ok, MappingError> {
+            Ok(Some(Value::$edm(v.into())))
+        })*
+    };
+}
+
 impl ser::Serializer for ValueSerializer {
     type Ok = Option<Value>;
     type Error = MappingError;
@@ -259,40 +268,22 @@ impl ser::Serializer for ValueSerializer {
         false
     }
 
-    fn serialize_bool(self, v: bool) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Bool(v)))
-    }
-    fn serialize_i8(self, v: i8) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int32(v.into())))
-    }
-    fn serialize_i16(self, v: i16) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int32(v.into())))
-    }
-    fn serialize_i32(self, v: i32) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int32(v)))
-    }
-    fn serialize_i64(self, v: i64) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int64(v)))
-    }
-    fn serialize_u8(self, v: u8) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int32(v.into())))
-    }
-    fn serialize_u16(self, v: u16) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int32(v.into())))
-    }
-    fn serialize_u32(self, v: u32) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Int64(v.into())))
+    serialize_widening! {
+        serialize_bool(bool) => Bool;
+        serialize_i8(i8) => Int32;
+        serialize_i16(i16) => Int32;
+        serialize_i32(i32) => Int32;
+        serialize_i64(i64) => Int64;
+        serialize_u8(u8) => Int32;
+        serialize_u16(u16) => Int32;
+        serialize_u32(u32) => Int64;
+        serialize_f32(f32) => Double;
+        serialize_f64(f64) => Double;
     }
     fn serialize_u64(self, v: u64) -> Result<Self::Ok, MappingError> {
         i64::try_from(v)
             .map(|v| Some(Value::Int64(v)))
             .map_err(|_| MappingError(format!("{v} is beyond the Int64 range")))
-    }
-    fn serialize_f32(self, v: f32) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Double(v.into())))
-    }
-    fn serialize_f64(self, v: f64) -> Result<Self::Ok, MappingError> {
-        Ok(Some(Value::Double(v)))
     }
     fn serialize_char(self, v: char) -> Result<Self::Ok, MappingError> {
         Ok(Some(Value::String(v.to_string())))

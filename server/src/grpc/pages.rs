@@ -4,11 +4,12 @@
 //! straight from its stored bytes instead of building an `Entity` per match only to encode it. On
 //! the wire they are exactly the messages `trestle.proto` declares (clients decode them with the
 //! generated types; `super::wire_contract_tests` checks every field against the descriptor set).
+//! The server only sends them, so they are only encoded ([`EncodeReply`]).
 
-use prost::bytes::{Buf, BufMut};
-use prost::encoding::{self, DecodeContext, WireType};
-use prost::DecodeError;
+use prost::bytes::BufMut;
+use prost::encoding::{self, WireType};
 
+use trestle_proto::codec::EncodeReply;
 use trestle_proto::pb::{Entity, QueryStats};
 
 /// The field number of `entities` in both responses.
@@ -64,18 +65,12 @@ impl EncodedEntities {
     pub(crate) fn encoded_len(&self) -> usize {
         self.fields.len()
     }
-
-    fn clear(&mut self) {
-        self.fields.clear();
-        self.count = 0;
-    }
 }
 
 /// One page of a query.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueryEntitiesResponse {
-    /// The entities of this page, in key order (descending with `reverse`). A decoded response
-    /// has them all here.
+    /// The entities of this page, in key order (descending with `reverse`).
     pub entities: Vec<Entity>,
     /// More entities of the page, already encoded, sent after `entities` (server side).
     pub(crate) encoded_entities: EncodedEntities,
@@ -88,7 +83,7 @@ pub struct QueryEntitiesResponse {
 /// One batch of a streamed scan.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ScanEntitiesResponse {
-    /// Matches in query order. A decoded response has them all here.
+    /// Matches in query order.
     pub entities: Vec<Entity>,
     /// More matches, already encoded, sent after `entities` (server side).
     pub(crate) encoded_entities: EncodedEntities,
@@ -99,26 +94,8 @@ fn encode_entities(entities: &[Entity], encoded: &EncodedEntities, buf: &mut imp
     buf.put_slice(&encoded.fields);
 }
 
-/// Decodes field `tag` of either response: `entities`, or a field to skip.
-fn merge_entities(
-    entities: &mut Vec<Entity>,
-    tag: u32,
-    wire_type: WireType,
-    buf: &mut impl Buf,
-    ctx: DecodeContext,
-) -> Result<(), DecodeError> {
-    match tag {
-        ENTITIES => encoding::message::merge_repeated(wire_type, entities, buf, ctx),
-        _ => encoding::skip_field(wire_type, tag, buf, ctx),
-    }
-}
-
-fn entities_len(entities: &[Entity], encoded: &EncodedEntities) -> usize {
-    encoding::message::encoded_len_repeated(ENTITIES, entities) + encoded.encoded_len()
-}
-
-impl prost::Message for QueryEntitiesResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl EncodeReply for QueryEntitiesResponse {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
         encode_entities(&self.entities, &self.encoded_entities, buf);
         if !self.continuation_token.is_empty() {
             encoding::string::encode(CONTINUATION_TOKEN, &self.continuation_token, buf);
@@ -127,77 +104,18 @@ impl prost::Message for QueryEntitiesResponse {
             encoding::message::encode(STATS, stats, buf);
         }
     }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        match tag {
-            CONTINUATION_TOKEN => {
-                encoding::string::merge(wire_type, &mut self.continuation_token, buf, ctx)
-            }
-            STATS => encoding::message::merge(
-                wire_type,
-                self.stats.get_or_insert_with(QueryStats::default),
-                buf,
-                ctx,
-            ),
-            _ => merge_entities(&mut self.entities, tag, wire_type, buf, ctx),
-        }
-    }
-
-    fn encoded_len(&self) -> usize {
-        let token = if self.continuation_token.is_empty() {
-            0
-        } else {
-            encoding::string::encoded_len(CONTINUATION_TOKEN, &self.continuation_token)
-        };
-        let stats = self
-            .stats
-            .as_ref()
-            .map_or(0, |stats| encoding::message::encoded_len(STATS, stats));
-        entities_len(&self.entities, &self.encoded_entities) + token + stats
-    }
-
-    fn clear(&mut self) {
-        self.entities.clear();
-        self.encoded_entities.clear();
-        self.continuation_token.clear();
-        self.stats = None;
-    }
 }
 
-impl prost::Message for ScanEntitiesResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl EncodeReply for ScanEntitiesResponse {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
         encode_entities(&self.entities, &self.encoded_entities, buf);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        merge_entities(&mut self.entities, tag, wire_type, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        entities_len(&self.entities, &self.encoded_entities)
-    }
-
-    fn clear(&mut self) {
-        self.entities.clear();
-        self.encoded_entities.clear();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use prost::Message;
+    use trestle_proto::pb;
 
     use super::*;
 
@@ -226,20 +144,17 @@ mod tests {
                 entities_examined: 3,
             }),
         };
-        let bytes = page.encode_to_vec();
-        assert_eq!(bytes.len(), page.encoded_len());
-        let decoded = QueryEntitiesResponse::decode(&bytes[..]).unwrap();
+        let decoded = pb::QueryEntitiesResponse::decode(&page.encode_reply_to_vec()[..]).unwrap();
         let row_keys: Vec<_> = decoded.entities.iter().map(|e| &e.row_key[..]).collect();
         assert_eq!(row_keys, ["a", "b", "c"]);
         assert_eq!(decoded.continuation_token, "next");
         assert_eq!(decoded.stats, page.stats);
-        assert!(decoded.encoded_entities.is_empty());
 
         let batch = ScanEntitiesResponse {
             entities: Vec::new(),
             encoded_entities: encoded,
         };
-        let decoded = ScanEntitiesResponse::decode(&batch.encode_to_vec()[..]).unwrap();
+        let decoded = pb::ScanEntitiesResponse::decode(&batch.encode_reply_to_vec()[..]).unwrap();
         assert_eq!(decoded.entities, vec![entity("b"), entity("c")]);
     }
 

@@ -3,15 +3,16 @@
 //! which the server writes straight from an entity's stored bytes instead of building an `Entity`
 //! (a map of strings) only to encode it. On the wire it is exactly `trestle.v1.Entity`; clients
 //! decode it as that. `GetEntitiesReply` answers `GetEntities` the same way, and `ChangesReply`
-//! `ReadChanges`.
+//! `ReadChanges`. The server only sends them, so they are only encoded ([`EncodeReply`]).
 
-use prost::bytes::{Buf, BufMut};
-use prost::encoding::{DecodeContext, WireType};
-use prost::{DecodeError, Message};
+use prost::bytes::BufMut;
+use prost::encoding::WireType;
+use prost::Message;
 
+use trestle_proto::codec::EncodeReply;
 use trestle_proto::pb::Entity;
 
-use super::wire::{CHANGES_CHANGES, CHANGES_CURSOR};
+use super::wire::CHANGES_CURSOR;
 
 /// An `Entity` answering a call.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,40 +35,12 @@ impl From<Entity> for EntityReply {
     }
 }
 
-impl Message for EntityReply {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl EncodeReply for EntityReply {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
         match self {
             EntityReply::Entity(entity) => entity.encode_raw(buf),
             EntityReply::Encoded(bytes) => buf.put_slice(bytes),
         }
-    }
-
-    /// Decoding (which only tests do) yields the generated form.
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        if let EntityReply::Encoded(bytes) = self {
-            *self = EntityReply::Entity(Entity::decode(bytes.as_slice())?);
-        }
-        match self {
-            EntityReply::Entity(entity) => entity.merge_field(tag, wire_type, buf, ctx),
-            EntityReply::Encoded(_) => unreachable!("turned into an entity above"),
-        }
-    }
-
-    fn encoded_len(&self) -> usize {
-        match self {
-            EntityReply::Entity(entity) => entity.encoded_len(),
-            EntityReply::Encoded(bytes) => bytes.len(),
-        }
-    }
-
-    fn clear(&mut self) {
-        *self = EntityReply::default();
     }
 }
 
@@ -88,8 +61,8 @@ fn found_len(entity: &Option<Vec<u8>>) -> usize {
     })
 }
 
-impl Message for GetEntitiesReply {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl EncodeReply for GetEntitiesReply {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
         use prost::encoding::{encode_key, encode_varint};
         for entity in &self.entities {
             encode_key(1, WireType::LengthDelimited, buf);
@@ -100,38 +73,6 @@ impl Message for GetEntitiesReply {
                 buf.put_slice(bytes);
             }
         }
-    }
-
-    /// Decoding (which only tests do) reads each `FoundEntity` as generated.
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        if tag != 1 {
-            return prost::encoding::skip_field(wire_type, tag, buf, ctx);
-        }
-        let mut found = trestle_proto::pb::FoundEntity::default();
-        prost::encoding::message::merge(wire_type, &mut found, buf, ctx)?;
-        self.entities
-            .push(found.entity.map(|entity| entity.encode_to_vec()));
-        Ok(())
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.entities
-            .iter()
-            .map(|entity| {
-                let len = found_len(entity);
-                prost::encoding::key_len(1) + prost::encoding::encoded_len_varint(len as u64) + len
-            })
-            .sum()
-    }
-
-    fn clear(&mut self) {
-        self.entities.clear();
     }
 }
 
@@ -144,45 +85,12 @@ pub struct ChangesReply {
     pub cursor: String,
 }
 
-impl Message for ChangesReply {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl EncodeReply for ChangesReply {
+    fn encode_reply(&self, buf: &mut impl BufMut) {
         buf.put_slice(&self.changes);
         if !self.cursor.is_empty() {
             prost::encoding::string::encode(CHANGES_CURSOR, &self.cursor, buf);
         }
-    }
-
-    /// Decoding (which only tests do) keeps each change encoded as it came.
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), DecodeError> {
-        match tag {
-            CHANGES_CHANGES => {
-                let mut change = trestle_proto::pb::Change::default();
-                prost::encoding::message::merge(wire_type, &mut change, buf, ctx)?;
-                prost::encoding::message::encode(CHANGES_CHANGES, &change, &mut self.changes);
-                Ok(())
-            }
-            CHANGES_CURSOR => prost::encoding::string::merge(wire_type, &mut self.cursor, buf, ctx),
-            _ => prost::encoding::skip_field(wire_type, tag, buf, ctx),
-        }
-    }
-
-    fn encoded_len(&self) -> usize {
-        let cursor = match self.cursor.is_empty() {
-            true => 0,
-            false => prost::encoding::string::encoded_len(CHANGES_CURSOR, &self.cursor),
-        };
-        self.changes.len() + cursor
-    }
-
-    fn clear(&mut self) {
-        self.changes.clear();
-        self.cursor.clear();
     }
 }
 
@@ -199,17 +107,11 @@ mod tests {
             ..Entity::default()
         };
         let generated = EntityReply::from(entity.clone());
-        assert_eq!(generated.encode_to_vec(), entity.encode_to_vec());
-        assert_eq!(generated.encoded_len(), entity.encoded_len());
+        assert_eq!(generated.encode_reply_to_vec(), entity.encode_to_vec());
 
         let encoded = EntityReply::Encoded(entity.encode_to_vec());
-        assert_eq!(encoded.encoded_len(), entity.encoded_len());
-        let bytes = encoded.encode_to_vec();
+        let bytes = encoded.encode_reply_to_vec();
         assert_eq!(Entity::decode(bytes.as_slice()).unwrap(), entity);
-        assert_eq!(
-            EntityReply::decode(bytes.as_slice()).unwrap(),
-            EntityReply::Entity(entity)
-        );
     }
 
     #[test]
@@ -222,12 +124,10 @@ mod tests {
         let reply = GetEntitiesReply {
             entities: vec![Some(entity.encode_to_vec()), None],
         };
-        let bytes = reply.encode_to_vec();
-        assert_eq!(bytes.len(), reply.encoded_len());
+        let bytes = reply.encode_reply_to_vec();
         let generated = trestle_proto::pb::GetEntitiesResponse::decode(bytes.as_slice()).unwrap();
         assert_eq!(generated.entities.len(), 2);
         assert_eq!(generated.entities[0].entity.as_ref(), Some(&entity));
         assert_eq!(generated.entities[1].entity, None);
-        assert_eq!(GetEntitiesReply::decode(bytes.as_slice()).unwrap(), reply);
     }
 }

@@ -324,6 +324,7 @@ fn put_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use prost::Message;
+    use trestle_proto::codec::EncodeReply;
     use trestle_proto::pb;
     use uuid::Uuid;
 
@@ -340,7 +341,8 @@ mod tests {
             entities: Vec::new(),
             encoded_entities: encoder.take_encoded(),
         };
-        let mut decoded = pb::ScanEntitiesResponse::decode(&page.encode_to_vec()[..]).unwrap();
+        let mut decoded =
+            pb::ScanEntitiesResponse::decode(&page.encode_reply_to_vec()[..]).unwrap();
         assert_eq!(decoded.entities.len(), 1);
         let decoded = decoded.entities.pop().unwrap();
         // GetEntity answers with the same view encoded on its own: both must agree.

@@ -12,8 +12,7 @@ use super::odata;
 use super::paths::{self, Resource};
 use super::reply::{header_value, request_id};
 use super::request::Request;
-use super::RestApi;
-use crate::auth::Access;
+use super::Call;
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
 use crate::model::{quoted, EntityKey, IfMatch, Operation, ValidationError};
@@ -271,12 +270,13 @@ fn batch_response(boundary: &str, body: String) -> Response {
 
 /// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
 /// response (or the failing one's, its index first in the message).
-pub(super) async fn submit_batch(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    base: &str,
-) -> Result<Response, Failure> {
+pub(super) async fn submit_batch(call: &Call<'_>) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     let parsed = parse_request(request).await?;
     let boundary = request_id();
     let respond = |body: String| batch_response(&boundary, body);

@@ -12,8 +12,7 @@ use super::failure::Failure;
 use super::odata::{self, Metadata};
 use super::reply::{header_value, json_text_response, no_content};
 use super::request::Request;
-use super::RestApi;
-use crate::auth::Access;
+use super::{Call, RestApi};
 use crate::engine::MatchSink;
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
@@ -23,13 +22,13 @@ use crate::model::{
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError};
 
-pub(super) async fn insert(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    base: &str,
-    table: String,
-) -> Result<Response, Failure> {
+pub(super) async fn insert(call: &Call<'_>, table: String) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     access.on_table(&table, Permissions::ADD)?;
     let entity = parse_body(&request.body, |body| {
         odata::entity_from_json(body, None).map_err(Failure::invalid)
@@ -110,12 +109,16 @@ pub(super) fn entity_write(
 
 /// `PUT`, `PATCH` or `MERGE` of one entity.
 pub(super) async fn write(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
+    call: &Call<'_>,
     table: String,
     key: EntityKey,
 ) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        ..
+    } = call;
     // Checked before the body is parsed: what is needed follows from If-Match alone (an update
     // or merge with it, an upsert without), as `auth::needed_for` says of the operation.
     let if_match = request.if_match()?;
@@ -141,12 +144,16 @@ pub(super) async fn write(
 
 /// `DELETE` of one entity: `If-Match` required.
 pub(super) async fn delete(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
+    call: &Call<'_>,
     table: String,
     key: EntityKey,
 ) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        ..
+    } = call;
     let if_match = request
         .if_match()?
         .ok_or_else(|| Failure::invalid(ValidationError::IfMatchMissing))?;
@@ -184,13 +191,16 @@ pub(super) fn selection(request: &Request) -> Vec<String> {
 
 /// `GET` of one entity, with `$select`.
 pub(super) async fn get(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
+    call: &Call<'_>,
     table: String,
     key: EntityKey,
-    base: &str,
 ) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
     let metadata = request.metadata();
     let select = selection(request);
@@ -234,13 +244,13 @@ impl MatchSink for JsonPage {
     }
 }
 
-pub(super) async fn query(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    table: String,
-    base: &str,
-) -> Result<Response, Failure> {
+pub(super) async fn query(call: &Call<'_>, table: String) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     let top = request.top()?;
     let mut spec = QuerySpec {
         filter: request.param("$filter").unwrap_or_default(),

@@ -79,6 +79,15 @@ struct RestApi {
     keep_alive: http::HeaderValue,
 }
 
+/// One request being answered: what the endpoint shares, the request, what its credentials may
+/// do, and the base URL (`http://host/account`) its answers' links start from.
+struct Call<'a> {
+    api: &'a RestApi,
+    request: &'a Request,
+    access: &'a Access,
+    base: String,
+}
+
 /// Answers an authenticated, admitted request whose body has been read.
 async fn dispatch(
     api: &RestApi,
@@ -87,27 +96,26 @@ async fn dispatch(
     account: &str,
     resource: Resource,
 ) -> Result<Response, Failure> {
-    let base = format!(
-        "http://{}/{account}",
-        request.header("host").unwrap_or("localhost")
-    );
+    let call = &Call {
+        api,
+        request,
+        access,
+        base: format!(
+            "http://{}/{account}",
+            request.header("host").unwrap_or("localhost")
+        ),
+    };
     if let Some(setting) = request.param("comp") {
-        return settings::serve(api, request, access, resource, &setting).await;
+        return settings::serve(call, resource, &setting).await;
     }
     request.accepts_json()?;
     match (&request.method, resource) {
-        (&Method::POST, Resource::Tables) => tables::create(api, request, access, &base).await,
-        (&Method::GET, Resource::Tables) => tables::list(api, request, access, &base).await,
-        (&Method::GET, Resource::Table(table)) => {
-            tables::get(api, request, access, table, &base).await
-        }
-        (&Method::DELETE, Resource::Table(table)) => tables::delete(api, access, table).await,
-        (&Method::POST, Resource::Entities(table)) => {
-            entities::insert(api, request, access, &base, table).await
-        }
-        (&Method::GET, Resource::Entities(table)) => {
-            entities::query(api, request, access, table, &base).await
-        }
+        (&Method::POST, Resource::Tables) => tables::create(call).await,
+        (&Method::GET, Resource::Tables) => tables::list(call).await,
+        (&Method::GET, Resource::Table(table)) => tables::get(call, table).await,
+        (&Method::DELETE, Resource::Table(table)) => tables::delete(call, table).await,
+        (&Method::POST, Resource::Entities(table)) => entities::insert(call, table).await,
+        (&Method::GET, Resource::Entities(table)) => entities::query(call, table).await,
         (
             method,
             Resource::Entity {
@@ -118,15 +126,13 @@ async fn dispatch(
         ) => {
             let key = EntityKey::new(partition_key, row_key).map_err(Failure::invalid)?;
             match method.as_str() {
-                "GET" => entities::get(api, request, access, table, key, &base).await,
-                "DELETE" => entities::delete(api, request, access, table, key).await,
-                "PUT" | "PATCH" | "MERGE" => {
-                    entities::write(api, request, access, table, key).await
-                }
+                "GET" => entities::get(call, table, key).await,
+                "DELETE" => entities::delete(call, table, key).await,
+                "PUT" | "PATCH" | "MERGE" => entities::write(call, table, key).await,
                 _ => Err(request.not_served("")),
             }
         }
-        (&Method::POST, Resource::Batch) => batch::submit_batch(api, request, access, &base).await,
+        (&Method::POST, Resource::Batch) => batch::submit_batch(call).await,
         _ => Err(request.not_served("")),
     }
 }

@@ -7,8 +7,7 @@ use http::{HeaderValue, Method, StatusCode};
 
 use super::paths::Resource;
 use super::xml::{self, Element};
-use super::{Failure, Request, RestApi};
-use crate::auth::Access;
+use super::{Call, Failure};
 use crate::error::ErrorCode;
 use crate::model::{AccessPolicy, CorsRule, ServiceProperties, Ticks};
 
@@ -22,12 +21,16 @@ const DECLARATION: &str = r#"<?xml version="1.0" encoding="utf-8"?>"#;
 
 /// Answers `?comp=<setting>` on `resource`.
 pub(super) async fn serve(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
+    call: &Call<'_>,
     resource: Resource,
     setting: &str,
 ) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        ..
+    } = call;
     match (setting, resource, &request.method) {
         ("properties", Resource::Service, &Method::GET) => {
             access.list_tables()?;

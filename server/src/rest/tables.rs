@@ -8,20 +8,19 @@ use serde_json::{Map, Value as Json};
 use super::failure::Failure;
 use super::odata::Metadata;
 use super::reply::{header_value, json_response, no_content};
-use super::request::Request;
-use super::{odata, RestApi, ACCOUNT};
-use crate::auth::Access;
+use super::{odata, Call, ACCOUNT};
 use crate::engine::TablePage;
 use crate::model::{Ticks, ValidationError, ValueRef};
 use crate::query::{self, Record};
 
 /// Create Table: the name from the body's `TableName`.
-pub(super) async fn create(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    base: &str,
-) -> Result<Response, Failure> {
+pub(super) async fn create(call: &Call<'_>) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     let body: Json = serde_json::from_slice(odata::without_bom(&request.body)).map_err(|e| {
         Failure::invalid(ValidationError::Argument(format!(
             "the body is not JSON: {e}"
@@ -58,13 +57,13 @@ pub(super) async fn create(
 
 /// Query Tables for one table (`GET Tables('name')`): its entry as Create Table answers it, or
 /// `TableNotFound`. Allowed to whoever may read the table's description, as gRPC's `GetTable`.
-pub(super) async fn get(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    table: String,
-    base: &str,
-) -> Result<Response, Failure> {
+pub(super) async fn get(call: &Call<'_>, table: String) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     access.describe_table(&table)?;
     let (name, _) = api
         .executor
@@ -76,12 +75,13 @@ pub(super) async fn get(
 }
 
 /// Query Tables, a page at a time.
-pub(super) async fn list(
-    api: &RestApi,
-    request: &Request,
-    access: &Access,
-    base: &str,
-) -> Result<Response, Failure> {
+pub(super) async fn list(call: &Call<'_>) -> Result<Response, Failure> {
+    let Call {
+        api,
+        request,
+        access,
+        base,
+    } = call;
     access.list_tables()?;
     let top = request.top()?;
     let after = request.param("NextTableName").unwrap_or_default();
@@ -161,11 +161,8 @@ impl Record for TableRecord<'_> {
 }
 
 /// Delete Table.
-pub(super) async fn delete(
-    api: &RestApi,
-    access: &Access,
-    table: String,
-) -> Result<Response, Failure> {
+pub(super) async fn delete(call: &Call<'_>, table: String) -> Result<Response, Failure> {
+    let Call { api, access, .. } = call;
     access.manage_table(&table)?;
     api.executor
         .blocking(move |engine| engine.delete_table(&table))

@@ -276,17 +276,24 @@ impl PostgresTable {
         operations: &[Operation],
         inserts_only: bool,
     ) -> Result<CommitOutcome, StorageError> {
-        let planned = self.plan_in(
-            tx,
-            prepared,
-            catalog,
+        let current = match inserts_only {
+            true => operations.iter().map(|_| None).collect(),
+            false => match self.read_rows(tx, prepared, operations, catalog.reads_rows_whole())? {
+                Some(current) => current,
+                None => return Ok(Err(table_gone())),
+            },
+        };
+        let now = Ticks::next_commit();
+        let planned = plan_commit(
             partition_key,
-            operations,
-            inserts_only,
-        )?;
+            operations.to_vec(),
+            current,
+            now,
+            catalog.plan_rules(),
+        );
         let plan = match planned {
             Ok(plan) => plan,
-            Err(rejection) => return Ok(Err(rejection)),
+            Err(rejection) => return Ok(Err(rejection.into())),
         };
         if let Err(rejection) = self.write_rows(tx, prepared, partition_key, &plan, inserts_only)? {
             return Ok(Err(rejection));
@@ -302,36 +309,6 @@ impl PostgresTable {
             stored: plan.results,
             ticket: None,
         }))
-    }
-
-    /// Reads the rows `operations` (of one partition, held by the caller) act on, unless
-    /// `inserts_only`, and plans their commit stamped now; or the operation refused.
-    pub(super) fn plan_in(
-        &self,
-        tx: &mut postgres::Client,
-        prepared: &mut Prepared<'_>,
-        catalog: &IndexCatalog,
-        partition_key: &str,
-        operations: &[Operation],
-        inserts_only: bool,
-    ) -> Result<Result<CommitPlan, Rejection>, StorageError> {
-        let current = match inserts_only {
-            true => operations.iter().map(|_| None).collect(),
-            false => match self.read_rows(tx, prepared, operations, catalog.reads_rows_whole())? {
-                Some(current) => current,
-                None => return Ok(Err(table_gone())),
-            },
-        };
-        let now = Ticks::next_commit();
-        let operations = operations.to_vec();
-        Ok(plan_commit(
-            partition_key,
-            operations,
-            current,
-            now,
-            catalog.plan_rules(),
-        )
-        .map_err(Into::into))
     }
 
     /// Writes and removes the entity rows of `plan`; with `inserts_only`, by a plain `INSERT`
