@@ -12,9 +12,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
 use super::convert::{index_definition_to_pb, table_to_pb};
-use super::executor::Executor;
 use super::status::internal_status;
 use crate::engine::Engine;
+use crate::executor::Executor;
 use crate::model::{AccessPolicy, ServiceProperties};
 use crate::settings::TableDescription;
 use crate::storage::{SnapshotItem, SnapshotTable, StorageError, CURRENT_FORMAT};
@@ -59,8 +59,8 @@ pub(crate) async fn start(
                 Ok(())
             })
             .await;
-        if let Err(status) = read {
-            let _ = sender.send(Err(status)).await;
+        if let Err(error) = read {
+            let _ = sender.send(Err(error.into())).await;
         }
     });
     let mut receiver = ReceiverStream::new(receiver);

@@ -15,13 +15,13 @@ use tonic::Status;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 
-use super::executor::Executor;
 use super::reply::ChangesReply;
 use super::status::to_status;
 use super::stream::Holds;
 use super::{invalid, wire};
 use crate::auth::Access;
 use crate::error::TableError;
+use crate::executor::Executor;
 use crate::model::{ChangeKind, ValidationError};
 use crate::storage::{FeedEnd, FeedPosition, StorageError, StoredChange};
 
@@ -131,9 +131,8 @@ impl Reader {
     /// Where the feed ends now.
     async fn end(&self, executor: &Executor) -> Result<FeedEnd, Status> {
         let table = self.table.clone();
-        executor
-            .blocking(move |engine| engine.feed_end(&table))
-            .await
+        let end = executor.blocking(move |engine| engine.feed_end(&table));
+        Ok(end.await?)
     }
 
     /// Whether the reader, caught up, has seen every record up to `position`: true once
@@ -151,9 +150,8 @@ impl Reader {
     /// The next batch after the reader's position.
     async fn read(&self, executor: &Executor) -> Result<Vec<StoredChange>, Status> {
         let (table, after) = (self.table.clone(), self.after);
-        executor
-            .blocking(move |engine| engine.read_changes(&table, after, BATCH))
-            .await
+        let batch = executor.blocking(move |engine| engine.read_changes(&table, after, BATCH));
+        Ok(batch.await?)
     }
 
     /// The response of `batch`, of the records the caller may see, written from their stored

@@ -1,5 +1,6 @@
 //! The gRPC edge, and the only module that names tonic or `pb`: each handler converts its request,
-//! runs the engine through the executor (`grpc/executor.rs`), and converts the answer or the error.
+//! runs the engine through the shared executor (`crate::executor`), and converts the answer or the
+//! error (`status`: a `WorkError` is a `Status` by `From`).
 
 mod across;
 mod backup;
@@ -7,7 +8,6 @@ mod changes;
 mod convert;
 mod deadline;
 mod edge;
-mod executor;
 mod pages;
 mod reply;
 mod status;
@@ -45,9 +45,9 @@ use crate::config::Limits;
 use crate::connections::ConnectionInfo;
 use crate::engine::Pending;
 use crate::error::TableError;
+use crate::executor::Executor;
 use crate::model::{ChangeFeed, IfMatch, Operation};
 use crate::query::QuerySpec;
-use executor::Executor;
 use stream::{Holds, ScanSlot, StreamLimits};
 use writes::{Write, WriteRequest};
 
@@ -76,7 +76,7 @@ impl TableApi {
         limits: &Limits,
     ) -> TableApi {
         TableApi {
-            executor: Executor::new(executor),
+            executor,
             authenticator,
             streams: StreamLimits::new(
                 limits.stream_stall,
@@ -121,7 +121,7 @@ impl TableApi {
 
     /// Acknowledges a write once the group commit has made it durable.
     async fn durable<T>(&self, pending: Pending<T>) -> Result<T, Status> {
-        self.executor.durable(pending).await
+        Ok(self.executor.durable(pending).await?)
     }
 
     /// A single-entity write: admitted, authorized for what it does, committed, acknowledged once
@@ -548,7 +548,7 @@ impl service::table_service_server::TableService for TableApi {
             holds,
             admitted.deadline,
             self.streams.clone(),
-            self.executor.chunk_reader(),
+            stream::chunk_reader(&self.executor),
         )))
     }
 

@@ -9,6 +9,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthError;
 use crate::error::{bounded_message, ErrorCode, TableError};
+use crate::executor::WorkError;
 
 pub use trestle_proto::codec::ERROR_DOMAIN;
 /// The `ErrorInfo.metadata` key that names the failing operation of a transaction.
@@ -22,6 +23,18 @@ pub(crate) fn to_status(error: &TableError) -> Status {
         error.client_message(),
         error.operation_index(),
     )
+}
+
+impl From<WorkError> for Status {
+    /// The status of work that gave no value.
+    fn from(error: WorkError) -> Status {
+        match error {
+            WorkError::Table(error) => to_status(&error),
+            WorkError::Panicked => internal(),
+            WorkError::ShuttingDown => Status::unavailable("the server is shutting down"),
+            WorkError::Busy { max_in_flight } => server_busy(max_in_flight),
+        }
+    }
 }
 
 /// The status of a fault of the server itself, told in fixed words (never an internal error's

@@ -23,6 +23,7 @@ use tonic::Status;
 use super::pages::ScanEntitiesResponse;
 use super::wire::EntityEncoder;
 use crate::engine::ScanCursor;
+use crate::executor::Executor;
 
 /// Most bytes of encoded entities in one streamed batch (a batch may pass it by one entity).
 /// Small enough that a buffered batch costs little, large enough that the hand-off per batch is
@@ -225,6 +226,21 @@ impl Drop for ScanStream {
         slot.batch = None;
         drop(slot);
         self.handoff.taken.notify_one();
+    }
+}
+
+/// What reads a stream's next chunk: the executor's streaming mode ([`Executor::read_chunk`],
+/// finished as any other work, on the blocking pool or awaited where the store serves it so).
+pub(crate) fn chunk_reader(
+    executor: &Executor,
+) -> impl Fn(ScanCursor, EntityEncoder) -> ChunkFuture + Send + 'static {
+    let executor = executor.clone();
+    move |cursor: ScanCursor, encoder: EntityEncoder| {
+        let executor = executor.clone();
+        Box::pin(async move {
+            let chunk = executor.read_chunk(cursor, encoder, STREAM_BATCH_BYTES);
+            Ok(chunk.await?)
+        }) as ChunkFuture
     }
 }
 

@@ -12,7 +12,7 @@ use super::odata;
 use super::paths::{self, Resource};
 use super::reply::{header_value, request_id};
 use super::request::Request;
-use super::Call;
+use super::{Answer, Call};
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
 use crate::model::{quoted, EntityKey, IfMatch, Operation, ValidationError};
@@ -270,13 +270,8 @@ fn batch_response(boundary: &str, body: String) -> Response {
 
 /// `$batch`: one changeset, all of it or none, answered `202 Accepted` with each operation's
 /// response (or the failing one's, its index first in the message).
-pub(super) async fn submit_batch(call: &Call<'_>) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     let parsed = parse_request(request).await?;
     let boundary = request_id();
     let respond = |body: String| batch_response(&boundary, body);

@@ -3,7 +3,7 @@
 //! threads when large, each write answered once durable.
 
 use axum::body::Bytes;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use http::{HeaderValue, StatusCode};
 use serde_json::Value as Json;
 use trestle_proto::access::Permissions;
@@ -12,7 +12,7 @@ use super::failure::Failure;
 use super::odata::{self, Metadata};
 use super::reply::{header_value, json_text_response, no_content};
 use super::request::Request;
-use super::{Call, RestApi};
+use super::{Answer, Call, RestApi};
 use crate::engine::MatchSink;
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
@@ -22,13 +22,8 @@ use crate::model::{
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError};
 
-pub(super) async fn insert(call: &Call<'_>, table: String) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn insert(call: &Call<'_>, table: String) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     access.on_table(&table, Permissions::ADD)?;
     let entity = parse_body(&request.body, |body| {
         odata::entity_from_json(body, None).map_err(Failure::invalid)
@@ -108,17 +103,8 @@ pub(super) fn entity_write(
 }
 
 /// `PUT`, `PATCH` or `MERGE` of one entity.
-pub(super) async fn write(
-    call: &Call<'_>,
-    table: String,
-    key: EntityKey,
-) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        ..
-    } = call;
+pub(super) async fn write(call: &Call<'_>, table: String, key: EntityKey) -> Answer {
+    let (api, request, access) = (call.api, call.request, call.access);
     // Checked before the body is parsed: what is needed follows from If-Match alone (an update
     // or merge with it, an upsert without), as `auth::needed_for` says of the operation.
     let if_match = request.if_match()?;
@@ -143,17 +129,8 @@ pub(super) async fn write(
 }
 
 /// `DELETE` of one entity: `If-Match` required.
-pub(super) async fn delete(
-    call: &Call<'_>,
-    table: String,
-    key: EntityKey,
-) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        ..
-    } = call;
+pub(super) async fn delete(call: &Call<'_>, table: String, key: EntityKey) -> Answer {
+    let (api, request, access) = (call.api, call.request, call.access);
     let if_match = request
         .if_match()?
         .ok_or_else(|| Failure::invalid(ValidationError::IfMatchMissing))?;
@@ -190,17 +167,8 @@ pub(super) fn selection(request: &Request) -> Vec<String> {
 }
 
 /// `GET` of one entity, with `$select`.
-pub(super) async fn get(
-    call: &Call<'_>,
-    table: String,
-    key: EntityKey,
-) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn get(call: &Call<'_>, table: String, key: EntityKey) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
     let metadata = request.metadata();
     let select = selection(request);
@@ -244,13 +212,8 @@ impl MatchSink for JsonPage {
     }
 }
 
-pub(super) async fn query(call: &Call<'_>, table: String) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     let top = request.top()?;
     let mut spec = QuerySpec {
         filter: request.param("$filter").unwrap_or_default(),

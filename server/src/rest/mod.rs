@@ -88,6 +88,9 @@ struct Call<'a> {
     base: String,
 }
 
+/// What a handler gives: the response, or the failure to answer with.
+type Answer = Result<Response, Failure>;
+
 /// Answers an authenticated, admitted request whose body has been read.
 async fn dispatch(
     api: &RestApi,

@@ -7,7 +7,7 @@ use http::{HeaderValue, Method, StatusCode};
 
 use super::paths::Resource;
 use super::xml::{self, Element};
-use super::{Call, Failure};
+use super::{Answer, Call, Failure};
 use crate::error::ErrorCode;
 use crate::model::{AccessPolicy, CorsRule, ServiceProperties, Ticks};
 
@@ -20,17 +20,8 @@ const METRICS_OFF: &str = "<Version>1.0</Version><Enabled>false</Enabled>\
 const DECLARATION: &str = r#"<?xml version="1.0" encoding="utf-8"?>"#;
 
 /// Answers `?comp=<setting>` on `resource`.
-pub(super) async fn serve(
-    call: &Call<'_>,
-    resource: Resource,
-    setting: &str,
-) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        ..
-    } = call;
+pub(super) async fn serve(call: &Call<'_>, resource: Resource, setting: &str) -> Answer {
+    let (api, request, access) = (call.api, call.request, call.access);
     match (setting, resource, &request.method) {
         ("properties", Resource::Service, &Method::GET) => {
             access.list_tables()?;

@@ -1,26 +1,21 @@
 //! The table operations: Create Table, Query Tables (with `$filter` on `TableName`, or of one
 //! table by name), and the delete that `rest::dispatch` routes here.
 
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value as Json};
 
 use super::failure::Failure;
 use super::odata::Metadata;
 use super::reply::{header_value, json_response, no_content};
-use super::{odata, Call, ACCOUNT};
+use super::{odata, Answer, Call, ACCOUNT};
 use crate::engine::TablePage;
 use crate::model::{Ticks, ValidationError, ValueRef};
 use crate::query::{self, Record};
 
 /// Create Table: the name from the body's `TableName`.
-pub(super) async fn create(call: &Call<'_>) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn create(call: &Call<'_>) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     let body: Json = serde_json::from_slice(odata::without_bom(&request.body)).map_err(|e| {
         Failure::invalid(ValidationError::Argument(format!(
             "the body is not JSON: {e}"
@@ -57,13 +52,8 @@ pub(super) async fn create(call: &Call<'_>) -> Result<Response, Failure> {
 
 /// Query Tables for one table (`GET Tables('name')`): its entry as Create Table answers it, or
 /// `TableNotFound`. Allowed to whoever may read the table's description, as gRPC's `GetTable`.
-pub(super) async fn get(call: &Call<'_>, table: String) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn get(call: &Call<'_>, table: String) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     access.describe_table(&table)?;
     let (name, _) = api
         .executor
@@ -75,13 +65,8 @@ pub(super) async fn get(call: &Call<'_>, table: String) -> Result<Response, Fail
 }
 
 /// Query Tables, a page at a time.
-pub(super) async fn list(call: &Call<'_>) -> Result<Response, Failure> {
-    let Call {
-        api,
-        request,
-        access,
-        base,
-    } = call;
+pub(super) async fn list(call: &Call<'_>) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     access.list_tables()?;
     let top = request.top()?;
     let after = request.param("NextTableName").unwrap_or_default();
@@ -161,8 +146,8 @@ impl Record for TableRecord<'_> {
 }
 
 /// Delete Table.
-pub(super) async fn delete(call: &Call<'_>, table: String) -> Result<Response, Failure> {
-    let Call { api, access, .. } = call;
+pub(super) async fn delete(call: &Call<'_>, table: String) -> Answer {
+    let (api, access) = (call.api, call.access);
     access.manage_table(&table)?;
     api.executor
         .blocking(move |engine| engine.delete_table(&table))
