@@ -2,6 +2,7 @@
 //! parameters and headers read the way Azure reads them), and who is asking: a shared access
 //! signature, a SharedKey signature, or Trestle's own `Bearer` credential.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -112,11 +113,7 @@ impl Request {
     /// `Accept`, names Atom and no JSON): Azure has answered in JSON alone since 2015, and such a
     /// client could not read a JSON answer.
     pub(super) fn accepts_json(&self) -> Result<(), Failure> {
-        let format = self.param("$format");
-        let accepted = format
-            .as_deref()
-            .or(self.header("accept"))
-            .unwrap_or_default();
+        let accepted = self.accepted_format().unwrap_or_default();
         if accepted.contains("atom") && !accepted.contains("json") {
             return Err(Failure::of(
                 ErrorCode::AtomFormatNotSupported,
@@ -126,11 +123,18 @@ impl Request {
         Ok(())
     }
 
-    /// The metadata level asked for: by OData's `$format` if given (OData has it override
-    /// `Accept`; the .NET SDK sends it), else by `Accept`.
+    /// The metadata level asked for ([`Request::accepted_format`]).
     pub(super) fn metadata(&self) -> Metadata {
-        let format = self.param("$format");
-        Metadata::from_accept(format.as_deref().or(self.header("accept")))
+        Metadata::from_accept(self.accepted_format().as_deref())
+    }
+
+    /// The answer format the client takes: OData's `$format` if given (OData has it override
+    /// `Accept`; the .NET SDK sends it), else `Accept`.
+    fn accepted_format(&self) -> Option<Cow<'_, str>> {
+        match self.param("$format") {
+            Some(format) => Some(Cow::Owned(format)),
+            None => self.header("accept").map(Cow::Borrowed),
+        }
     }
 
     /// Whether the client asked for the written entity back (`Prefer`), with `default`.
