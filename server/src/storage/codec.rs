@@ -105,7 +105,6 @@ impl<'a> EntityView<'a> {
         })
     }
 
-    /// How many bytes its properties take stored: a size hint for encoding them elsewhere.
     /// Whether the entity has expired at `now` under the table's time to live `ttl` (never
     /// without one).
     pub fn expired(&self, ttl: Option<TimeToLive>, now: Ticks) -> Result<bool, StorageError> {
@@ -115,6 +114,7 @@ impl<'a> EntityView<'a> {
         Ok(ttl.expired(self.timestamp, self.property(TTL_PROPERTY)?, now))
     }
 
+    /// How many bytes its properties take stored: a size hint for encoding them elsewhere.
     pub fn stored_len(&self) -> usize {
         self.value.len()
     }
