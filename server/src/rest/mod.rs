@@ -98,7 +98,7 @@ async fn dispatch(
     access: &Access,
     account: &str,
     resource: Resource,
-) -> Result<Response, Failure> {
+) -> Answer {
     let call = &Call {
         api,
         request,
