@@ -122,12 +122,12 @@ impl CrossTransaction {
         &mut self,
         table: &str,
         key: impl Into<EntityKey>,
-        value: &T,
+        properties: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
         let if_match = if_match.into();
         self.add(table, key.into(), |key| {
-            operation::merge(&key, value, if_match)
+            operation::merge(&key, properties, if_match)
         })
     }
 

@@ -163,12 +163,12 @@ impl TableClient {
     pub async fn merge<T: Serialize + ?Sized>(
         &self,
         key: impl Into<EntityKey>,
-        value: &T,
+        properties: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<ETag> {
         let request = pb::MergeEntityRequest {
             table: self.name.clone(),
-            entity: Some(wire(&key.into(), value)?),
+            entity: Some(wire(&key.into(), properties)?),
             if_match: if_match.into().to_wire(),
             return_no_content: true,
         };

@@ -164,11 +164,11 @@ impl Transaction {
     pub fn merge<T: Serialize + ?Sized>(
         &mut self,
         row: impl TransactionRow,
-        value: &T,
+        properties: &T,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
         let if_match = if_match.into();
-        self.add(row, |key| operation::merge(&key, value, if_match))
+        self.add(row, |key| operation::merge(&key, properties, if_match))
     }
 
     /// Inserts, or replaces / merges an existing entity.

@@ -80,6 +80,12 @@ impl ScanCursor {
         Ok(self.advance(chunk))
     }
 
+    /// Lifts the bound on matches per chunk, for a reader that only counts them: a chunk then
+    /// ends only at the scan's bounds on work and time.
+    pub fn unbounded_chunks(&mut self) {
+        self.scan.spec.page_size = u32::MAX;
+    }
+
     /// Moves past `chunk`; whether the query has more to read.
     fn advance(&mut self, chunk: Chunk) -> bool {
         match chunk.resume_at {
@@ -634,62 +640,6 @@ impl Engine {
                 return Ok(());
             }
         }
-    }
-
-    /// Counts the matches of a query without returning them.
-    pub fn count(
-        &self,
-        table: &str,
-        mut spec: QuerySpec,
-        continuation: &str,
-    ) -> Result<u64, TableError> {
-        spec.select.clear();
-        let mut scan = self.prepare(table, spec, continuation)?;
-        scan.spec.page_size = u32::MAX;
-        let mut count = 0u64;
-        loop {
-            let chunk = scan.read(usize::MAX, &mut |_| {
-                count += 1;
-                Ok(0)
-            })?;
-            match chunk.resume_at {
-                Some(key) => scan.resume_at(key),
-                None => return Ok(count),
-            }
-        }
-    }
-
-    /// [`Engine::count`], awaited where the store serves queries by key so; elsewhere, and for
-    /// a query through an index, `spec` is given back.
-    pub async fn count_awaited(
-        &self,
-        table: &str,
-        mut spec: QuerySpec,
-        continuation: &str,
-    ) -> Result<Attempt<u64, QuerySpec>, TableError> {
-        spec.select.clear();
-        let mut cursor = match self.open_scan_awaited(table, spec, continuation).await? {
-            Attempt::Done(cursor) if cursor.scan.key_ranges().is_some() => cursor,
-            Attempt::Done(cursor) => return Ok(Attempt::WouldWait(cursor.scan.into_spec())),
-            Attempt::WouldWait(spec) => return Ok(Attempt::WouldWait(spec)),
-        };
-        cursor.scan.spec.page_size = u32::MAX;
-        let mut count = 0u64;
-        let mut counting = |_: &EntityView<'_>| {
-            count += 1;
-            Ok(0)
-        };
-        loop {
-            let read = self.read_chunk_awaited(&mut cursor, usize::MAX, &mut counting);
-            match read.await? {
-                Some(true) => {}
-                Some(false) => break,
-                // Not read awaited (which the checks above rule out): counted the blocking way,
-                // from the start.
-                None => return Ok(Attempt::WouldWait(cursor.scan.into_spec())),
-            }
-        }
-        Ok(Attempt::Done(count))
     }
 
     /// Blocks until `pending` is durable, then returns its value.

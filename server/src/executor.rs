@@ -245,24 +245,26 @@ impl Executor {
         .await
     }
 
-    /// Counts the matches of a query ([`Engine::count`]): awaited where the store serves queries
-    /// so, else in blocking mode.
+    /// Counts the matches of a query: its scan, without properties, opened
+    /// ([`Executor::open_scan`]) and read to the end a chunk at a time ([`Executor::read_chunk`]),
+    /// so that no thread is held between chunks.
     pub async fn count(
         &self,
         table: String,
-        spec: QuerySpec,
+        mut spec: QuerySpec,
         continuation: String,
     ) -> Result<u64, WorkError> {
-        let awaited = (table.clone(), continuation.clone());
-        self.awaited_or_blocking(
-            spec,
-            |engine, spec| async move {
-                let (table, continuation) = awaited;
-                engine.count_awaited(&table, spec, &continuation).await
-            },
-            move |engine, spec| engine.count(&table, spec, &continuation),
-        )
-        .await
+        spec.select.clear();
+        let mut cursor = self.open_scan(table, spec, continuation).await?;
+        cursor.unbounded_chunks();
+        let mut counter = Counter(0);
+        loop {
+            let more;
+            (cursor, counter, more) = self.read_chunk(cursor, counter, usize::MAX).await?;
+            if !more {
+                return Ok(counter.0);
+            }
+        }
     }
 
     /// Reads the next chunk of a streamed query into `sink` ([`ScanCursor::read_chunk`], at most
@@ -475,6 +477,16 @@ fn finish<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, WorkError>
             tracing::error!("a request panicked");
             Err(WorkError::Panicked)
         }
+    }
+}
+
+/// A [`MatchSink`] that only counts the matches it is given.
+struct Counter(u64);
+
+impl MatchSink for Counter {
+    fn take(&mut self, _: &EntityView<'_>) -> Result<usize, StorageError> {
+        self.0 += 1;
+        Ok(0)
     }
 }
 

@@ -16,7 +16,7 @@ use crate::error::TableError;
 use crate::model::{
     ETag, EntityKey, IfMatch, KeyPosition, KeyRange, Operation, Ticks, TICKS_PER_SECOND,
 };
-use crate::storage::{Table, Visit};
+use crate::storage::{KeyScan, Table, Visit};
 
 /// How often the housekeeping runs.
 const EVERY: Duration = Duration::from_secs(1);
@@ -137,7 +137,7 @@ fn sweep(
     };
     let mut expired: Vec<(EntityKey, ETag)> = Vec::new();
     let mut examined = 0;
-    let stopped_at = table.visit(&[range], false, &mut |entity| {
+    let stopped_at = table.visit(KeyScan::forward(&[range]), &mut |entity| {
         if examined == SWEEP_EXAMINED {
             return Ok(Visit::Stop);
         }

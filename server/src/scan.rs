@@ -13,7 +13,7 @@ use crate::query::{
     index_range, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec, Record,
     ResumeAt, ScanPlan, TokenSeal,
 };
-use crate::storage::{AwaitedSnapshot, EntityView, StorageError, Table, Visit};
+use crate::storage::{AwaitedSnapshot, EntityView, IndexScan, KeyScan, StorageError, Table, Visit};
 
 /// Most entities one chunk (one page) examines, matching or not: a selective filter over a large
 /// table returns a short or empty page with a continuation instead of stalling.
@@ -220,14 +220,22 @@ impl Scan {
     ) -> Result<Chunk, TableError> {
         let mut chunk = ChunkReader::new(self, byte_budget, on_match)?;
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
+        let reverse = self.spec.reverse;
         let resume_at = match &self.source {
             Source::Index { index, range } => self
                 .table
-                .visit_index(index, range, self.spec.reverse, &mut visitor)?
+                .visit_index(
+                    IndexScan {
+                        index,
+                        range,
+                        reverse,
+                    },
+                    &mut visitor,
+                )?
                 .map(ResumeAt::Sort),
             Source::Keys { ranges, .. } => self
                 .table
-                .visit(ranges, self.spec.reverse, &mut visitor)?
+                .visit(KeyScan { ranges, reverse }, &mut visitor)?
                 .map(ResumeAt::Key),
         };
         chunk.finish(resume_at)
@@ -258,7 +266,14 @@ impl Scan {
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
         let table_id = self.table.id();
         let stopped = snapshot
-            .visit(table_id, ranges, self.spec.reverse, &mut visitor)
+            .visit(
+                table_id,
+                KeyScan {
+                    ranges,
+                    reverse: self.spec.reverse,
+                },
+                &mut visitor,
+            )
             .await?;
         chunk.finish(stopped.map(ResumeAt::Key))
     }

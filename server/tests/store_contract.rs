@@ -18,8 +18,9 @@ use trestle_server::model::{
     StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
-    read_entity, CommitOutcome, CreateRefusal, PartitionBatch, PostgresOptions, PostgresStore,
-    RejectReason, SledStore, StorageError, Store, StoreOptions, Table, TableKey, Visit,
+    read_entity, CommitOutcome, CreateRefusal, KeyScan, PartitionBatch, PostgresOptions,
+    PostgresStore, RejectReason, SledStore, StorageError, Store, StoreOptions, Table, TableKey,
+    Visit,
 };
 
 /// splitmix64: a small deterministic generator, so a failing seed can be replayed.
@@ -393,14 +394,20 @@ fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
         let chunk = 1 + rng.below(4);
         let mut taken = 0;
         let stopped = table
-            .visit(&remaining, reverse, &mut |entity| {
-                if taken == chunk {
-                    return Ok(Visit::Stop);
-                }
-                taken += 1;
-                read.push((entity.partition_key.to_owned(), entity.row_key.to_owned()));
-                Ok(Visit::Next)
-            })
+            .visit(
+                KeyScan {
+                    ranges: &remaining,
+                    reverse,
+                },
+                &mut |entity| {
+                    if taken == chunk {
+                        return Ok(Visit::Stop);
+                    }
+                    taken += 1;
+                    read.push((entity.partition_key.to_owned(), entity.row_key.to_owned()));
+                    Ok(Visit::Next)
+                },
+            )
             .unwrap();
         let Some(position) = stopped else { break };
         remaining = remaining
@@ -454,7 +461,9 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
                 ));
                 assert_eq!(
                     table
-                        .visit(&[KeyRange::all()], false, &mut |_| Ok(Visit::Next))
+                        .visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| Ok(
+                            Visit::Next
+                        ))
                         .unwrap(),
                     None
                 );
@@ -547,7 +556,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     };
     let mut seen = 0;
     table
-        .visit(&[KeyRange::all()], false, &mut |_| {
+        .visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| {
             seen += 1;
             Ok(Visit::Next)
         })
@@ -647,7 +656,7 @@ fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
         .collect();
     table.commit("p", inserts).unwrap().unwrap();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        table.visit(&[KeyRange::all()], false, &mut |_| {
+        table.visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| {
             panic!("a visitor's bug")
         })
     }));

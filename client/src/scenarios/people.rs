@@ -136,38 +136,27 @@ fn everyone() -> [(&'static str, Person); 3] {
         phone: phone.into(),
         extension,
     };
-    [
-        (
-            "ada",
-            Person {
-                name: "Ada".into(),
-                addresses: vec![
-                    address("1 Pike St", "Seattle", "98101"),
-                    address("12 Marylebone Rd", "London", "NW1"),
-                ],
-                contact_details: vec![email("ada@example.com"), phone("+1 206 555 0100", Some(12))],
-            },
-        ),
-        (
-            "grace",
-            Person {
-                name: "Grace".into(),
-                addresses: vec![address("3 Navy Way", "Arlington", "22202")],
-                contact_details: vec![phone("+1 703 555 0199", None)],
-            },
-        ),
-        (
-            "alan",
-            Person {
-                name: "Alan".into(),
-                addresses: vec![
-                    address("9 Bletchley Park", "Milton Keynes", "MK3"),
-                    address("2 Pine St", "Seattle", "98101"),
-                ],
-                contact_details: vec![email("alan@example.com")],
-            },
-        ),
-    ]
+    let pike_st = address("1 Pike St", "Seattle", "98101");
+    let marylebone_rd = address("12 Marylebone Rd", "London", "NW1");
+    let navy_way = address("3 Navy Way", "Arlington", "22202");
+    let bletchley_park = address("9 Bletchley Park", "Milton Keynes", "MK3");
+    let pine_st = address("2 Pine St", "Seattle", "98101");
+    let ada = Person {
+        name: "Ada".into(),
+        addresses: vec![pike_st, marylebone_rd],
+        contact_details: vec![email("ada@example.com"), phone("+1 206 555 0100", Some(12))],
+    };
+    let grace = Person {
+        name: "Grace".into(),
+        addresses: vec![navy_way],
+        contact_details: vec![phone("+1 703 555 0199", None)],
+    };
+    let alan = Person {
+        name: "Alan".into(),
+        addresses: vec![bletchley_park, pine_st],
+        contact_details: vec![email("alan@example.com")],
+    };
+    [("ada", ada), ("grace", grace), ("alan", alan)]
 }
 
 /// The whole scenario on `people`, as the `people` example runs it: three people with addresses

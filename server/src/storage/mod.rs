@@ -82,6 +82,46 @@ pub enum Visit {
 /// Sees each entity of a scan, read in place, and says whether to go on.
 pub type Visitor<'a> = dyn FnMut(&EntityView<'_>) -> Result<Visit, StorageError> + 'a;
 
+/// What a scan by key reads ([`Table::visit`]): ranges of keys, and in which direction.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyScan<'a> {
+    /// The ranges, ascending and disjoint.
+    pub ranges: &'a [KeyRange],
+    /// Whether the keys are read in descending order.
+    pub reverse: bool,
+}
+
+impl<'a> KeyScan<'a> {
+    /// `ranges` in ascending key order.
+    pub fn forward(ranges: &'a [KeyRange]) -> KeyScan<'a> {
+        KeyScan {
+            ranges,
+            reverse: false,
+        }
+    }
+
+    /// The ranges in the order the scan reads them: descending if `reverse`.
+    pub fn ranges_in_order(&self) -> Box<dyn Iterator<Item = &'a KeyRange> + 'a> {
+        if self.reverse {
+            Box::new(self.ranges.iter().rev())
+        } else {
+            Box::new(self.ranges.iter())
+        }
+    }
+}
+
+/// What a scan through an index reads ([`Indexed::visit_index`]): a range of the index's sort
+/// keys, and in which direction.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexScan<'a> {
+    /// The index, as the table's catalog declares it.
+    pub index: &'a Index,
+    /// The sort keys to read.
+    pub range: &'a IndexRange,
+    /// Whether the sort keys are read in descending order.
+    pub reverse: bool,
+}
+
 /// What a commit does: what it stored, or the operation refused and why (nothing written).
 pub type CommitOutcome = Result<Committed, Rejection>;
 
@@ -424,8 +464,7 @@ pub trait AwaitedSnapshot: Send {
     fn visit<'a>(
         &'a mut self,
         table_id: u64,
-        ranges: &'a [KeyRange],
-        reverse: bool,
+        scan: KeyScan<'a>,
         visitor: &'a mut SendVisitor<'_>,
     ) -> StoreFuture<'a, Option<KeyPosition>>;
 
@@ -532,15 +571,13 @@ pub trait Indexed {
     /// table is gone.
     fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError>;
 
-    /// Visits the entities `index` holds in `range`, in the index's order (descending if
-    /// `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at (to
-    /// resume from, inclusive), or `None` when the range is exhausted. Only entities whose
+    /// Visits the entities the scan's index holds in its range, in the index's order (descending
+    /// if `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at
+    /// (to resume from, inclusive), or `None` when the range is exhausted. Only entities whose
     /// current values are the entry's are visited.
     fn visit_index(
         &self,
-        index: &Index,
-        range: &IndexRange,
-        reverse: bool,
+        scan: IndexScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<Vec<u8>>, StorageError>;
 }
@@ -594,14 +631,13 @@ pub trait Table: Indexed + Send + Sync + Debug {
         Ok(Err(operations))
     }
 
-    /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
-    /// `reverse`, until the visitor says [`Visit::Stop`]; returns the position it stopped at (to
-    /// resume from, inclusive), or `None` when every range is exhausted. Each partition's part of
-    /// a scan sees the partition at one instant, never half a commit.
+    /// Visits the entities of the scan's ranges in key order, descending if `reverse`, until the
+    /// visitor says [`Visit::Stop`]; returns the position it stopped at (to resume from,
+    /// inclusive), or `None` when every range is exhausted. Each partition's part of a scan sees
+    /// the partition at one instant, never half a commit.
     fn visit(
         &self,
-        ranges: &[KeyRange],
-        reverse: bool,
+        scan: KeyScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError>;
 
@@ -650,18 +686,6 @@ impl StoredRecord {
     /// The record read in place.
     pub(crate) fn view(&self) -> Result<EntityView<'_>, StorageError> {
         EntityView::parse(&self.key.partition_key, &self.key.row_key, &self.value)
-    }
-}
-
-/// `ranges` (ascending) in the order a scan reads them: descending if `reverse`.
-pub(crate) fn in_scan_order(
-    ranges: &[KeyRange],
-    reverse: bool,
-) -> Box<dyn Iterator<Item = &KeyRange> + '_> {
-    if reverse {
-        Box::new(ranges.iter().rev())
-    } else {
-        Box::new(ranges.iter())
     }
 }
 

@@ -11,12 +11,12 @@ use super::pool::Prepared;
 use super::sql::{partition_lock, read_snapshot, table_lock, visit_portal, LOCK_TABLE};
 use super::table::PostgresTable;
 use crate::model::{
-    AddedEntry, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexRange,
-    IndexState, KeyPosition, TimeToLive,
+    AddedEntry, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexState,
+    KeyPosition, TimeToLive,
 };
 use crate::storage::{
-    entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, Indexed, Rejection,
-    StorageError, Visitor,
+    entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, IndexScan, Indexed,
+    Rejection, StorageError, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -315,22 +315,20 @@ impl Indexed for PostgresTable {
     /// their entities, fetched through a portal.
     fn visit_index(
         &self,
-        index: &Index,
-        range: &IndexRange,
-        reverse: bool,
+        scan: IndexScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<Vec<u8>>, StorageError> {
-        if range.is_empty() {
+        if scan.range.is_empty() {
             return Ok(None);
         }
-        let order = if reverse { "DESC" } else { "ASC" };
+        let order = if scan.reverse { "DESC" } else { "ASC" };
         let mut params: Vec<Box<dyn ToSql + Sync>> = vec![
             Box::new(self.id),
-            Box::new(index.id as i64),
-            Box::new(range.start.clone()),
+            Box::new(scan.index.id as i64),
+            Box::new(scan.range.start.clone()),
         ];
         let mut end = "";
-        if let Some(limit) = &range.end {
+        if let Some(limit) = &scan.range.end {
             params.push(Box::new(limit.clone()));
             end = "AND i.sort_key < $4";
         }

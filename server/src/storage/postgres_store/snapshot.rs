@@ -23,9 +23,7 @@ use super::sql::show_row;
 use super::table::{range_query, PostgresTable};
 use super::{PostgresStore, FIND_TABLE};
 use crate::model::{KeyPosition, KeyRange, TableName};
-use crate::storage::{
-    in_scan_order, AwaitedSnapshot, SendVisitor, StorageError, StoreFuture, Visit,
-};
+use crate::storage::{AwaitedSnapshot, KeyScan, SendVisitor, StorageError, StoreFuture, Visit};
 
 const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 /// Rows are read in an index's order, never sorted (see `sql::read_snapshot`).
@@ -118,15 +116,14 @@ impl AwaitedSnapshot for ReadSnapshot<'_> {
     fn visit<'a>(
         &'a mut self,
         table_id: u64,
-        ranges: &'a [KeyRange],
-        reverse: bool,
+        scan: KeyScan<'a>,
         visitor: &'a mut SendVisitor<'_>,
     ) -> StoreFuture<'a, Option<KeyPosition>> {
         Box::pin(async move {
-            let ranges: Vec<&KeyRange> = in_scan_order(ranges, reverse).collect();
+            let ranges: Vec<&KeyRange> = scan.ranges_in_order().collect();
             for range in ranges {
                 let stopped = self
-                    .visit_range(table_id as i64, range, reverse, visitor)
+                    .visit_range(table_id as i64, range, scan.reverse, visitor)
                     .await?;
                 if stopped.is_some() {
                     return Ok(stopped);

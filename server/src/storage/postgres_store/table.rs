@@ -21,8 +21,8 @@ use crate::model::{
     StoredEntity, TableName, Ticks,
 };
 use crate::storage::{
-    codec, in_scan_order, CommitOutcome, Committed, EntityView, FeedEnd, FeedPosition,
-    IndexCatalog, RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
+    codec, CommitOutcome, Committed, EntityView, FeedEnd, FeedPosition, IndexCatalog, KeyScan,
+    RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
 };
 
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
@@ -149,16 +149,16 @@ impl Table for PostgresTable {
 
     fn visit(
         &self,
-        ranges: &[KeyRange],
-        reverse: bool,
+        scan: KeyScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
+        let reverse = scan.reverse;
         self.pool.with(|connection| {
             let (client, mut prepared) = connection.parts();
             // One snapshot for the whole call: every partition is seen at one instant, never
             // half a commit, however many fetches its rows take.
             let mut snapshot = read_snapshot(client)?;
-            for range in in_scan_order(ranges, reverse) {
+            for range in scan.ranges_in_order() {
                 let stop =
                     self.visit_range(&mut snapshot, &mut prepared, range, reverse, visitor)?;
                 if stop.is_some() {

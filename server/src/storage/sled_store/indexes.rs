@@ -17,11 +17,11 @@ use super::table::SledTable;
 use super::undo::RowChange;
 use super::{EntityView, Rejection, StorageError};
 use crate::model::{
-    successor_of_prefix, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexRange,
-    IndexState, KeyPosition, KeyRange, TimeToLive,
+    successor_of_prefix, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexState,
+    KeyPosition, KeyRange, TimeToLive,
 };
 use crate::storage::{
-    entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, Indexed, Visit, Visitor,
+    entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, IndexScan, Indexed, Visit, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -441,14 +441,17 @@ impl Indexed for SledTable {
     /// commit is writing its partition, and visited only if its values are still the entry's.
     fn visit_index(
         &self,
-        index: &Index,
-        range: &IndexRange,
-        reverse: bool,
+        scan: IndexScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<Vec<u8>>, StorageError> {
         let Some(_gate) = self.gate() else {
             return Ok(None);
         };
+        let IndexScan {
+            index,
+            range,
+            reverse,
+        } = scan;
         if range.is_empty() {
             return Ok(None);
         }

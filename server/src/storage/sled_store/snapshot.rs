@@ -242,16 +242,19 @@ mod tests {
     use super::super::table::tests::{insert, row, table_with_even_rows};
     use super::*;
     use crate::model::{EntityKey, IfMatch, Operation};
-    use crate::storage::{EntityView, Table};
+    use crate::storage::{EntityView, KeyScan, Table};
 
     /// Every (RowKey, N) of partition `p`, as a scan sees them now.
     fn contents(table: &dyn Table) -> BTreeMap<String, i64> {
         let mut rows = BTreeMap::new();
         table
-            .visit(&[crate::model::KeyRange::all()], false, &mut |entity| {
-                rows.insert(entity.row_key.to_owned(), n_of(entity));
-                Ok(crate::storage::Visit::Next)
-            })
+            .visit(
+                KeyScan::forward(&[crate::model::KeyRange::all()]),
+                &mut |entity| {
+                    rows.insert(entity.row_key.to_owned(), n_of(entity));
+                    Ok(crate::storage::Visit::Next)
+                },
+            )
             .unwrap();
         rows
     }

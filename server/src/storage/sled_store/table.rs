@@ -13,7 +13,8 @@ use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ta
 use crate::model::{plan_commit, CommitPlan, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{
-    CommitOutcome, Committed, FeedEnd, FeedPosition, IndexCatalog, StoredChange, Visit, Visitor,
+    CommitOutcome, Committed, FeedEnd, FeedPosition, IndexCatalog, KeyScan, StoredChange, Visit,
+    Visitor,
 };
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
@@ -546,15 +547,14 @@ impl Table for SledTable {
     /// too. A commit of the partition waits for the visitor, so keep it short.
     fn visit(
         &self,
-        ranges: &[KeyRange],
-        reverse: bool,
+        scan: KeyScan<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
         let Some(_gate) = self.gate() else {
             return Ok(None);
         };
-        for range in crate::storage::in_scan_order(ranges, reverse) {
-            if let Some(resume_at) = self.visit_range(range, reverse, visitor)? {
+        for range in scan.ranges_in_order() {
+            if let Some(resume_at) = self.visit_range(range, scan.reverse, visitor)? {
                 return Ok(Some(resume_at));
             }
         }
@@ -569,7 +569,7 @@ pub(super) mod tests {
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{read_entity, Indexed, SledStore, Store, StoreOptions};
+    use crate::storage::{read_entity, Indexed, KeyScan, SledStore, Store, StoreOptions};
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
     pub(in crate::storage::sled_store) fn table_with_even_rows(
@@ -618,7 +618,7 @@ pub(super) mod tests {
     fn count_all(table: &SledTable) -> usize {
         let mut seen = 0;
         table
-            .visit(&[KeyRange::all()], false, &mut |_| {
+            .visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| {
                 seen += 1;
                 Ok(Visit::Next)
             })
@@ -632,7 +632,7 @@ pub(super) mod tests {
         let (_store, table) = table_with_even_rows(dir.path());
         let mut seen = 0;
         table
-            .visit(&[KeyRange::all()], false, &mut |_| {
+            .visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| {
                 if seen == 0 {
                     // A second scan of the partition while this one holds it runs to its end.
                     let (other, done) = std::sync::mpsc::channel();
