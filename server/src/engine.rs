@@ -13,8 +13,8 @@ use crate::scan::{Chunk, Scan};
 use crate::storage::{
     self, build_in_background, AwaitedCalls, CommitOutcome, Committed, CreateRefusal,
     DurableListener, EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection,
-    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TableSnapshot,
-    TendedTable, Ticket,
+    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TableListing,
+    TableSnapshot, TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -301,9 +301,11 @@ impl Engine {
             "" => None,
             token => Some(TablesToken::decode(token, &self.seal)?.after),
         };
-        let (tables, more) = self
-            .store
-            .list_tables(&folded_prefix, after.as_deref(), limit)?;
+        let (tables, more) = self.store.list_tables(TableListing {
+            folded_prefix: &folded_prefix,
+            after: after.as_deref(),
+            limit,
+        })?;
         let next_page_token = match tables.last() {
             Some(last) if more => Some(
                 TablesToken {

@@ -103,28 +103,7 @@ pub(crate) fn entity_from_json(
         key_text("PartitionKey", partition_key)?,
         key_text("RowKey", row_key)?,
     );
-    let key = match keys {
-        Some(keys) => {
-            // The URL names the entity; a body naming another would write where it does not say.
-            for (name, given, named) in [
-                ("PartitionKey", &partition_key, &keys.partition_key),
-                ("RowKey", &row_key, &keys.row_key),
-            ] {
-                if let Some(given) = given.as_ref().filter(|given| *given != named) {
-                    return Err(invalid(format!(
-                        "the body's {name} {} is not the URL's {}: an entity's keys cannot change",
-                        quoted(given),
-                        quoted(named)
-                    )));
-                }
-            }
-            keys.clone()
-        }
-        None => EntityKey::new(
-            partition_key.ok_or_else(|| invalid("the entity has no PartitionKey".into()))?,
-            row_key.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
-        )?,
-    };
+    let key = entity_key(keys, partition_key, row_key)?;
     let mut properties = Properties::new();
     for (name, value) in custom {
         let annotation = annotations.get(&name).map(String::as_str);
@@ -138,6 +117,36 @@ pub(crate) fn entity_from_json(
         properties.insert(name, value);
     }
     NewEntity::new(key, properties)
+}
+
+/// The key of an entity whose body holds `partition_key` and `row_key`: the URL's `keys` if it
+/// names them (a body naming others is refused), else the body's, both required.
+fn entity_key(
+    keys: Option<&EntityKey>,
+    partition_key: Option<String>,
+    row_key: Option<String>,
+) -> Result<EntityKey, ValidationError> {
+    let invalid = |why: String| ValidationError::Argument(why);
+    let Some(keys) = keys else {
+        return EntityKey::new(
+            partition_key.ok_or_else(|| invalid("the entity has no PartitionKey".into()))?,
+            row_key.ok_or_else(|| invalid("the entity has no RowKey".into()))?,
+        );
+    };
+    // The URL names the entity; a body naming another would write where it does not say.
+    for (name, given, named) in [
+        ("PartitionKey", &partition_key, &keys.partition_key),
+        ("RowKey", &row_key, &keys.row_key),
+    ] {
+        if let Some(given) = given.as_ref().filter(|given| *given != named) {
+            return Err(invalid(format!(
+                "the body's {name} {} is not the URL's {}: an entity's keys cannot change",
+                quoted(given),
+                quoted(named)
+            )));
+        }
+    }
+    Ok(keys.clone())
 }
 
 /// Members an entity's JSON may hold: each custom property with its annotation, the three system

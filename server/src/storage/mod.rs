@@ -140,6 +140,17 @@ pub struct PartitionBatch {
     pub positions: Vec<usize>,
 }
 
+/// Which of the live tables' names to list ([`Store::list_tables`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TableListing<'a> {
+    /// Only names whose folded form starts with this.
+    pub folded_prefix: &'a str,
+    /// Only names whose folded form comes after this one.
+    pub after: Option<&'a str>,
+    /// At most this many names.
+    pub limit: usize,
+}
+
 /// One key of a read across partitions ([`Store::get_many`]).
 #[derive(Debug, Clone)]
 pub struct TableKey {
@@ -242,14 +253,9 @@ pub trait Store: Send + Sync + Debug {
     /// background. `Ok(false)` if there is no such table.
     fn delete_table(&self, name: &TableName) -> Result<bool, StorageError>;
 
-    /// Live tables whose folded name starts with `folded_prefix`, in folded-name order, starting
-    /// after `after` (a folded name): at most `limit` names, and whether more follow.
-    fn list_tables(
-        &self,
-        folded_prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<TableName>, bool), StorageError>;
+    /// The names of the live tables the page asks for, in folded-name order, and whether more
+    /// follow.
+    fn list_tables(&self, page: TableListing<'_>) -> Result<(Vec<TableName>, bool), StorageError>;
 
     /// A point read by the table's name: `None` if there is no live table called `name`, else
     /// whether the entity at `key` is there (`read` is called with it and the table's time to
@@ -320,7 +326,11 @@ pub trait Store: Send + Sync + Debug {
         let mut tended = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let (names, more) = self.list_tables("", after.as_deref(), 1_000)?;
+            let (names, more) = self.list_tables(TableListing {
+                folded_prefix: "",
+                after: after.as_deref(),
+                limit: 1_000,
+            })?;
             for name in &names {
                 if let Some(table) = self.table(name)? {
                     let catalog = table.indexes()?;

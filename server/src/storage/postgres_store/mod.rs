@@ -58,7 +58,7 @@ use super::{
     StoreSecret, Table, TableKey, TendedTable,
 };
 use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
-use crate::storage::{RejectReason, Rejection};
+use crate::storage::{RejectReason, Rejection, TableListing};
 
 pub use self::purge::PURGE_BATCH;
 
@@ -499,12 +499,12 @@ impl Store for PostgresStore {
     }
 
     /// One query over the live tables, in byte order of their folded names.
-    fn list_tables(
-        &self,
-        folded_prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<TableName>, bool), StorageError> {
+    fn list_tables(&self, page: TableListing<'_>) -> Result<(Vec<TableName>, bool), StorageError> {
+        let TableListing {
+            folded_prefix,
+            after,
+            limit,
+        } = page;
         let rows = self.pool.query(
             LIST_TABLES,
             &[&folded_prefix, &after.unwrap_or(""), &(limit as i64 + 1)],

@@ -32,7 +32,7 @@ pub use table::SledTable;
 use super::{
     codec, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
     PartitionBatch, RejectReason, Rejection, SnapshotSink, StorageError, Store, StoredRow, Table,
-    TableKey, Ticket,
+    TableKey, TableListing, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
 use crate::storage::StoreSecret;
@@ -332,13 +332,9 @@ impl Store for SledStore {
         Ok(true)
     }
 
-    fn list_tables(
-        &self,
-        folded_prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<TableName>, bool), StorageError> {
-        let start = match after {
+    fn list_tables(&self, page: TableListing<'_>) -> Result<(Vec<TableName>, bool), StorageError> {
+        let (folded_prefix, limit) = (page.folded_prefix, page.limit);
+        let start = match page.after {
             Some(after) => Bound::Excluded(after.as_bytes().to_vec()),
             None => Bound::Included(folded_prefix.as_bytes().to_vec()),
         };
