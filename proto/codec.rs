@@ -71,6 +71,13 @@ pub trait EncodeReply: Send + 'static {
     /// Writes the message's fields (its protobuf encoding, without a length prefix).
     fn encode_reply(&self, buf: &mut impl BufMut);
 
+    /// About how many bytes [`EncodeReply::encode_reply`] writes, where that is known without
+    /// working it out: the codec reserves that much first, so that a large message is not copied
+    /// as its buffer grows. 0 (nothing reserved) by default.
+    fn size_hint(&self) -> usize {
+        0
+    }
+
     /// The message's encoding, as a vector.
     fn encode_reply_to_vec(&self) -> Vec<u8> {
         let mut bytes = Vec::new();
@@ -132,6 +139,7 @@ impl<T: EncodeReply> Encoder for ReplyEncoder<T> {
     type Error = Status;
 
     fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.reserve(item.size_hint());
         item.encode_reply(buf);
         Ok(())
     }

@@ -90,3 +90,13 @@ pub async fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
     };
     tokio::time::timeout(within, closed).await.is_ok()
 }
+
+/// Asserts that `answer` (a status and the whole response, as [`exchange`] gives them) refuses
+/// with `status` and Azure's error code `code`.
+#[track_caller]
+pub fn assert_refused(answer: &(u16, String), status: u16, code: &str) {
+    let (answered, text) = answer;
+    assert_eq!(*answered, status, "{text}");
+    let header = format!("x-ms-error-code: {code}\r\n");
+    assert!(text.contains(&header), "{code} expected: {text}");
+}

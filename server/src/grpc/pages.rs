@@ -104,11 +104,19 @@ impl EncodeReply for QueryEntitiesResponse {
             encoding::message::encode(STATS, stats, buf);
         }
     }
+
+    fn size_hint(&self) -> usize {
+        self.encoded_entities.encoded_len()
+    }
 }
 
 impl EncodeReply for ScanEntitiesResponse {
     fn encode_reply(&self, buf: &mut impl BufMut) {
         encode_entities(&self.entities, &self.encoded_entities, buf);
+    }
+
+    fn size_hint(&self) -> usize {
+        self.encoded_entities.encoded_len()
     }
 }
 

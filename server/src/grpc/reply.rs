@@ -42,6 +42,13 @@ impl EncodeReply for EntityReply {
             EntityReply::Encoded(bytes) => buf.put_slice(bytes),
         }
     }
+
+    fn size_hint(&self) -> usize {
+        match self {
+            EntityReply::Entity(_) => 0,
+            EntityReply::Encoded(bytes) => bytes.len(),
+        }
+    }
 }
 
 /// The answer to `GetEntities`: for each key, its entity's `Entity` message as the server encoded
@@ -91,6 +98,10 @@ impl EncodeReply for ChangesReply {
         if !self.cursor.is_empty() {
             prost::encoding::string::encode(CHANGES_CURSOR, &self.cursor, buf);
         }
+    }
+
+    fn size_hint(&self) -> usize {
+        self.changes.len()
     }
 }
 

@@ -1,6 +1,7 @@
 //! The mapping from [`TableError`] (and the executor's [`WorkError`], by `From`) to
 //! `tonic::Status`: a gRPC code, a plain-words message and a `google.rpc.ErrorInfo` detail with
-//! Azure's error code as `reason`. No side effects here: the caller logs.
+//! Azure's error code as `reason`. Each refusal is counted by its code (`telemetry::refused`);
+//! nothing is logged here: the caller logs.
 
 use std::collections::HashMap;
 
