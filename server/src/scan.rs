@@ -222,21 +222,20 @@ impl Scan {
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
         let reverse = self.spec.reverse;
         let resume_at = match &self.source {
-            Source::Index { index, range } => self
-                .table
-                .visit_index(
-                    IndexScan {
-                        index,
-                        range,
-                        reverse,
-                    },
-                    &mut visitor,
-                )?
-                .map(ResumeAt::Sort),
-            Source::Keys { ranges, .. } => self
-                .table
-                .visit(KeyScan { ranges, reverse }, &mut visitor)?
-                .map(ResumeAt::Key),
+            Source::Index { index, range } => {
+                let scan = IndexScan {
+                    index,
+                    range,
+                    reverse,
+                };
+                self.table
+                    .visit_index(scan, &mut visitor)?
+                    .map(ResumeAt::Sort)
+            }
+            Source::Keys { ranges, .. } => {
+                let scan = KeyScan { ranges, reverse };
+                self.table.visit(scan, &mut visitor)?.map(ResumeAt::Key)
+            }
         };
         chunk.finish(resume_at)
     }
@@ -264,17 +263,11 @@ impl Scan {
     ) -> Result<Chunk, TableError> {
         let mut chunk = ChunkReader::new(self, byte_budget, on_match)?;
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
-        let table_id = self.table.id();
-        let stopped = snapshot
-            .visit(
-                table_id,
-                KeyScan {
-                    ranges,
-                    reverse: self.spec.reverse,
-                },
-                &mut visitor,
-            )
-            .await?;
+        let scan = KeyScan {
+            ranges,
+            reverse: self.spec.reverse,
+        };
+        let stopped = snapshot.visit(self.table.id(), scan, &mut visitor).await?;
         chunk.finish(stopped.map(ResumeAt::Key))
     }
 }
