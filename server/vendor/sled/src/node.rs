@@ -62,6 +62,45 @@ impl Node {
         &self.lo[..self.prefix_len as usize]
     }
 
+    /// Trestle: this node with `link` applied, as a new node. Upstream cloned
+    /// the node and applied the link to the clone, so a key added to a leaf
+    /// grew the clone's vectors (cloned at their length) and shifted their
+    /// tails: a second allocation and copy of the leaf on every insert. A key
+    /// added to a leaf is copied here into vectors of the final length.
+    pub(crate) fn applied(&self, link: &Link) -> Node {
+        if let (Link::Set(key, value), Data::Leaf(leaf), false) =
+            (link, &self.data, self.merging)
+        {
+            if let Err(at) = leaf.keys.binary_search_by(|k| fastcmp(k, key)) {
+                if !self.hi.is_empty() {
+                    assert!(**key < self.hi[self.prefix_len as usize..]);
+                }
+                let inserted = |items: &[IVec], item: &IVec| {
+                    let mut out = Vec::with_capacity(items.len() + 1);
+                    out.extend_from_slice(&items[..at]);
+                    out.push(item.clone());
+                    out.extend_from_slice(&items[at..]);
+                    out
+                };
+                return Node {
+                    prefix_len: self.prefix_len,
+                    next: self.next,
+                    merging_child: self.merging_child,
+                    merging: self.merging,
+                    lo: self.lo.clone(),
+                    hi: self.hi.clone(),
+                    data: Data::Leaf(Leaf {
+                        keys: inserted(&leaf.keys, key),
+                        values: inserted(&leaf.values, value),
+                    }),
+                };
+            }
+        }
+        let mut node = self.clone();
+        node.apply(link);
+        node
+    }
+
     pub(crate) fn apply(&mut self, link: &Link) {
         use self::Link::*;
 

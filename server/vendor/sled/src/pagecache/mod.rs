@@ -1083,8 +1083,8 @@ impl PageCache {
             }
         }
 
-        let mut node: Node = old.as_node().clone();
-        node.apply(&new);
+        // Trestle: applied in one copy (`Node::applied`).
+        let node: Node = old.as_node().applied(&new);
 
         // see if we should short-circuit replace
         if old.cache_infos.len() >= PAGE_CONSOLIDATION_THRESHOLD {
