@@ -8,7 +8,7 @@
 //! transaction only once every earlier transaction is finished and durable, so a reader that
 //! resumes after a position misses nothing and sees nothing twice.
 
-use crate::model::{ChangeKind, CommitPlan, EntityKey, StoredEntity, Ticks};
+use crate::model::{ChangeKind, CommitPlan, EntityKey, PlannedChange, StoredEntity, Ticks};
 use crate::storage::{codec, EntityView, StorageError};
 
 /// The versions of a record's encoding: without a before image, and with one.
@@ -112,39 +112,54 @@ impl StoredChange {
 }
 
 /// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
-/// nothing): `[version 1][kind][the commit's time: i64 LE ticks][partition key: u16 LE length,
-/// UTF-8][row key: the same][the entity's stored record, for a write]`; with a before image,
-/// `[version 2]` and the same up to the keys, then `[the stored record after: u32 LE length (0
-/// for none), bytes][the stored record before]`.
+/// nothing), each as [`record`] writes it.
 pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
     plan.changes
         .iter()
         .map(|change| {
-            let after: Option<&StoredEntity> = match change.writes {
-                true => plan.results[change.operation].as_ref(),
+            let after = match change.writes {
+                true => plan.results[change.operation].as_ref().map(stored),
                 false => None,
             };
-            let stored =
-                |entity: &StoredEntity| codec::encode(entity.timestamp, &entity.properties);
-            let version = match change.before {
-                Some(_) => RECORD_V2,
-                None => RECORD_V1,
-            };
-            let mut out = vec![version, change.kind.code()];
-            out.extend_from_slice(&plan.stamped.0.to_le_bytes());
-            put_text(&mut out, partition_key);
-            put_text(&mut out, &change.row_key);
-            let after = after.map(stored).unwrap_or_default();
-            if let Some(before) = &change.before {
-                out.extend_from_slice(&(after.len() as u32).to_le_bytes());
-                out.extend_from_slice(&after);
-                out.extend_from_slice(&stored(before));
-            } else {
-                out.extend_from_slice(&after);
-            }
-            out
+            record(plan, change, partition_key, &after.unwrap_or_default())
         })
         .collect()
+}
+
+/// The encoded record of `change`, one of `plan`'s changes in partition `partition_key`, whose
+/// entity after it is stored as `after` (empty for a removal): `[version 1][kind][the commit's
+/// time: i64 LE ticks][partition key: u16 LE length, UTF-8][row key: the same][the entity's
+/// stored record, for a write]`; with a before image, `[version 2]` and the same up to the keys,
+/// then `[the stored record after: u32 LE length (0 for none), bytes][the stored record
+/// before]`.
+pub(crate) fn record(
+    plan: &CommitPlan,
+    change: &PlannedChange,
+    partition_key: &str,
+    after: &[u8],
+) -> Vec<u8> {
+    let version = match change.before {
+        Some(_) => RECORD_V2,
+        None => RECORD_V1,
+    };
+    let keys = 4 + partition_key.len() + change.row_key.len();
+    let mut out = Vec::with_capacity(2 + 8 + keys + 4 + after.len());
+    out.extend_from_slice(&[version, change.kind.code()]);
+    out.extend_from_slice(&plan.stamped.0.to_le_bytes());
+    put_text(&mut out, partition_key);
+    put_text(&mut out, &change.row_key);
+    if let Some(before) = &change.before {
+        out.extend_from_slice(&(after.len() as u32).to_le_bytes());
+        out.extend_from_slice(after);
+        out.extend_from_slice(&stored(before));
+    } else {
+        out.extend_from_slice(after);
+    }
+    out
+}
+
+fn stored(entity: &StoredEntity) -> Vec<u8> {
+    codec::encode(entity.timestamp, &entity.properties)
 }
 
 fn put_text(out: &mut Vec<u8>, text: &str) {

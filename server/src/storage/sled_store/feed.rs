@@ -159,15 +159,31 @@ pub(super) fn record_rows(
     changes::records_of(plan, partition_key)
         .into_iter()
         .zip(first..)
-        .map(|(record, at)| RowChange {
-            key: key::feed_record(FeedPosition {
-                transaction,
-                record: at,
-            }),
-            after: Some(record),
-            before: None,
-        })
+        .map(|(record, at)| record_row(transaction, at, record))
         .collect()
+}
+
+/// The row holding the change record of a lone insert, `plan`'s one change (partition
+/// `partition_key`), whose entity is stored as `stored`: the record of transaction `transaction`.
+pub(super) fn insert_record_row(
+    plan: &CommitPlan,
+    partition_key: &str,
+    transaction: u64,
+    stored: &[u8],
+) -> RowChange {
+    let record = changes::record(plan, &plan.changes[0], partition_key, stored);
+    record_row(transaction, 0, record)
+}
+
+fn record_row(transaction: u64, at: u32, record: Vec<u8>) -> RowChange {
+    RowChange {
+        key: key::feed_record(FeedPosition {
+            transaction,
+            record: at,
+        }),
+        after: Some(record),
+        before: None,
+    }
 }
 
 /// The number after the highest transaction any of `tables` holds a record of.

@@ -189,7 +189,7 @@ impl SledTable {
         let turn = catalog.change_feed.map(|_| self.shared.feed.take());
         let record = turn
             .as_ref()
-            .and_then(|turn| feed::record_rows(&plan, partition_key, turn.transaction, 0).pop());
+            .map(|turn| feed::insert_record_row(&plan, partition_key, turn.transaction, &value));
         if let Some(record) = &record {
             record.write(&self.tree)?;
         }
