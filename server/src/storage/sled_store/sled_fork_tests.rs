@@ -1,6 +1,7 @@
 //! Tests of the changes Trestle's vendored sled makes (`server/vendor/sled/TRESTLE.md`): leaves of
 //! up to 48 entries within 16 KiB, leaves written in key order split near their end, leaves
-//! paged in as one shared buffer, and pages written whole every twentieth update.
+//! paged in as one shared buffer, pages written whole every twentieth update, and keys added to
+//! a cached leaf in one copy of it.
 
 /// The leaves of `tree`, counted in sled's debug dump of it.
 fn leaves(tree: &sled::Tree) -> usize {
@@ -108,6 +109,42 @@ fn sled_pages_a_leaf_in_as_one_buffer() {
         .filter(|pair| (pair[1].as_ptr() as usize).wrapping_sub(pair[0].as_ptr() as usize) == 102)
         .count();
     assert!(adjacent >= 20, "{adjacent} of 39 pairs adjacent");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Writes applied to cached leaves (a key added at any place in a leaf, an overwrite, a
+    /// removal, the splits they cause) leave the tree holding what a map given the same writes
+    /// holds.
+    #[test]
+    fn sled_leaves_written_in_memory_hold_what_was_written(
+        writes in proptest::collection::vec((0u16..400, proptest::option::of(0u8..=255)), 1..600),
+    ) {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("t").unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        for (key, value) in writes {
+            let key = format!("key{key:05}").into_bytes();
+            match value {
+                Some(value) => {
+                    let value = value_of(u32::from(value), value);
+                    tree.insert(&key, value.clone()).unwrap();
+                    model.insert(key, value);
+                }
+                None => {
+                    tree.remove(&key).unwrap();
+                    model.remove(&key);
+                }
+            }
+        }
+        let stored: Vec<(Vec<u8>, Vec<u8>)> = tree
+            .iter()
+            .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+            .collect();
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+        proptest::prop_assert_eq!(stored, expected);
+    }
 }
 
 #[test]
