@@ -132,9 +132,18 @@ fn write_entity(
 ) -> Result<(), StorageError> {
     put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
     put_text(ENTITY_ROW_KEY, entity.row_key, out);
-    for property in entity.shown_properties() {
-        let (name, shown) = property?;
-        put_entry(ENTITY_PROPERTIES, name, shown.value(), out);
+    if entity.shows_every_property() {
+        // Each property as stored, without the selection's `Shown` wrapper moved through the
+        // iterator: most reads select nothing, and scans send millions of these.
+        for property in entity.properties() {
+            let (name, value) = property?;
+            put_entry(ENTITY_PROPERTIES, name, value, out);
+        }
+    } else {
+        for property in entity.shown_properties() {
+            let (name, shown) = property?;
+            put_entry(ENTITY_PROPERTIES, name, shown.value(), out);
+        }
     }
     put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
     put_timestamp(entity.timestamp, out);

@@ -119,6 +119,11 @@ impl<'a> EntityView<'a> {
         self.value.len()
     }
 
+    /// Whether every property is shown whole (no selection).
+    pub fn shows_every_property(&self) -> bool {
+        self.select.is_empty()
+    }
+
     /// The same entity showing only the properties named in `select` (all when empty).
     pub fn selecting(self, select: &'a [String]) -> EntityView<'a> {
         EntityView { select, ..self }
