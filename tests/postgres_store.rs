@@ -8,7 +8,7 @@
 mod common;
 
 use common::postgres::Postgres;
-use common::{assert_error, fill_partition, get_request, TestServer};
+use common::{assert_error, fill_partition, get_request, query_all, TestServer};
 use tonic::Code;
 use trestle_proto::pb;
 use trestle_server::storage::{PostgresOptions, StoreConfig};
@@ -89,27 +89,26 @@ async fn two_servers_over_one_database_are_one_service() {
         "in key order, once each"
     );
 
-    // A partition of more rows than the store reads with one statement, forward and reverse.
-    fill_partition(&mut one, "Shared", "big", 600).await;
-    for reverse in [false, true] {
-        let whole = pb::QueryEntitiesRequest {
-            table: "Shared".into(),
-            partition_key: Some("big".into()),
-            reverse,
-            ..Default::default()
-        };
-        let rows: Vec<String> = other
-            .query_entities(whole)
-            .await
-            .unwrap()
-            .into_inner()
-            .entities
-            .into_iter()
-            .map(|e| e.row_key)
-            .collect();
-        assert_eq!(rows.len(), 600, "reverse: {reverse}");
-        let ordered = rows.windows(2).all(|w| (w[0] < w[1]) != reverse);
-        assert!(ordered, "reverse: {reverse}");
+    // A partition of more rows than the store reads with one statement (a page without a filter
+    // asks for the rows it needs, 1,024; a filtered page reads until it has its matches), forward
+    // and reverse: every row once, in order, and page by page.
+    fill_partition(&mut one, "Shared", "big", 2_500).await;
+    for (filter, expected) in [("", 2_500), ("V lt 50", 1_250)] {
+        for reverse in [false, true] {
+            let whole = pb::QueryEntitiesRequest {
+                table: "Shared".into(),
+                partition_key: Some("big".into()),
+                filter: filter.into(),
+                reverse,
+                ..Default::default()
+            };
+            let (entities, pages) = query_all(&mut other, whole).await;
+            let rows: Vec<&str> = entities.iter().map(|e| e.row_key.as_str()).collect();
+            assert_eq!(rows.len(), expected, "{filter:?}, reverse: {reverse}");
+            let ordered = rows.windows(2).all(|w| (w[0] < w[1]) != reverse);
+            assert!(ordered, "{filter:?}, reverse: {reverse}");
+            assert_eq!(pages[0], 1_000, "{filter:?}, reverse: {reverse}");
+        }
     }
 
     // An ETag read on one server conditions a write on the other.

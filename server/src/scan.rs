@@ -233,11 +233,22 @@ impl Scan {
                     .map(ResumeAt::Sort)
             }
             Source::Keys { ranges, .. } => {
-                let scan = KeyScan { ranges, reverse };
+                let scan = KeyScan {
+                    ranges,
+                    reverse,
+                    expected_rows: self.expected_rows(),
+                };
                 self.table.visit(scan, &mut visitor)?.map(ResumeAt::Key)
             }
         };
         chunk.finish(resume_at)
+    }
+
+    /// How many rows a chunk is expected to read, if that is known: without a filter every row
+    /// is a match (but for expired ones), and the chunk stops on the row past its last.
+    fn expected_rows(&self) -> Option<usize> {
+        let page_size = self.spec.page_size as usize;
+        self.filter.is_none().then_some(page_size.saturating_add(1))
     }
 
     /// The key ranges the scan reads, or `None` if it reads an index.
@@ -266,6 +277,7 @@ impl Scan {
         let scan = KeyScan {
             ranges,
             reverse: self.spec.reverse,
+            expected_rows: self.expected_rows(),
         };
         let stopped = snapshot.visit(self.table.id(), scan, &mut visitor).await?;
         chunk.finish(stopped.map(ResumeAt::Key))

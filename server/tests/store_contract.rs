@@ -392,12 +392,19 @@ fn scan(rng: &mut Rng, table: &dyn Table, model: &Model) {
     let mut read = Vec::new();
     loop {
         let chunk = 1 + rng.below(4);
+        // The rows expected are a hint: right, too few, too many or unknown, the scan is whole.
+        let expected_rows = match rng.below(4) {
+            0 => None,
+            1 => Some(chunk + 1),
+            _ => Some(rng.below(8)),
+        };
         let mut taken = 0;
         let stopped = table
             .visit(
                 KeyScan {
                     ranges: &remaining,
                     reverse,
+                    expected_rows,
                 },
                 &mut |entity| {
                     if taken == chunk {

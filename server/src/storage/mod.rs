@@ -89,14 +89,19 @@ pub struct KeyScan<'a> {
     pub ranges: &'a [KeyRange],
     /// Whether the keys are read in descending order.
     pub reverse: bool,
+    /// How many rows the visitor is expected to see before it stops, where the caller knows (a
+    /// page without a filter stops on the row past its last match): a store that reads rows in
+    /// batches asks for no more than that. A hint only: the visitor may stop sooner or later.
+    pub expected_rows: Option<usize>,
 }
 
 impl<'a> KeyScan<'a> {
-    /// `ranges` in ascending key order.
+    /// `ranges` in ascending key order, however many rows the visitor takes.
     pub fn forward(ranges: &'a [KeyRange]) -> KeyScan<'a> {
         KeyScan {
             ranges,
             reverse: false,
+            expected_rows: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! How many rows a scan asks the database for at a time. [`SCAN_BATCH`] rows a statement (or a
 //! portal's fetch) suit small entities; but a page stops after about 2 MiB, and rows past where
-//! it stops are still read and sent by the database, so 256 entities of 1 MiB asked for would
-//! cost the database 256 MiB to serve two. Each table's mean row size, as the last batch read from
+//! it stops are still read and sent by the database, so 1,024 entities of 1 MiB asked for would
+//! cost the database 1 GiB to serve two. Each table's mean row size, as the last batch read from
 //! it showed, sizes the next batches of every scan of the table: about [`BATCH_BYTES`] a batch,
 //! a power of two from [`FEWEST`] rows to [`SCAN_BATCH`] (so that a connection prepares a few
 //! forms of a statement, not one per size). A table not read yet (since the server started) asks
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// The most rows a scan asks for at a time.
-const SCAN_BATCH: i32 = 256;
+const SCAN_BATCH: i32 = 1024;
 /// The rows a scan asks a table for whose row size is not known yet.
 const FIRST_BATCH: i32 = 16;
 /// The fewest rows a scan asks for at a time, however large the table's rows.
@@ -55,22 +55,46 @@ impl ScanBatches {
     }
 }
 
-/// One table's batches.
-#[derive(Clone, Copy, Debug)]
+/// One scan's batches of one table: as many rows as the table's row size says, and no more than
+/// the scan still expects to read where it knows ([`crate::storage::KeyScan::expected_rows`]): a
+/// page of ten asks for 16 rows, not a full batch.
+#[derive(Debug)]
 pub(super) struct TableBatches<'a> {
-    pub(super) batches: &'a ScanBatches,
-    pub(super) table_id: i64,
+    batches: &'a ScanBatches,
+    table_id: i64,
+    expected_left: Option<usize>,
 }
 
-impl TableBatches<'_> {
-    /// How many rows to ask for at a time.
-    pub(super) fn rows(self) -> i32 {
-        self.batches.rows(self.table_id)
+impl<'a> TableBatches<'a> {
+    /// The batches of a scan of table `table_id` expected to read `expected_rows` rows (if known).
+    pub(super) fn new(
+        batches: &'a ScanBatches,
+        table_id: i64,
+        expected_rows: Option<usize>,
+    ) -> TableBatches<'a> {
+        TableBatches {
+            batches,
+            table_id,
+            expected_left: expected_rows,
+        }
+    }
+
+    /// How many rows to ask for next. Once the rows expected are read, the scan goes on (rows
+    /// the visitor skipped, say expired ones) in batches sized by the table alone.
+    pub(super) fn rows(&self) -> i32 {
+        let sized = self.batches.rows(self.table_id);
+        match self.expected_left {
+            Some(left) if left > 0 => sized.min(batch_holding(left)),
+            _ => sized,
+        }
     }
 
     /// Notes what a batch showed.
-    pub(super) fn observe(self, tally: &BatchTally) {
-        self.batches.observe(self.table_id, tally.rows, tally.bytes)
+    pub(super) fn observe(&mut self, tally: &BatchTally) {
+        self.batches.observe(self.table_id, tally.rows, tally.bytes);
+        if let Some(left) = &mut self.expected_left {
+            *left = left.saturating_sub(tally.rows);
+        }
     }
 }
 
@@ -87,6 +111,12 @@ impl BatchTally {
         self.rows += 1;
         self.bytes += record_bytes;
     }
+}
+
+/// The smallest batch (a power of two) that holds `rows` rows, or the largest batch.
+fn batch_holding(rows: usize) -> i32 {
+    rows.clamp(FEWEST as usize, SCAN_BATCH as usize)
+        .next_power_of_two() as i32
 }
 
 /// The rows a batch asks for where rows are `row_bytes` long.
@@ -118,6 +148,36 @@ mod tests {
         assert_eq!(batches.rows(8), FIRST_BATCH, "another table is its own");
         batches.observe(7, 0, 0);
         assert_eq!(batches.rows(7), FEWEST, "an empty batch shows nothing");
+    }
+
+    #[test]
+    fn a_scan_asks_for_no_more_rows_than_it_expects_to_read() {
+        let batches = ScanBatches::default();
+        batches.observe(7, 256, 256 * 300);
+        let tally = |rows| BatchTally {
+            rows,
+            bytes: rows * 300,
+        };
+        let mut top_ten = TableBatches::new(&batches, 7, Some(11));
+        assert_eq!(top_ten.rows(), 16);
+        // Expired rows skipped: past the rows expected, the scan goes on in full batches.
+        top_ten.observe(&tally(16));
+        assert_eq!(top_ten.rows(), SCAN_BATCH);
+
+        let mut page = TableBatches::new(&batches, 7, Some(1001));
+        assert_eq!(page.rows(), 1024);
+        page.observe(&tally(600));
+        assert_eq!(page.rows(), 512, "401 rows left");
+        assert_eq!(TableBatches::new(&batches, 7, Some(1)).rows(), FEWEST);
+        assert_eq!(TableBatches::new(&batches, 7, None).rows(), SCAN_BATCH);
+
+        // Rows of 0.48 MB: the table's row size bounds the batch, however many are expected.
+        batches.observe(7, 4, 4 * 480_000);
+        assert_eq!(TableBatches::new(&batches, 7, Some(1001)).rows(), 8);
+        assert_eq!(
+            TableBatches::new(&batches, 8, Some(1001)).rows(),
+            FIRST_BATCH
+        );
     }
 
     #[test]

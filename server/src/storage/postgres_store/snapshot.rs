@@ -77,12 +77,9 @@ impl ReadSnapshot<'_> {
         table_id: i64,
         range: &KeyRange,
         reverse: bool,
+        batches: &mut TableBatches<'_>,
         visitor: &mut SendVisitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
-        let batches = TableBatches {
-            batches: self.batches,
-            table_id,
-        };
         let mut rest = range.clone();
         while !rest.is_empty() {
             let asked = batches.rows();
@@ -121,9 +118,11 @@ impl AwaitedSnapshot for ReadSnapshot<'_> {
     ) -> StoreFuture<'a, Option<KeyPosition>> {
         Box::pin(async move {
             let ranges: Vec<&KeyRange> = scan.ranges_in_order().collect();
+            let batches = self.batches;
+            let mut batches = TableBatches::new(batches, table_id as i64, scan.expected_rows);
             for range in ranges {
                 let stopped = self
-                    .visit_range(table_id as i64, range, scan.reverse, visitor)
+                    .visit_range(table_id as i64, range, scan.reverse, &mut batches, visitor)
                     .await?;
                 if stopped.is_some() {
                     return Ok(stopped);

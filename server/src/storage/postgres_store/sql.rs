@@ -74,7 +74,7 @@ pub(super) struct StoppedAt {
 pub(super) fn visit_portal(
     snapshot: &mut Transaction<'_>,
     portal: &postgres::Portal,
-    batches: TableBatches<'_>,
+    batches: &mut TableBatches<'_>,
     visitor: &mut Visitor<'_>,
 ) -> Result<Option<StoppedAt>, StorageError> {
     use postgres::fallible_iterator::FallibleIterator;

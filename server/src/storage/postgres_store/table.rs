@@ -158,9 +158,16 @@ impl Table for PostgresTable {
             // One snapshot for the whole call: every partition is seen at one instant, never
             // half a commit, however many fetches its rows take.
             let mut snapshot = read_snapshot(client)?;
+            let mut batches = self.batches(scan.expected_rows);
             for range in scan.ranges_in_order() {
-                let stop =
-                    self.visit_range(&mut snapshot, &mut prepared, range, reverse, visitor)?;
+                let stop = self.visit_range(
+                    &mut snapshot,
+                    &mut prepared,
+                    range,
+                    reverse,
+                    &mut batches,
+                    visitor,
+                )?;
                 if stop.is_some() {
                     return Ok(stop);
                 }
@@ -369,12 +376,9 @@ impl PostgresTable {
         current_entities_of(&rows, operations, indexed)
     }
 
-    /// Its scans' batches ([`ScanBatches`]).
-    pub(super) fn batches(&self) -> TableBatches<'_> {
-        TableBatches {
-            batches: &self.scan_batches,
-            table_id: self.id,
-        }
+    /// The batches of a scan expected to read `expected_rows` rows, if known ([`ScanBatches`]).
+    pub(super) fn batches(&self, expected_rows: Option<usize>) -> TableBatches<'_> {
+        TableBatches::new(&self.scan_batches, self.id, expected_rows)
     }
 
     /// Visits one range through a portal, as many rows per fetch as [`ScanBatches`] says.
@@ -384,6 +388,7 @@ impl PostgresTable {
         prepared: &mut Prepared<'_>,
         range: &KeyRange,
         reverse: bool,
+        batches: &mut TableBatches<'_>,
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError> {
         if range.is_empty() {
@@ -393,7 +398,7 @@ impl PostgresTable {
         let statement = prepared.get(snapshot, &sql)?;
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         let portal = snapshot.bind(&statement, &refs)?;
-        let stopped_at = visit_portal(snapshot, &portal, self.batches(), visitor)?;
+        let stopped_at = visit_portal(snapshot, &portal, batches, visitor)?;
         Ok(stopped_at.map(|entity| KeyPosition::row(entity.partition_key, entity.row_key)))
     }
 }
