@@ -597,6 +597,58 @@ async fn a_commit_dropped_inside_its_transaction_leaves_no_transaction_behind() 
     drop(cluster);
 }
 
+/// A page's snapshot ends as the page answers, its `COMMIT` sent without waiting for the reply:
+/// with one awaited connection, the writes and pages lent it next run after that `COMMIT` (each
+/// page sees the writes before it), and once the last page has answered no session of the
+/// server's stays inside a transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_end_their_snapshots_as_they_answer() {
+    let Some((cluster, url)) = cluster_with_database("pages").await else {
+        return;
+    };
+    let server = server_with(&url, 1, None).await;
+    let mut client = server.client_with_table("Paged").await;
+    fill_partition(&mut client, "Paged", "p", 300).await;
+    let page_of = |partition_key: &str| pb::QueryEntitiesRequest {
+        table: "Paged".into(),
+        partition_key: Some(partition_key.into()),
+        page_size: 50,
+        ..Default::default()
+    };
+    for n in 0..20 {
+        let page = client.query_entities(page_of("p")).await.unwrap();
+        assert_eq!(page.into_inner().entities.len(), 50);
+        let written = common::entity("q", &format!("{n:03}"), &[]);
+        client
+            .insert_entity(common::insert_request("Paged", written))
+            .await
+            .unwrap();
+        let (seen, _) = query_all(&mut client, page_of("q")).await;
+        assert_eq!(seen.len(), n + 1, "the page after insert {n}");
+    }
+    let admin_url = url.clone();
+    let open = tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls).unwrap();
+        let in_transaction = "SELECT count(*) FROM pg_stat_activity
+            WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let open: i64 = admin.query_one(in_transaction, &[]).unwrap().get(0);
+            if open == 0 || std::time::Instant::now() > deadline {
+                return open;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "sessions left inside a transaction");
+    drop(server);
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .unwrap();
+}
+
 /// Another session of the database holding what a statement locked, in a transaction of its own,
 /// until released.
 struct Locker {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::FutureExt;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, RowStream, Statement};
@@ -197,6 +198,18 @@ impl Borrowed<'_> {
             .try_for_each(|answer| answer.map(drop))?;
         self.in_transaction = false;
         Ok(())
+    }
+
+    /// Ends a read-only transaction with `sql` without waiting for the answer, which can tell
+    /// its caller nothing: what it read was read. The request is sent at once (tokio-postgres
+    /// sends it when its future is first polled; the connection drops the answer), and whatever
+    /// the connection's next borrower sends runs after it, the protocol keeping the order; a
+    /// connection lost meanwhile is found closed and not lent again. A page's answer leaves a
+    /// round trip sooner.
+    pub(super) fn end_unanswered(&mut self, sql: &'static str) {
+        // Polled once: sent. Its outcome, if it came at once, says no more than the answer would.
+        let _sent = self.client().batch_execute(sql).now_or_never();
+        self.in_transaction = false;
     }
 
     /// Runs `statements` in order in one round trip (a pipeline: tokio-postgres sends a request

@@ -7,7 +7,7 @@
 //! past the last row of the one before: the rows of one snapshot, as the blocking path's portal
 //! reads them.
 //! Rows are shown as they arrive, never collected first: a page holds the rows it uses, not its
-//! batch.
+//! batch. A snapshot ends with a `COMMIT` sent, not waited for (`Borrowed::end_unanswered`).
 //! Snapshots hold at most half of the awaited connections (`AwaitedPool::borrow_for_query`):
 //! the rest stay for point reads and commits, however many queries run.
 
@@ -133,6 +133,7 @@ impl AwaitedSnapshot for ReadSnapshot<'_> {
     }
 
     fn end(&mut self) -> StoreFuture<'_, ()> {
-        Box::pin(self.connection.end(COMMIT))
+        self.connection.end_unanswered(COMMIT);
+        Box::pin(std::future::ready(Ok(())))
     }
 }
