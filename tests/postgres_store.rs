@@ -1,9 +1,10 @@
 //! Trestle servers over one PostgreSQL database are one service: what one writes the other reads,
 //! a continuation token from one resumes on the other, an ETag from one conditions a write on the
 //! other, and a table one deletes is gone for both; a server reaches its database over TLS,
-//! verified, when the URL asks for it; and point reads and inserts, served awaited, never wait
-//! behind the blocking calls. Each test starts its own throwaway cluster
-//! (skipped where PostgreSQL is not installed, unless `TRESTLE_REQUIRE_POSTGRES` is set).
+//! verified, when the URL asks for it; point reads and inserts, served awaited, never wait
+//! behind the blocking calls; and a page's snapshot ends as the page answers. Each test starts
+//! its own throwaway cluster (skipped where PostgreSQL is not installed, unless
+//! `TRESTLE_REQUIRE_POSTGRES` is set).
 
 mod common;
 

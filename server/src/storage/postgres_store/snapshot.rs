@@ -118,8 +118,7 @@ impl AwaitedSnapshot for ReadSnapshot<'_> {
     ) -> StoreFuture<'a, Option<KeyPosition>> {
         Box::pin(async move {
             let ranges: Vec<&KeyRange> = scan.ranges_in_order().collect();
-            let batches = self.batches;
-            let mut batches = TableBatches::new(batches, table_id as i64, scan.expected_rows);
+            let mut batches = TableBatches::new(self.batches, table_id as i64, scan.expected_rows);
             for range in ranges {
                 let stopped = self
                     .visit_range(table_id as i64, range, scan.reverse, &mut batches, visitor)
