@@ -227,6 +227,7 @@ impl Scan {
                     index,
                     range,
                     reverse,
+                    expected_rows: self.expected_rows(),
                 };
                 self.table
                     .visit_index(scan, &mut visitor)?

@@ -125,6 +125,9 @@ pub struct IndexScan<'a> {
     pub range: &'a IndexRange,
     /// Whether the sort keys are read in descending order.
     pub reverse: bool,
+    /// How many entries the visitor is expected to see before it stops, where the caller knows:
+    /// a hint, as [`KeyScan::expected_rows`].
+    pub expected_rows: Option<usize>,
 }
 
 /// What a commit does: what it stored, or the operation refused and why (nothing written).

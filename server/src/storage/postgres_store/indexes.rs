@@ -345,8 +345,12 @@ impl Indexed for PostgresTable {
             let statement = prepared.get(&mut snapshot, &sql)?;
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref()).collect();
             let portal = snapshot.bind(&statement, &refs)?;
-            let stopped_at =
-                visit_portal(&mut snapshot, &portal, &mut self.batches(None), visitor)?;
+            let stopped_at = visit_portal(
+                &mut snapshot,
+                &portal,
+                &mut self.batches(scan.expected_rows),
+                visitor,
+            )?;
             Ok(stopped_at.map(|at| at.row.get::<_, Vec<u8>>(3)))
         })
     }

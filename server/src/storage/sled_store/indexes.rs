@@ -451,6 +451,7 @@ impl Indexed for SledTable {
             index,
             range,
             reverse,
+            expected_rows: _,
         } = scan;
         if range.is_empty() {
             return Ok(None);
