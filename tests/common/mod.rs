@@ -43,6 +43,17 @@ pub struct TestServer {
     _data_dir: tempfile::TempDir,
 }
 
+/// Sends the in-process servers' log (warnings and errors, or what `RUST_LOG` asks for) to the
+/// test's captured output, shown when the test fails: a failure the server logged says why.
+fn show_server_log() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _already = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 impl TestServer {
     /// Binds 127.0.0.1:0 first, then serves: no port races, no sleeps.
     pub async fn start() -> TestServer {
@@ -68,6 +79,7 @@ impl TestServer {
         rest: Option<std::net::TcpListener>,
         configure: impl FnOnce(&mut trestle_server::Config),
     ) -> TestServer {
+        show_server_log();
         let data_dir = tempfile::tempdir().expect("temp dir");
         let database = tokio::task::spawn_blocking(postgres::conformance_database)
             .await
