@@ -9,7 +9,7 @@ use prost::encoding::{encoded_len_varint, key_len, WireType};
 use super::pages::EncodedEntities;
 use crate::engine::MatchSink;
 use crate::model::{DocumentRef, ETagText, Ticks, ValueRef};
-use crate::storage::{EntityView, StorageError, StoredChange};
+use crate::storage::{EntityView, StorageError, StoredChange, StoredValue};
 
 // Field numbers of `trestle.v1.Entity`, of its map entries, of `Value` (and of the documents it
 // nests) and of `Timestamp`.
@@ -133,16 +133,22 @@ fn write_entity(
     put_text(ENTITY_PARTITION_KEY, entity.partition_key, out);
     put_text(ENTITY_ROW_KEY, entity.row_key, out);
     if entity.shows_every_property() {
-        // Each property as stored, without the selection's `Shown` wrapper moved through the
-        // iterator: most reads select nothing, and scans send millions of these.
-        for property in entity.properties() {
-            let (name, value) = property?;
-            put_entry(ENTITY_PROPERTIES, name, value, out);
+        // Each property from its stored bytes, text copied as it is stored: most reads select
+        // nothing, and scans send millions of these.
+        for property in entity.property_bytes() {
+            match property? {
+                (name, StoredValue::Text(text)) => {
+                    put_text_entry(ENTITY_PROPERTIES, name, text, out)
+                }
+                (name, StoredValue::Decoded(value)) => {
+                    put_entry(ENTITY_PROPERTIES, name, value, out)
+                }
+            }
         }
     } else {
         for property in entity.shown_properties() {
             let (name, shown) = property?;
-            put_entry(ENTITY_PROPERTIES, name, shown.value(), out);
+            put_entry(ENTITY_PROPERTIES, name.as_bytes(), shown.value(), out);
         }
     }
     put_len_prefix(ENTITY_TIMESTAMP, timestamp_len(entity.timestamp), out);
@@ -151,17 +157,28 @@ fn write_entity(
     Ok(())
 }
 
-/// Appends a map entry `name` → `value` as field `field`.
-fn put_entry(field: u32, name: &str, value: ValueRef<'_>, out: &mut Vec<u8>) {
+/// Appends a map entry `name` (UTF-8) → `value` as field `field`.
+fn put_entry(field: u32, name: &[u8], value: ValueRef<'_>, out: &mut Vec<u8>) {
     let value_len = value_len(value);
     put_len_prefix(field, entry_len(name, value_len), out);
-    put_text(ENTRY_KEY, name, out);
+    put_bytes(ENTRY_KEY, name, out);
     put_len_prefix(ENTRY_VALUE, value_len, out);
     put_value(value, out);
 }
 
-fn entry_len(name: &str, value_len: usize) -> usize {
-    text_len(ENTRY_KEY, name) + nested_len(ENTRY_VALUE, value_len)
+/// Appends a map entry `name` → a string `Value` holding `text` (both UTF-8) as field `field`:
+/// [`put_entry`] of a `ValueRef::String`, from bytes.
+fn put_text_entry(field: u32, name: &[u8], text: &[u8], out: &mut Vec<u8>) {
+    let value_len = nested_len(VALUE_STRING, text.len());
+    put_len_prefix(field, entry_len(name, value_len), out);
+    put_bytes(ENTRY_KEY, name, out);
+    put_len_prefix(ENTRY_VALUE, value_len, out);
+    put_len_prefix(VALUE_STRING, text.len(), out);
+    out.extend_from_slice(text);
+}
+
+fn entry_len(name: &[u8], value_len: usize) -> usize {
+    bytes_len(ENTRY_KEY, name) + nested_len(ENTRY_VALUE, value_len)
 }
 
 fn put_len_prefix(field: u32, len: usize, out: &mut Vec<u8>) {
@@ -195,11 +212,12 @@ fn put_text(field: u32, text: &str, out: &mut Vec<u8>) {
     put_bytes(field, text.as_bytes(), out);
 }
 
-fn text_len(field: u32, text: &str) -> usize {
-    if text.is_empty() {
+/// The length of a string or bytes field; empty ones are left out, as proto3 does.
+fn bytes_len(field: u32, bytes: &[u8]) -> usize {
+    if bytes.is_empty() {
         0
     } else {
-        nested_len(field, text.len())
+        nested_len(field, bytes.len())
     }
 }
 
@@ -282,7 +300,9 @@ fn body_len(document: DocumentRef<'_>) -> usize {
             .sum(),
         false => document
             .members()
-            .map(|(name, value)| nested_len(OBJECT_MEMBERS, entry_len(name, value_len(value))))
+            .map(|(name, value)| {
+                nested_len(OBJECT_MEMBERS, entry_len(name.as_bytes(), value_len(value)))
+            })
             .sum(),
     }
 }
@@ -323,7 +343,7 @@ fn put_value(value: ValueRef<'_>, out: &mut Vec<u8>) {
                 }
             } else {
                 for (name, value) in document.members() {
-                    put_entry(OBJECT_MEMBERS, name, value, out);
+                    put_entry(OBJECT_MEMBERS, name.as_bytes(), value, out);
                 }
             }
         }

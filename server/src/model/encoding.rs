@@ -66,12 +66,13 @@ fn put_bytes(out: &mut Vec<u8>, tag: u8, payload: &[u8]) {
 
 /// Reads one value, checking a document's whole structure (so that walking it later cannot fail).
 pub(crate) fn decode_value<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'a>, Corrupt> {
-    if is_document_tag(reader.peek()?) {
+    let tag = reader.peek()?;
+    if is_document_tag(tag) {
         return Ok(ValueRef::Document(DocumentRef::check(document_bytes(
             reader,
         )?)?));
     }
-    decode_unchecked(reader)
+    decode_scalar(tag, reader)
 }
 
 /// Reads one value whose bytes were checked before (inside a checked document): a nested
@@ -83,6 +84,12 @@ pub(crate) fn decode_unchecked<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'
             reader,
         )?)));
     }
+    decode_scalar(tag, reader)
+}
+
+/// Reads a value other than a document, whose tag `tag` is the reader's next byte.
+#[inline]
+fn decode_scalar<'a>(tag: u8, reader: &mut Reader<'a>) -> Result<ValueRef<'a>, Corrupt> {
     reader.slice(1)?;
     Ok(match tag {
         TAG_STRING => {
@@ -133,7 +140,22 @@ fn document_bytes<'a>(reader: &mut Reader<'a>) -> Result<&'a [u8], Corrupt> {
 
 /// Stored text as UTF-8, or [`Corrupt`].
 pub(crate) fn utf8(bytes: &[u8]) -> Result<&str, Corrupt> {
-    std::str::from_utf8(bytes).map_err(|_| Corrupt("stored text is not UTF-8".into()))
+    std::str::from_utf8(bytes).map_err(|_| not_utf8())
+}
+
+/// `bytes`, checked to be UTF-8 without making a `&str` of them: ASCII (most names and strings)
+/// is checked inline, a word at a time, anything else by the standard check.
+#[inline]
+pub(crate) fn checked_utf8(bytes: &[u8]) -> Result<&[u8], Corrupt> {
+    match bytes.is_ascii() || std::str::from_utf8(bytes).is_ok() {
+        true => Ok(bytes),
+        false => Err(not_utf8()),
+    }
+}
+
+#[cold]
+fn not_utf8() -> Corrupt {
+    Corrupt("stored text is not UTF-8".into())
 }
 
 /// Reads encoded bytes front to back; running short is [`Corrupt`], naming `what`.
@@ -154,14 +176,23 @@ impl<'a> Reader<'a> {
         self.bytes.is_empty()
     }
 
+    /// The bytes not read yet.
+    pub(crate) fn rest(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// The next `len` bytes.
     pub(crate) fn slice(&mut self, len: usize) -> Result<&'a [u8], Corrupt> {
-        if self.bytes.len() < len {
-            return Err(Corrupt(format!("truncated {}", self.what)));
-        }
-        let (head, rest) = self.bytes.split_at(len);
+        let Some((head, rest)) = self.bytes.split_at_checked(len) else {
+            return Err(self.truncated());
+        };
         self.bytes = rest;
         Ok(head)
+    }
+
+    #[cold]
+    fn truncated(&self) -> Corrupt {
+        Corrupt(format!("truncated {}", self.what))
     }
 
     /// The next `N` bytes as an array.
@@ -178,9 +209,6 @@ impl<'a> Reader<'a> {
 
     /// The next byte, left unread.
     pub(crate) fn peek(&self) -> Result<u8, Corrupt> {
-        self.bytes
-            .first()
-            .copied()
-            .ok_or_else(|| Corrupt(format!("truncated {}", self.what)))
+        self.bytes.first().copied().ok_or_else(|| self.truncated())
     }
 }

@@ -37,7 +37,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use changes::{FeedEnd, FeedPosition, StoredChange};
-pub use codec::{EntityView, Shown, StoredProperties};
+pub use codec::{EntityView, PropertyBytes, Shown, StoredProperties, StoredValue};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
 pub use indexes::{build_in_background, entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal};
