@@ -356,10 +356,7 @@ impl<'a> Iterator for Entries<'a> {
         }
         self.remaining -= 1;
         let name = match self.named {
-            true => {
-                let len = u16::from_le_bytes(self.reader.take().ok()?);
-                utf8(self.reader.slice(usize::from(len)).ok()?).ok()?
-            }
+            true => utf8(self.reader.name().ok()?).ok()?,
             false => "",
         };
         Some((name, decode_unchecked(&mut self.reader).ok()?))
@@ -379,8 +376,7 @@ fn check_node(reader: &mut Reader<'_>, depth: usize) -> Result<Shape, Corrupt> {
     let mut previous: Option<&[u8]> = None;
     for _ in 0..count {
         if tag == TAG_OBJECT {
-            let len = u16::from_le_bytes(body.take()?);
-            let name = body.slice(usize::from(len))?;
+            let name = body.name()?;
             utf8(name)?;
             if previous.is_some_and(|previous| previous >= name) {
                 return Err(Corrupt("a document's members are out of order".into()));

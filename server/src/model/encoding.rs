@@ -92,14 +92,8 @@ pub(crate) fn decode_unchecked<'a>(reader: &mut Reader<'a>) -> Result<ValueRef<'
 fn decode_scalar<'a>(tag: u8, reader: &mut Reader<'a>) -> Result<ValueRef<'a>, Corrupt> {
     reader.slice(1)?;
     Ok(match tag {
-        TAG_STRING => {
-            let len = reader.length()?;
-            ValueRef::String(utf8(reader.slice(len)?)?)
-        }
-        TAG_BINARY => {
-            let len = reader.length()?;
-            ValueRef::Binary(reader.slice(len)?)
-        }
+        TAG_STRING => ValueRef::String(utf8(reader.prefixed()?)?),
+        TAG_BINARY => ValueRef::Binary(reader.prefixed()?),
         TAG_INT32 => ValueRef::Int32(i32::from_le_bytes(reader.take()?)),
         TAG_INT64 => ValueRef::Int64(i64::from_le_bytes(reader.take()?)),
         TAG_DOUBLE => ValueRef::Double(f64::from_le_bytes(reader.take()?)),
@@ -205,6 +199,18 @@ impl<'a> Reader<'a> {
     /// A `u32` length.
     pub(crate) fn length(&mut self) -> Result<usize, Corrupt> {
         Ok(u32::from_le_bytes(self.take()?) as usize)
+    }
+
+    /// Bytes after their `u32` length (a string's or a binary's payload, an undo row's key).
+    pub(crate) fn prefixed(&mut self) -> Result<&'a [u8], Corrupt> {
+        let len = self.length()?;
+        self.slice(len)
+    }
+
+    /// A name after its `u16` length (a property's, a document member's).
+    pub(crate) fn name(&mut self) -> Result<&'a [u8], Corrupt> {
+        let len = u16::from_le_bytes(self.take()?);
+        self.slice(usize::from(len))
     }
 
     /// The next byte, left unread.

@@ -209,13 +209,11 @@ pub struct PropertyBytes<'a> {
 impl<'a> PropertyBytes<'a> {
     fn next_property(&mut self) -> Result<(&'a [u8], StoredValue<'a>), StorageError> {
         self.remaining -= 1;
-        let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
-        let name = checked_utf8(self.reader.slice(name_len)?)?;
+        let name = checked_utf8(self.reader.name()?)?;
         let value = match self.reader.peek()? {
             TAG_STRING => {
                 self.reader.slice(1)?;
-                let len = self.reader.length()?;
-                StoredValue::Text(checked_utf8(self.reader.slice(len)?)?)
+                StoredValue::Text(checked_utf8(self.reader.prefixed()?)?)
             }
             _ => StoredValue::Decoded(decode_value(&mut self.reader)?),
         };
@@ -296,8 +294,7 @@ impl<'a> StoredProperties<'a> {
     fn find(mut self, name: &str) -> Result<Option<ValueRef<'a>>, StorageError> {
         while self.remaining > 0 {
             self.remaining -= 1;
-            let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
-            if self.reader.slice(name_len)? == name.as_bytes() {
+            if self.reader.name()? == name.as_bytes() {
                 return Ok(Some(decode_value(&mut self.reader)?));
             }
             skip_value(&mut self.reader)?;
@@ -308,8 +305,7 @@ impl<'a> StoredProperties<'a> {
     fn next_property(&mut self) -> Result<Option<(&'a str, ValueRef<'a>)>, StorageError> {
         while self.remaining > 0 {
             self.remaining -= 1;
-            let name_len = usize::from(u16::from_le_bytes(self.reader.take()?));
-            let name = self.reader.slice(name_len)?;
+            let name = self.reader.name()?;
             let wanted = self.keep.is_none_or(|keep| selects(keep, name));
             if wanted {
                 return Ok(Some((utf8(name)?, decode_value(&mut self.reader)?)));

@@ -119,14 +119,10 @@ fn encode_across(groups: &[TreeRows<'_>]) -> Vec<u8> {
 type BeforeImage<'a> = (u64, &'a [u8], Option<&'a [u8]>);
 
 fn decode_row<'a>(reader: &mut Reader<'a>) -> Result<(&'a [u8], Option<&'a [u8]>), StorageError> {
-    let key_len = reader.length()?;
-    let key = reader.slice(key_len)?;
+    let key = reader.prefixed()?;
     let before = match reader.take()? {
         [0] => None,
-        [1] => {
-            let len = reader.length()?;
-            Some(reader.slice(len)?)
-        }
+        [1] => Some(reader.prefixed()?),
         [flag] => return Err(StorageError::Corrupt(format!("undo row flag {flag}"))),
     };
     Ok((key, before))
