@@ -55,6 +55,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "point_read",
     "insert",
     "tx_insert_100",
+    "tx_insert_10",
     "tx_cross_10",
     "tx_local_10",
     "get_many_10",
@@ -708,8 +709,13 @@ async fn run_workloads(
                 ));
                 continue;
             }
-            "tx_cross_10" | "tx_local_10" | "get_many_10" => {
+            "tx_insert_10" | "tx_cross_10" | "tx_local_10" | "get_many_10" => {
                 let (m, compared_with, what) = match workload {
+                    "tx_insert_10" => (
+                        workloads::tx_insert_10(client, plan).await,
+                        "tx_insert_100",
+                        "SubmitTransaction: 10 inserts into a fresh partition, 16 at once (the least a call of ten entities costs)",
+                    ),
                     "tx_cross_10" => (
                         across::tx_cross_10(client, plan).await,
                         "tx_insert_100",
@@ -737,6 +743,15 @@ async fn run_workloads(
                     ceilings,
                     what,
                 );
+                let insert_10 = rows.iter().find(|r| r.workload == named("tx_insert_10"));
+                if let (true, Some(insert_10)) = (workload == "tx_cross_10", insert_10) {
+                    row.note.push_str(&format!(
+                        "; {:.0}% of {}'s",
+                        100.0 * row.entities_per_s.unwrap_or(f64::NAN)
+                            / insert_10.entities_per_s.unwrap_or(f64::NAN),
+                        insert_10.workload
+                    ));
+                }
                 if workload == "get_many_10" {
                     announce(
                         &format!("{}'s loops of ten point reads", named(workload)),

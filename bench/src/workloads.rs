@@ -274,34 +274,58 @@ pub(crate) async fn insert_rows(
     .await
 }
 
+/// Partition transactions of 100 inserts into a fresh partition, 8 at once: entities/s.
 pub(crate) async fn tx_insert_100(client: &Client, plan: &Plan) -> Measurement {
+    insert_transactions(client, plan, "TxBench", 100, 8).await
+}
+
+/// Partition transactions of 10 inserts into a fresh partition, 16 at once (as `tx_cross_10`):
+/// the least a call of ten entities costs, beside `tx_cross_10`'s ten merges.
+pub(crate) async fn tx_insert_10(client: &Client, plan: &Plan) -> Measurement {
+    insert_transactions(client, plan, "TxBench10", 10, 16).await
+}
+
+/// Partition transactions of `rows` inserts each into a fresh partition of `table` (created
+/// here), `concurrency` at once.
+async fn insert_transactions(
+    client: &Client,
+    plan: &Plan,
+    table: &str,
+    rows: u64,
+    concurrency: usize,
+) -> Measurement {
     let mut c = client.clone();
     c.create_table(pb::CreateTableRequest {
-        table: "TxBench".into(),
+        table: table.into(),
         ..Default::default()
     })
     .await
     .expect("create");
-    let client = client.clone();
-    drive(8, plan.warmup, plan.duration, move |worker, seq| {
-        let mut client = client.clone();
-        let pk = format!("w{worker:02}-{seq:09}");
-        let ops = (0..100)
-            .map(|r| insert_op(small_entity(pk.clone(), row_key(r), r as i32)))
-            .collect();
-        let request = pb::SubmitTransactionRequest {
-            table: "TxBench".into(),
-            partition_key: pk,
-            operations: ops,
-        };
-        async move {
-            client
-                .submit_transaction(request)
-                .await
-                .expect("transaction");
-            OpResult::entities(100)
-        }
-    })
+    let (client, table) = (client.clone(), table.to_owned());
+    drive(
+        concurrency,
+        plan.warmup,
+        plan.duration,
+        move |worker, seq| {
+            let mut client = client.clone();
+            let pk = format!("w{worker:02}-{seq:09}");
+            let ops = (0..rows)
+                .map(|r| insert_op(small_entity(pk.clone(), row_key(r), r as i32)))
+                .collect();
+            let request = pb::SubmitTransactionRequest {
+                table: table.clone(),
+                partition_key: pk,
+                operations: ops,
+            };
+            async move {
+                client
+                    .submit_transaction(request)
+                    .await
+                    .expect("transaction");
+                OpResult::entities(rows)
+            }
+        },
+    )
     .await
 }
 
