@@ -533,7 +533,7 @@ impl Page {
 
 /// Trestle: the messages (a base and its links) from which a page read from
 /// the log is written back whole in one message.
-const PAGE_IN_CONSOLIDATION_THRESHOLD: usize = 4;
+const PAGE_IN_CONSOLIDATION_THRESHOLD: usize = 2;
 
 /// Trestle: pages whose retirement flushes the thread's garbage at once.
 const LARGE_PAGE_BYTES: u64 = 256 * 1024;
