@@ -660,3 +660,57 @@ async fn a_tampered_continuation_token_is_refused() {
     let next = client.query_entities(request).await.unwrap().into_inner();
     assert_eq!(next.entities.len(), 10);
 }
+
+/// A lambda nested in another over the same array would compare every pair of its 1,000
+/// elements for each element (10^9 steps on one entity): refused before it runs as a query, a
+/// count and a patch's condition, and the entity's partition answers at once after.
+#[tokio::test]
+async fn lambdas_that_multiply_their_work_are_refused_before_they_run() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    let elements = (0..1_000).map(common::int32).collect();
+    let array = pb::Value {
+        kind: Some(pb::value::Kind::ArrayValue(pb::ArrayValue {
+            values: elements,
+        })),
+    };
+    let wide = entity("p", "wide", &[("A", array)]);
+    client
+        .insert_entity(insert_request(TABLE, wide))
+        .await
+        .unwrap();
+    let filter = "A/any(x: A/any(y: A/any(z: z eq -1)))";
+    let refused = |status: &tonic::Status| {
+        assert!(status.message().contains("too complex"), "{status:?}");
+    };
+    let status = promptly("a query", client.query_entities(query(filter))).await;
+    refused(&assert_error(status, Code::InvalidArgument, "InvalidInput"));
+    let status = promptly("a count", client.count_entities(query(filter))).await;
+    refused(&assert_error(status, Code::InvalidArgument, "InvalidInput"));
+    let patch = pb::PatchEntityRequest {
+        table: TABLE.into(),
+        partition_key: "p".into(),
+        row_key: "wide".into(),
+        operations: vec![pb::PatchStep {
+            step: Some(pb::patch_step::Step::Set(pb::SetStep {
+                property: "Seen".into(),
+                value: Some(common::int32(1)),
+            })),
+        }],
+        condition: filter.into(),
+        ..Default::default()
+    };
+    let status = promptly("a patch", client.patch_entity(patch)).await;
+    refused(&assert_error(status, Code::InvalidArgument, "InvalidInput"));
+    // The same array under one lambda is fine, and the partition is not held.
+    let found = promptly(
+        "a query",
+        client.query_entities(query("A/any(x: x eq 999)")),
+    )
+    .await;
+    assert_eq!(found.unwrap().into_inner().entities.len(), 1);
+    promptly("an insert", insert_named(&mut client, "p", "next")).await;
+    promptly("a read", client.get_entity(get_request(TABLE, "p", "wide")))
+        .await
+        .unwrap();
+}

@@ -12,7 +12,8 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 use trestle_proto::ErrorCode;
 
 /// Requests answered: labels `protocol` (`grpc`, `rest`), `operation`, `code` (the gRPC code's
-/// name, or the HTTP status).
+/// name, or the HTTP status). Every label value comes from a closed set the server names (see
+/// [`answered`]): nothing a client sends becomes a label.
 const REQUESTS: &str = "trestle_requests_total";
 /// Seconds from a request's arrival to its answer's head: labels `protocol`, `operation`.
 const LATENCY: &str = "trestle_request_duration_seconds";
@@ -76,20 +77,26 @@ pub(crate) fn begun(protocol: &'static str) {
     }
 }
 
-/// A request of `protocol` that [`begun`] was answered with `code` after `elapsed`; `operation`
-/// and `code` are only built when [`enabled`].
+/// The label of what a client named that the server does not know (an unknown method or verb).
+pub(crate) const OTHER: &str = "other";
+
+/// A request of `protocol` that [`begun`] was answered with `code` after `elapsed`. The
+/// operation is a `&'static str`: each protocol maps what a request names onto its own closed set
+/// (an unknown name is [`OTHER`]), so that no client can grow the metrics by what it sends; the
+/// code is the server's own answer (a gRPC code's name, an HTTP status), built only when
+/// [`enabled`].
 pub(crate) fn answered(
     protocol: &'static str,
-    operation: impl FnOnce() -> String,
+    operation: &'static str,
     code: impl FnOnce() -> String,
     elapsed: Duration,
 ) {
     if !enabled() {
         return;
     }
-    let (operation, code) = (operation(), code());
+    let code = code();
     metrics::gauge!(IN_FLIGHT, "protocol" => protocol).decrement(1.0);
-    metrics::histogram!(LATENCY, "protocol" => protocol, "operation" => operation.clone())
+    metrics::histogram!(LATENCY, "protocol" => protocol, "operation" => operation)
         .record(elapsed.as_secs_f64());
     metrics::counter!(REQUESTS, "protocol" => protocol, "operation" => operation, "code" => code)
         .increment(1);

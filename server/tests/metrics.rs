@@ -119,6 +119,65 @@ async fn counters_move_by_the_traffic_sent_over_both_protocols() {
     server.terminate();
 }
 
+/// Methods and verbs a client invents add no label: thousands of calls to long made-up gRPC
+/// methods (`UNIMPLEMENTED`) and HTTP verbs (501), without a credential, leave `/metrics` as small
+/// as it was, counted under `operation="other"`.
+#[tokio::test]
+async fn names_a_client_invents_add_no_metric_label() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let (metrics, rest) = (free_port(), free_port());
+    let server = ServerProcess::start_with(
+        data_dir.path(),
+        &["--metrics-listen", &metrics, "--rest-listen", &rest],
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    const CALLS: usize = 200;
+    for n in 0..CALLS {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.unwrap();
+        let path = format!("/trestle.v1.TableService/Made{n:04}{}", "x".repeat(2_000));
+        let path = http::uri::PathAndQuery::try_from(path).unwrap();
+        let codec = trestle_proto::codec::ReplyCodec::<pb::GetTableRequest, pb::Table>::default();
+        let answer = grpc
+            .unary(
+                tonic::Request::new(pb::GetTableRequest::default()),
+                path,
+                codec,
+            )
+            .await;
+        assert_eq!(answer.unwrap_err().code(), tonic::Code::Unimplemented);
+    }
+    for n in 0..CALLS {
+        let verb = format!("VERB{n:04}{}", "Y".repeat(2_000));
+        let answer = http(
+            &rest,
+            &format!(
+                "{verb} /devstoreaccount1/Tables HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            ),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    }
+    let scraped = scrape(&metrics).await;
+    assert!(
+        !scraped.contains("Made0") && !scraped.contains("VERB0"),
+        "{scraped}"
+    );
+    assert!(scraped.len() < 64 * 1024, "{} bytes", scraped.len());
+    let others = |protocol: &str| {
+        let protocol = format!("protocol=\"{protocol}\"");
+        let labels = [protocol.as_str(), r#"operation="other""#];
+        sample(&scraped, "trestle_requests_total", &labels)
+    };
+    assert_eq!(others("grpc"), CALLS as f64, "{scraped}");
+    assert_eq!(others("rest"), CALLS as f64, "{scraped}");
+    server.terminate();
+}
+
 /// Scrapes until the sample of `name` with `labels` is `value` (background work ends when it
 /// ends), for at most 20 s.
 async fn until(addr: &str, name: &str, labels: &[&str], value: f64) {

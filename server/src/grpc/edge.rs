@@ -54,9 +54,7 @@ where
         let call = ConnectionInfo::of(request.extensions()).map(|info| info.state.begin_call());
         let path = request.uri().path();
         let streams = answers_with_a_stream(path);
-        // Named only when metrics are kept: no allocation on the request path otherwise.
-        let operation =
-            telemetry::enabled().then(|| path.rsplit('/').next().unwrap_or_default().to_owned());
+        let operation = operation_label(path);
         let started = std::time::Instant::now();
         telemetry::begun("grpc");
         let response = self.inner.call(request);
@@ -73,7 +71,6 @@ where
                     .map_or(Code::Ok, Code::from);
                 format!("{code:?}")
             };
-            let operation = || operation.unwrap_or_default();
             telemetry::answered("grpc", operation, code, started.elapsed());
             // A unary answer's body is whole once its head is: its call ends here. A stream's
             // call lasts as long as its body.
@@ -86,6 +83,61 @@ where
             }))
         })
     }
+}
+
+/// The methods the server serves, as the metrics name them: a closed set, so that a client
+/// calling a method of its own invention (answered `UNIMPLEMENTED`) adds no label.
+const METHODS: &[&str] = &[
+    "CreateTable",
+    "DeleteTable",
+    "ListTables",
+    "GetTable",
+    "CreateIndex",
+    "DropIndex",
+    "SetTableAccessPolicies",
+    "SetChangeFeed",
+    "SetTimeToLive",
+    "ReadChanges",
+    "InsertEntity",
+    "UpdateEntity",
+    "MergeEntity",
+    "UpsertEntity",
+    "PatchEntity",
+    "DeleteEntity",
+    "GetEntity",
+    "QueryEntities",
+    "ScanEntities",
+    "DeleteEntities",
+    "CountEntities",
+    "SubmitTransaction",
+    "TransactWrite",
+    "GetEntities",
+    "Backup",
+];
+
+/// The metrics' name of the method at `path`: a `TableService` method's name, `Health/Check`
+/// and `Health/Watch`, `ServerReflectionInfo`, or [`telemetry::OTHER`] for any other path.
+fn operation_label(path: &str) -> &'static str {
+    let named = |service: &str, methods: &[&'static str]| {
+        let method = path
+            .strip_prefix('/')?
+            .strip_prefix(service)?
+            .strip_prefix('/')?;
+        methods.iter().copied().find(|known| *known == method)
+    };
+    named("trestle.v1.TableService", METHODS)
+        .or_else(|| {
+            let health = named("grpc.health.v1.Health", &["Check", "Watch"]);
+            health.map(|method| match method {
+                "Check" => "Health/Check",
+                _ => "Health/Watch",
+            })
+        })
+        .or_else(|| {
+            path.starts_with("/grpc.reflection.")
+                .then_some("ServerReflectionInfo")
+        })
+        .unwrap_or(telemetry::OTHER)
 }
 
 /// Whether the method at `path` answers with a stream: `ScanEntities`, health's `Watch`, and
@@ -161,5 +213,44 @@ fn map_refusal(response: Response<Body>) -> Response<Body> {
             status::of(*reason, message).into_http()
         }
         None => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn every_table_service_method_has_its_label_and_nothing_else_does() {
+        let set = prost_types::FileDescriptorSet::decode(trestle_proto::pb::FILE_DESCRIPTOR_SET)
+            .expect("the descriptor set");
+        let served: Vec<String> = set
+            .file
+            .iter()
+            .flat_map(|file| &file.service)
+            .filter(|service| service.name() == "TableService")
+            .flat_map(|service| &service.method)
+            .map(|method| method.name().to_owned())
+            .collect();
+        assert_eq!(served.len(), METHODS.len(), "{served:?}");
+        for method in &served {
+            let path = format!("/trestle.v1.TableService/{method}");
+            assert_eq!(operation_label(&path), method);
+        }
+        assert_eq!(
+            operation_label("/grpc.health.v1.Health/Check"),
+            "Health/Check"
+        );
+        for unknown in [
+            "/trestle.v1.TableService/".to_owned(),
+            format!("/trestle.v1.TableService/{}", "x".repeat(2000)),
+            "/trestle.v1.TableServiceX/GetEntity".to_owned(),
+            "/other.Service/GetEntity".to_owned(),
+            "/grpc.health.v1.Health/Nope".to_owned(),
+        ] {
+            assert_eq!(operation_label(&unknown), telemetry::OTHER, "{unknown}");
+        }
     }
 }

@@ -28,7 +28,10 @@ pub(super) async fn handle(
     let _open = peer.begin_request();
     let started = std::time::Instant::now();
     // Named only when metrics are kept: no path parsed twice otherwise.
-    let operation = crate::telemetry::enabled().then(|| operation_name(&method, uri.path()));
+    let operation = match crate::telemetry::enabled() {
+        true => operation_name(&method, uri.path()),
+        false => crate::telemetry::OTHER,
+    };
     crate::telemetry::begun("rest");
     let mut request = Request {
         peer: peer.address.ip(),
@@ -66,24 +69,103 @@ pub(super) async fn handle(
         cors::allow(&api, origin, request.method.as_str(), &mut response).await;
     }
     let code = || response.status().as_u16().to_string();
-    let operation = || operation.unwrap_or_default();
     crate::telemetry::answered("rest", operation, code, started.elapsed());
     response
 }
 
 /// What a request asks, as the metrics name it: its method and the kind of resource it names
-/// (`GET Entity`, `POST Batch`); `Unknown` for a path that names none.
-fn operation_name(method: &Method, path: &str) -> String {
-    let resource = match paths::parse(path) {
-        Some((_, paths::Resource::Service)) => "Service",
-        Some((_, paths::Resource::Tables)) => "Tables",
-        Some((_, paths::Resource::Batch)) => "Batch",
-        Some((_, paths::Resource::Table(_))) => "Table",
-        Some((_, paths::Resource::Entities(_))) => "Entities",
-        Some((_, paths::Resource::Entity { .. })) => "Entity",
-        None => "Unknown",
+/// (`GET Entity`, `POST Batch`), from a closed set: a method the endpoint does not serve, or a
+/// path that names no resource, is [`crate::telemetry::OTHER`] (no client can add a label).
+fn operation_name(method: &Method, path: &str) -> &'static str {
+    let Some((_, resource)) = paths::parse(path) else {
+        return crate::telemetry::OTHER;
     };
-    format!("{method} {resource}")
+    let resource = match resource {
+        paths::Resource::Service => 0,
+        paths::Resource::Tables => 1,
+        paths::Resource::Batch => 2,
+        paths::Resource::Table(_) => 3,
+        paths::Resource::Entities(_) => 4,
+        paths::Resource::Entity { .. } => 5,
+    };
+    const NAMES: [[&str; 6]; 8] = [
+        [
+            "GET Service",
+            "GET Tables",
+            "GET Batch",
+            "GET Table",
+            "GET Entities",
+            "GET Entity",
+        ],
+        [
+            "PUT Service",
+            "PUT Tables",
+            "PUT Batch",
+            "PUT Table",
+            "PUT Entities",
+            "PUT Entity",
+        ],
+        [
+            "POST Service",
+            "POST Tables",
+            "POST Batch",
+            "POST Table",
+            "POST Entities",
+            "POST Entity",
+        ],
+        [
+            "DELETE Service",
+            "DELETE Tables",
+            "DELETE Batch",
+            "DELETE Table",
+            "DELETE Entities",
+            "DELETE Entity",
+        ],
+        [
+            "MERGE Service",
+            "MERGE Tables",
+            "MERGE Batch",
+            "MERGE Table",
+            "MERGE Entities",
+            "MERGE Entity",
+        ],
+        [
+            "PATCH Service",
+            "PATCH Tables",
+            "PATCH Batch",
+            "PATCH Table",
+            "PATCH Entities",
+            "PATCH Entity",
+        ],
+        [
+            "HEAD Service",
+            "HEAD Tables",
+            "HEAD Batch",
+            "HEAD Table",
+            "HEAD Entities",
+            "HEAD Entity",
+        ],
+        [
+            "OPTIONS Service",
+            "OPTIONS Tables",
+            "OPTIONS Batch",
+            "OPTIONS Table",
+            "OPTIONS Entities",
+            "OPTIONS Entity",
+        ],
+    ];
+    let verb = match method.as_str() {
+        "GET" => 0,
+        "PUT" => 1,
+        "POST" => 2,
+        "DELETE" => 3,
+        "MERGE" => 4,
+        "PATCH" => 5,
+        "HEAD" => 6,
+        "OPTIONS" => 7,
+        _ => return crate::telemetry::OTHER,
+    };
+    NAMES[verb][resource]
 }
 
 /// Serves one request: authenticated from its line and headers, admitted, and only then its

@@ -8,10 +8,12 @@
 //! `Address/City`, and `lambda := path "/" ("any" | "all") "(" [variable ":" or] ")"` tests an
 //! array's elements, which the body names by its variable (`h`, `h/Symbol`).
 
+mod cost;
 mod eval;
 mod lexer;
 mod parser;
 
+pub use cost::MAX_FILTER_WORK;
 pub use eval::Record;
 
 use crate::model::Value;
@@ -148,9 +150,22 @@ impl FilterError {
 }
 
 impl Expr {
-    /// Parses a filter.
+    /// Parses a filter, refusing one whose worst-case work on one entity passes
+    /// [`MAX_FILTER_WORK`].
     pub fn parse(text: &str) -> Result<Expr, FilterError> {
-        parser::parse(text)
+        let expr = parser::parse(text)?;
+        let work = cost::worst_case(&expr);
+        if work > MAX_FILTER_WORK {
+            return Err(FilterError::new(
+                0,
+                format!(
+                    "the filter is too complex: it may take {work} steps on one entity, more than \
+                     {MAX_FILTER_WORK}; a lambda inside another that is not over the outer \
+                     lambda's variable rescans its array for each outer element"
+                ),
+            ));
+        }
+        Ok(expr)
     }
 }
 
