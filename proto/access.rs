@@ -245,7 +245,7 @@ impl KeyRing {
 }
 
 /// What a token may do, as a set of operation letters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Permissions(u8);
 
 impl Permissions {
@@ -310,7 +310,7 @@ impl Permissions {
 
 /// A half-open range of key values: `start` inclusive, `end` exclusive, either open when `None`.
 /// Keys compare as UTF-8 bytes, the store's collation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct KeyBounds {
     /// Smallest key covered.
     pub start: Option<String>,
@@ -332,7 +332,7 @@ impl KeyBounds {
 }
 
 /// What a scoped token grants: the verified claims.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Grant {
     /// Allowed operations.
     pub permissions: Permissions,

@@ -855,3 +855,70 @@ async fn the_sdk_streams_typed_changes_of_a_partition_and_resumes_from_a_saved_c
         "nothing after now"
     );
 }
+
+/// Batches are bounded in bytes, not only in records: twelve entities of 0.92 MiB, each replaced
+/// once (so a record holds 1.9 MiB with its before image), read by a client with gRPC's default
+/// 4 MiB message limit, from the start and following: every record arrives, a batch at a time.
+#[tokio::test]
+async fn feed_batches_of_large_entities_fit_a_clients_default_message_limit() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Large".into(),
+            change_feed: true,
+            change_feed_before_images: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Fifteen binaries of 63 KiB (Azure's bound on one is 64 KiB).
+    let large = |row: &str, n: u8| {
+        let names: Vec<String> = (0..15).map(|i| format!("Blob{i}")).collect();
+        let blobs: Vec<(&str, pb::Value)> = names
+            .iter()
+            .map(|name| (name.as_str(), common::binary(vec![n; 63 * 1024])))
+            .collect();
+        entity("p", row, &blobs)
+    };
+    for n in 0..12u8 {
+        let row = format!("r{n:02}");
+        client
+            .insert_entity(common::insert_request("Large", large(&row, n)))
+            .await
+            .unwrap();
+        client
+            .upsert_entity(pb::UpsertEntityRequest {
+                table: "Large".into(),
+                entity: Some(large(&row, n + 100)),
+                mode: pb::UpsertMode::Replace as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    // A client as generated, with tonic's default 4 MiB decoding limit.
+    let mut plain = pb::table_service_client::TableServiceClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    for follow in [false, true] {
+        let request = pb::ReadChangesRequest {
+            table: "Large".into(),
+            follow,
+            ..Default::default()
+        };
+        let mut stream = plain.read_changes(request).await.unwrap().into_inner();
+        let (mut records, mut batches) = (0, 0);
+        while records < 24 {
+            let batch = tokio::time::timeout(Duration::from_secs(30), stream.message())
+                .await
+                .expect("a batch within 30 s")
+                .expect("a batch under the client's limit")
+                .expect("the feed holds 24 records");
+            records += batch.changes.len();
+            batches += 1;
+        }
+        assert_eq!(records, 24);
+        assert!(batches >= 12, "{batches} batches");
+    }
+}

@@ -714,3 +714,74 @@ async fn lambdas_that_multiply_their_work_are_refused_before_they_run() {
         .await
         .unwrap();
 }
+
+/// A read-only token scoped to one partition opens change-feed followers until its share of the
+/// long-lived class is taken (`ServerBusy` past it); meanwhile the account key's point reads find
+/// their permits (the server admits four short calls at once, fewer than the followers), and the
+/// account key can still follow the feed.
+#[tokio::test]
+async fn feed_followers_take_their_own_class_and_only_their_credentials_share() {
+    let keys = KeyRing::generate().unwrap();
+    let authenticator = trestle_server::auth::Authenticator::with_keys(keys.clone());
+    let server = TestServer::start_with(|config| {
+        config.authenticator = authenticator;
+        config.limits.max_in_flight = 4;
+        config.limits.max_streams_per_credential = 8;
+    })
+    .await;
+    let mut operator = server.client_as(&keys.signing_key().secret_text()).await;
+    operator
+        .create_table(pb::CreateTableRequest {
+            table: TABLE.into(),
+            change_feed: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    insert_named(&mut operator, "p", "r").await;
+    let mut grant = Grant::new(Permissions::parse("r").unwrap(), 600);
+    grant.table = Some(TABLE.into());
+    grant.partitions = KeyBounds {
+        start: Some("p".into()),
+        end: Some("q".into()),
+    };
+    let token = mint(keys.signing_key(), &grant);
+    let follow = || pb::ReadChangesRequest {
+        table: TABLE.into(),
+        partition_key: "p".into(),
+        follow: true,
+        ..Default::default()
+    };
+    let mut followers = Vec::new();
+    for _ in 0..8 {
+        let mut reader = server.client_as(&token).await;
+        let mut stream = reader.read_changes(follow()).await.unwrap().into_inner();
+        let first = promptly("a follower's first batch", stream.message()).await;
+        assert_eq!(first.unwrap().unwrap().changes.len(), 1);
+        followers.push(stream);
+    }
+    let mut one_more = server.client_as(&token).await;
+    let status = assert_error(
+        promptly("a ninth follower", one_more.read_changes(follow())).await,
+        Code::ResourceExhausted,
+        "ServerBusy",
+    );
+    assert!(status.message().contains("this credential"), "{status:?}");
+    for _ in 0..20 {
+        promptly(
+            "a point read",
+            operator.get_entity(get_request(TABLE, "p", "r")),
+        )
+        .await
+        .unwrap();
+    }
+    let mut own = promptly("the account's follower", operator.read_changes(follow()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(promptly("its batch", own.message())
+        .await
+        .unwrap()
+        .is_some());
+    drop(followers);
+}

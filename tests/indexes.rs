@@ -640,3 +640,73 @@ async fn the_sdk_declares_waits_for_queries_and_drops_indexes() {
         .unwrap_err();
     assert!(missing.is_not_found());
 }
+
+/// An array of `n` distinct strings.
+fn books(n: usize) -> pb::Value {
+    let values = (0..n).map(|i| string(&format!("book-{i:05}"))).collect();
+    pb::Value {
+        kind: Some(pb::value::Kind::ArrayValue(pb::ArrayValue { values })),
+    }
+}
+
+/// A multi-valued index keeps at most 1,000 entries of one entity: a write that would need more
+/// is refused with the reason and changes nothing, one at the bound is indexed, and a build over
+/// an entity written past the bound before the index was declared ends FAILED, naming it.
+#[tokio::test]
+async fn an_entity_has_at_most_a_thousand_entries_in_a_multi_valued_index() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let by_book = definition("ByBook", &["Books/*"], pb::IndexScope::Table, false);
+    create_with(&mut client, vec![by_book.clone()]).await;
+    let status = assert_error(
+        insert(&mut client, entity("p", "wide", &[("Books", books(9_999))])).await,
+        Code::InvalidArgument,
+        "InvalidInput",
+    );
+    assert!(status.message().contains("9999 entries"), "{status:?}");
+    assert!(status.message().contains("at most 1000"), "{status:?}");
+    let missing = client.get_entity(common::get_request(T, "p", "wide")).await;
+    assert_error(missing, Code::NotFound, "ResourceNotFound");
+    insert(&mut client, entity("p", "full", &[("Books", books(1_000))]))
+        .await
+        .unwrap();
+    let found = client
+        .query_entities(index_query("ByBook", "Books/any(b: b eq 'book-00999')"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(row_keys(&found.entities), ["full"]);
+
+    // Written before the index existed: its build cannot index it.
+    let mut later = server.client_with_table("Shelves").await;
+    later
+        .insert_entity(common::insert_request(
+            "Shelves",
+            entity("p", "wide", &[("Books", books(1_500))]),
+        ))
+        .await
+        .unwrap();
+    later
+        .create_index(pb::CreateIndexRequest {
+            table: "Shelves".into(),
+            index: Some(by_book),
+        })
+        .await
+        .unwrap();
+    let table = loop {
+        let table = later
+            .get_table(pb::GetTableRequest {
+                table: "Shelves".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if table.indexes[0].state != pb::IndexState::Building as i32 {
+            break table;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let index = &table.indexes[0];
+    assert_eq!(index.state, pb::IndexState::Failed as i32, "{index:?}");
+    assert!(index.failure.contains("1500 entries"), "{}", index.failure);
+}

@@ -64,17 +64,14 @@ async fn stalled_stream(client: &mut RawClient) -> tonic::Streaming<pb::ScanEnti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_the_in_flight_cap_get_server_busy() {
-    let server = TestServer::start_with(|config| config.limits.max_in_flight = 2).await;
+    let server = TestServer::start_with(|config| config.limits.max_in_flight = 0).await;
     let mut client = server.client().await;
-    load_wide(&mut client).await;
-    let first = stalled_stream(&mut client).await;
-    let second = stalled_stream(&mut client).await;
     let status = assert_error(
         client.get_entity(get_request(TABLE, "p", "00-0")).await,
         Code::ResourceExhausted,
         "ServerBusy",
     );
-    assert!(status.message().contains("2 requests"), "{status:?}");
+    assert!(status.message().contains("0 requests"), "{status:?}");
     // The SDK sees `Busy` (which its default policy retries).
     let busy = trestle_client::Client::builder()
         .endpoint(server.endpoint())
@@ -86,16 +83,43 @@ async fn requests_past_the_in_flight_cap_get_server_busy() {
         .await
         .unwrap_err();
     assert_eq!(busy.kind(), trestle_client::ErrorKind::Busy);
+}
+
+/// Streams are a class of their own: however many are open, they hold none of the permits short
+/// calls need, and past their own cap they get `ServerBusy`; an abandoned one gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_their_cap_get_server_busy_and_leave_short_calls_their_permits() {
+    let server = TestServer::start_with(|config| {
+        config.limits.max_in_flight = 2;
+        config.limits.max_open_streams = 2;
+    })
+    .await;
+    let mut client = server.client().await;
+    load_wide(&mut client).await;
+    let first = stalled_stream(&mut client).await;
+    let second = stalled_stream(&mut client).await;
+    let status = assert_error(
+        client.scan_entities(one_at_a_time()).await,
+        Code::ResourceExhausted,
+        "ServerBusy",
+    );
+    assert!(status.message().contains("2 open streams"), "{status:?}");
+    for _ in 0..10 {
+        client
+            .get_entity(get_request(TABLE, "p", "00-0"))
+            .await
+            .expect("a short call beside two open streams on a cap of two requests");
+    }
 
     drop((first, second));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        match client.get_entity(get_request(TABLE, "p", "00-0")).await {
+        match client.scan_entities(one_at_a_time()).await {
             Ok(_) => break,
             Err(status) if status.code() == Code::ResourceExhausted => {
                 assert!(
                     std::time::Instant::now() < deadline,
-                    "abandoned streams kept their slots"
+                    "abandoned streams kept their places"
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -3,11 +3,13 @@
 //! query's key range) against a scoped token's grant. Nothing here knows gRPC; messages never hold
 //! a secret or a token.
 
+use std::hash::{Hash, Hasher};
 use std::time::SystemTime;
 
 use trestle_proto::access::{self, Grant, KeyRing, Permissions, TokenError};
 
 use crate::across::TableEntityKey;
+use crate::admission::Credential;
 use crate::error::ErrorCode;
 use crate::model::{quoted, Operation, Value};
 use crate::query::filter::{CompareOp, Property};
@@ -116,6 +118,19 @@ pub enum Access {
 }
 
 impl Access {
+    /// Who a long-lived call is counted against ([`crate::admission`]): the account (its key,
+    /// or open mode), or one token's grant.
+    pub fn credential(&self) -> Credential {
+        match self {
+            Access::Full => Credential(0),
+            Access::Scoped(grant) => {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                grant.hash(&mut hasher);
+                Credential(hasher.finish() | 1)
+            }
+        }
+    }
+
     /// Creating or deleting table `table`: a table-level operation, which touches every key, so
     /// a token bounded to a key range cannot do it.
     pub fn manage_table(&self, table: &str) -> Result<(), AuthError> {

@@ -24,6 +24,11 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 pub const DEFAULT_STREAM_STALL: Duration = Duration::from_secs(60);
 /// Streamed scans one connection may have open at once, by default.
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: usize = 64;
+/// Long-lived calls (feed readers, streamed scans, backups) open at once, by default: a class of
+/// their own beside the requests in flight ([`crate::admission`]).
+pub const DEFAULT_MAX_OPEN_STREAMS: usize = 1024;
+/// Long-lived calls one credential may have open at once, by default.
+pub const DEFAULT_MAX_STREAMS_PER_CREDENTIAL: usize = 256;
 /// Bytes of streamed batches all streams together may buffer, by default.
 pub const DEFAULT_STREAM_BUFFER_MIB: usize = 64;
 /// How long a new connection has, by default, to complete its handshake (TLS, then the HTTP/2
@@ -107,8 +112,12 @@ impl std::fmt::Debug for TlsIdentity {
 pub struct Limits {
     /// Largest request message decoded, in bytes.
     pub max_message_bytes: usize,
-    /// Requests in flight at once (a stream counts until it ends).
+    /// Short requests in flight at once.
     pub max_in_flight: usize,
+    /// Long-lived calls (feed readers, streamed scans, backups) open at once.
+    pub max_open_streams: usize,
+    /// Long-lived calls one credential may have open at once.
+    pub max_streams_per_credential: usize,
     /// Concurrent calls per connection.
     pub max_concurrent_streams: u32,
     /// How long a streamed scan's reader may read nothing before the scan is closed.
@@ -140,6 +149,8 @@ impl Default for Limits {
         Limits {
             max_message_bytes: MAX_MESSAGE_BYTES,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_open_streams: DEFAULT_MAX_OPEN_STREAMS,
+            max_streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             stream_stall: DEFAULT_STREAM_STALL,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
@@ -332,10 +343,20 @@ pub struct ServeArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "TRESTLE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Requests in flight at once; past it requests get RESOURCE_EXHAUSTED `ServerBusy`.
+    /// Requests in flight at once (long-lived calls have their own class); past it requests get
+    /// RESOURCE_EXHAUSTED `ServerBusy`.
     #[arg(long, default_value_t = DEFAULT_MAX_IN_FLIGHT,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_in_flight: usize,
+    /// Long-lived calls (change-feed readers, streamed scans, backups) open at once, a class of
+    /// their own that never takes the requests' permits; past it they get `ServerBusy`.
+    #[arg(long, default_value_t = DEFAULT_MAX_OPEN_STREAMS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_open_streams: usize,
+    /// Long-lived calls one credential (the account key, or one token) may have open at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_streams_per_credential: usize,
     /// Concurrent calls one connection may open.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
@@ -479,6 +500,8 @@ impl ServeArgs {
             limits: Limits {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,
+                max_open_streams: self.max_open_streams,
+                max_streams_per_credential: self.max_streams_per_credential,
                 max_concurrent_streams: self.max_concurrent_streams,
                 stream_stall: Duration::from_secs(self.stream_stall_secs),
                 max_streams_per_connection: self.max_streams_per_connection,

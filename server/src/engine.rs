@@ -12,9 +12,9 @@ use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::{Chunk, Scan};
 use crate::storage::{
     self, build_in_background, AwaitedCalls, CommitOutcome, Committed, CreateRefusal,
-    DurableListener, EntityView, FeedEnd, FeedPosition, IndexRefusal, RejectReason, Rejection,
-    SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table, TableListing,
-    TableSnapshot, TendedTable, Ticket,
+    DurableListener, EntityView, FeedBatch, FeedEnd, FeedPosition, IndexRefusal, RejectReason,
+    Rejection, SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table,
+    TableListing, TableSnapshot, TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -695,13 +695,13 @@ impl Engine {
         }
     }
 
-    /// Up to `limit` records of table `name`'s change feed after `after` (from the oldest kept
-    /// when `None`), in order; a table that keeps no feed is refused.
+    /// The records of table `name`'s change feed after `after` (from the oldest kept when
+    /// `None`), in order, within `limit`; a table that keeps no feed is refused.
     pub fn read_changes(
         &self,
         name: &str,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, TableError> {
         let read = self
             .store

@@ -16,7 +16,8 @@
 //!   [`Executor::read_chunk`], [`Executor::count`]), also to their end.
 //!
 //! Every request, of either protocol, first takes one of `--max-in-flight` permits
-//! ([`Executor::admit`]); past them it is turned away as busy.
+//! ([`Executor::admit`]); past them it is turned away as busy. A long-lived call then holds a
+//! permit of its own class instead ([`Executor::admit_stream`], [`crate::admission`]).
 //!
 //! Every mode finishes the same way (`finish`): a failure is logged once (faults as errors,
 //! refusals of bad input at debug level); a panic is [`WorkError::Panicked`] and takes nothing
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use crate::across::{CrossCommit, TableEntityKey};
+use crate::admission::{Credential, StreamPermit, StreamRefusal, Streams};
 use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting};
 use crate::error::{ErrorCode, TableError};
 use crate::model::{EntityKey, Operation, StoredEntity};
@@ -63,6 +65,9 @@ pub enum WorkError {
         "the server is at its limit of {max_in_flight} requests in flight; retry with backoff"
     )]
     Busy { max_in_flight: usize },
+    /// The long-lived calls' class is full, for everyone or for this credential.
+    #[error(transparent)]
+    StreamsBusy(#[from] StreamRefusal),
 }
 
 /// Runs storage work for every protocol.
@@ -74,6 +79,10 @@ pub struct Executor {
     /// One permit per request in flight, whichever its protocol.
     in_flight: Arc<tokio::sync::Semaphore>,
     max_in_flight: usize,
+    /// The long-lived calls' own class.
+    streams: Arc<Streams>,
+    /// Counts the writes acknowledged here, for what waits on new commits ([`Executor::commits`]).
+    acknowledged: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Executor {
@@ -89,7 +98,31 @@ impl Executor {
             durable,
             in_flight: Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
             max_in_flight,
+            streams: Streams::new(
+                crate::config::DEFAULT_MAX_OPEN_STREAMS,
+                crate::config::DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
+            ),
+            acknowledged: Arc::new(tokio::sync::watch::channel(0).0),
         }
+    }
+
+    /// Changes each time a write is acknowledged here ([`Executor::durable`]): what waits for new
+    /// commits (the feed's watchers) looks again then, rather than on a short timer.
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.acknowledged.subscribe()
+    }
+
+    /// The same executor, with `max_open` long-lived calls at once, at most `per_credential` of
+    /// them of one credential.
+    pub fn with_streams(mut self, max_open: usize, per_credential: usize) -> Executor {
+        self.streams = Streams::new(max_open, per_credential);
+        self
+    }
+
+    /// Lets one more long-lived call of `credential` in, from its own class: a permit to hold
+    /// until it ends (in place of its short permit), or [`WorkError::StreamsBusy`].
+    pub fn admit_stream(&self, credential: Credential) -> Result<StreamPermit, WorkError> {
+        Ok(self.streams.admit(credential)?)
     }
 
     /// Lets one more request in: a permit to hold until it ends, or [`WorkError::Busy`].
@@ -455,6 +488,9 @@ impl Executor {
                 .wait_for(|durable| *durable >= ticket)
                 .await
                 .map_err(|_| WorkError::ShuttingDown)?;
+        }
+        if self.acknowledged.receiver_count() > 0 {
+            self.acknowledged.send_modify(|count| *count += 1);
         }
         Ok(pending.value)
     }

@@ -14,6 +14,7 @@
 //! - [`rest`]: the Azure Table REST endpoint (axum), a second protocol over the same engine.
 
 pub mod across;
+pub mod admission;
 pub mod auth;
 pub mod backup;
 pub mod bulk_delete;
@@ -22,6 +23,7 @@ mod connections;
 pub mod engine;
 pub mod error;
 pub mod executor;
+mod feed_watch;
 pub mod grpc;
 mod housekeeping;
 pub mod model;
@@ -85,7 +87,11 @@ pub async fn serve(
     };
     let engine = Arc::new(engine);
     let housekeeping = housekeeping::run_in_background(engine.clone());
-    let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight);
+    let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight)
+        .with_streams(
+            config.limits.max_open_streams,
+            config.limits.max_streams_per_credential,
+        );
     let rest = rest::start(
         rest_listener,
         executor.clone(),

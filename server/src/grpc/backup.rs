@@ -6,7 +6,6 @@
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
@@ -31,7 +30,7 @@ pub(crate) type BackupStream =
 /// store that takes no snapshots is refused here, before the stream begins.
 pub(crate) async fn start(
     executor: Executor,
-    permit: OwnedSemaphorePermit,
+    permit: crate::admission::StreamPermit,
 ) -> Result<BackupStream, Status> {
     let (sender, receiver) = mpsc::channel(2);
     tokio::spawn(async move {

@@ -1,34 +1,40 @@
 //! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
-//! blocking pool; with `follow`, the feed is looked at again every [`FOLLOW_EVERY`] once the
-//! reader has caught up, until the reader goes away. A token bounded to a key range is shown only
+//! blocking pool; with `follow`, a reader that has caught up waits for the table's watcher to
+//! see new commits ([`FeedWatch`]), until the reader goes away. A token bounded to a key range is shown only
 //! the records of its range, and a reader of one partition only that partition's. The stream
 //! holds the request's in-flight permit and a place among its connection's open scans while it
-//! lives.
+//! lives. Its batches are the stream framing's ([`STREAM_BATCH_BYTES`], read so by the store:
+//! [`FeedBatch`]), each holding its share of the streams' memory budget until the transport takes
+//! it, as a streamed scan's do.
 
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 use trestle_proto::access::Permissions;
 use trestle_proto::pb;
 
 use super::reply::ChangesReply;
 use super::status::to_status;
-use super::stream::Holds;
+use super::stream::{Holds, StreamLimits, STREAM_BATCH_BYTES};
 use super::{invalid, wire};
 use crate::auth::Access;
 use crate::error::TableError;
 use crate::executor::Executor;
+use crate::feed_watch::FeedWatch;
 use crate::model::{ChangeKind, ValidationError};
-use crate::storage::{FeedEnd, FeedPosition, StorageError, StoredChange};
+use crate::storage::{FeedBatch, FeedEnd, FeedPosition, StorageError, StoredChange};
 
-/// Records one batch holds at most.
-const BATCH: usize = 500;
-/// How often a caught-up follower looks for new records.
-const FOLLOW_EVERY: Duration = Duration::from_millis(5);
+/// What one batch holds at most: 500 records, and the stream framing's bytes.
+const BATCH: FeedBatch = FeedBatch {
+    records: 500,
+    bytes: STREAM_BATCH_BYTES,
+};
+/// How often a caught-up reader without `follow` looks for the records it still waits for.
+const SETTLE_EVERY: Duration = Duration::from_millis(5);
 /// How long a read without `follow` waits, caught up, for the records of commits that had ended
 /// when it began but are not readable yet (behind a transaction still running then); it ends at
 /// its cursor after that, and a later read from the cursor finds them.
@@ -47,15 +53,25 @@ pub(crate) struct Reader {
     /// Start after the newest record (the first response tells where that is).
     from_end: bool,
     access: Access,
+    /// What its buffered batches may hold.
+    limits: StreamLimits,
     /// Held while the stream lives (the reader moves into its task).
     _holds: Holds,
 }
 
+/// An answer on its way to the reader, with its batch's share of the memory budget.
+struct Framed {
+    answer: Result<ChangesReply, Status>,
+    _memory: Option<OwnedSemaphorePermit>,
+}
+
 impl Reader {
-    /// The reader `request` asks for, by a caller with `access`, holding `holds`.
+    /// The reader `request` asks for, by a caller with `access`, holding `holds`, its batches
+    /// within `limits`.
     pub(crate) fn new(
         request: pb::ReadChangesRequest,
         access: Access,
+        limits: StreamLimits,
         holds: Holds,
     ) -> Result<Reader, Status> {
         let after = match request.cursor.as_str() {
@@ -74,13 +90,20 @@ impl Reader {
             partition_key: Some(request.partition_key).filter(|pk| !pk.is_empty()),
             from_end: request.from_end,
             access,
+            limits,
             _holds: holds,
         })
     }
 
     /// Reads the first batch (so that a table without a feed is refused before the stream
     /// begins), then streams on a task of its own.
-    pub(crate) async fn start(mut self, executor: Executor) -> Result<ChangeStream, Status> {
+    pub(crate) async fn start(
+        mut self,
+        executor: Executor,
+        feeds: &FeedWatch,
+    ) -> Result<ChangeStream, Status> {
+        // Before the first read: a commit after it wakes the follower.
+        let mut commits = self.follow.then(|| feeds.subscribe(&self.table));
         let (sender, receiver) = mpsc::channel(1);
         let end = self.end(&executor).await?;
         if self.from_end {
@@ -89,43 +112,67 @@ impl Reader {
                 changes: Vec::new(),
                 cursor: cursor_of(end.readable),
             };
-            sender.try_send(Ok(at_end)).expect("a new channel has room");
+            let framed = Framed {
+                answer: Ok(at_end),
+                _memory: None,
+            };
+            sender.try_send(framed).expect("a new channel has room");
         }
         let first = self.read(&executor).await?;
         tokio::spawn(async move {
             let settle_until = Instant::now() + SETTLE_AT_MOST;
-            let mut batch = first;
+            let (mut batch, mut memory) = first;
             loop {
                 if batch.is_empty() {
+                    drop(memory.take());
                     if !self.follow
                         && (Instant::now() >= settle_until
                             || self.has_passed(&executor, end.committed).await)
                     {
                         return;
                     }
+                    let woken = async {
+                        match commits.as_mut() {
+                            Some(commits) => commits.changed().await.is_ok(),
+                            None => {
+                                tokio::time::sleep(SETTLE_EVERY).await;
+                                true
+                            }
+                        }
+                    };
                     tokio::select! {
                         () = sender.closed() => return,
-                        () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                        woken = woken => { if !woken { return } },
                     }
                 } else {
                     let answer = self
                         .answer(batch)
                         .map_err(|error| to_status(&TableError::from(error)));
                     let failed = answer.is_err();
-                    if sender.send(answer).await.is_err() || failed {
+                    let framed = Framed {
+                        answer,
+                        _memory: memory.take(),
+                    };
+                    if sender.send(framed).await.is_err() || failed {
                         return;
                     }
                 }
-                batch = match self.read(&executor).await {
-                    Ok(batch) => batch,
+                (batch, memory) = match self.read(&executor).await {
+                    Ok(read) => read,
                     Err(status) => {
-                        let _ = sender.send(Err(status)).await;
+                        let failed = Framed {
+                            answer: Err(status),
+                            _memory: None,
+                        };
+                        let _ = sender.send(failed).await;
                         return;
                     }
                 };
             }
         });
-        Ok(Box::pin(ReceiverStream::new(receiver)))
+        // A batch's memory goes back to the budget as the transport takes it.
+        let answers = ReceiverStream::new(receiver).map(|framed| framed.answer);
+        Ok(Box::pin(answers))
     }
 
     /// Where the feed ends now.
@@ -141,17 +188,25 @@ impl Reader {
     async fn has_passed(&self, executor: &Executor, position: FeedPosition) -> bool {
         match self.end(executor).await {
             Ok(end) if end.readable >= position => {
-                matches!(self.read(executor).await, Ok(batch) if batch.is_empty())
+                matches!(self.read(executor).await, Ok((batch, _)) if batch.is_empty())
             }
             _ => false,
         }
     }
 
-    /// The next batch after the reader's position.
-    async fn read(&self, executor: &Executor) -> Result<Vec<StoredChange>, Status> {
+    /// The next batch after the reader's position, with its share of the memory budget (taken
+    /// before it is read; `ServerBusy` if none frees within the stall time).
+    async fn read(
+        &self,
+        executor: &Executor,
+    ) -> Result<(Vec<StoredChange>, Option<OwnedSemaphorePermit>), Status> {
+        let memory = self
+            .limits
+            .reserve_batch(Instant::now() + self.limits.stall)
+            .await?;
         let (table, after) = (self.table.clone(), self.after);
         let batch = executor.blocking(move |engine| engine.read_changes(&table, after, BATCH));
-        Ok(batch.await?)
+        Ok((batch.await?, Some(memory)))
     }
 
     /// The response of `batch`, of the records the caller may see, written from their stored

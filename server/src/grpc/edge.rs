@@ -140,10 +140,12 @@ fn operation_label(path: &str) -> &'static str {
         .unwrap_or(telemetry::OTHER)
 }
 
-/// Whether the method at `path` answers with a stream: `ScanEntities`, health's `Watch`, and
-/// reflection's (bidirectional) calls.
+/// Whether the method at `path` answers with a stream: `ScanEntities`, `ReadChanges`, `Backup`,
+/// health's `Watch`, and reflection's (bidirectional) calls.
 fn answers_with_a_stream(path: &str) -> bool {
     path.ends_with("/ScanEntities")
+        || path.ends_with("/ReadChanges")
+        || path.ends_with("/Backup")
         || path == "/grpc.health.v1.Health/Watch"
         || path.starts_with("/grpc.reflection.")
 }

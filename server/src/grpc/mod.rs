@@ -40,12 +40,14 @@ pub use edge::{Edge, EdgeLayer};
 pub use status::{ERROR_DOMAIN, OPERATION_INDEX_KEY};
 pub use stream::ScanStream;
 
+use crate::admission::StreamPermit;
 use crate::auth::{needed_for, Access, Authenticator};
 use crate::config::Limits;
 use crate::connections::ConnectionInfo;
 use crate::engine::Pending;
 use crate::error::TableError;
 use crate::executor::Executor;
+use crate::feed_watch::FeedWatch;
 use crate::model::{ChangeFeed, IfMatch, Operation};
 use crate::query::QuerySpec;
 use stream::{Holds, ScanSlot, StreamLimits};
@@ -58,13 +60,16 @@ pub struct TableApi {
     authenticator: Authenticator,
     /// What streamed scans may hold.
     streams: StreamLimits,
+    /// What wakes caught-up feed followers.
+    feeds: FeedWatch,
 }
 
-/// A request let in: what its credential grants, its deadline, and its in-flight permit.
-struct Admitted {
+/// A request let in: what its credential grants, its deadline, and its permit: a short call's
+/// in-flight permit, or a long-lived call's of its own class ([`crate::admission`]).
+struct Admitted<P = tokio::sync::OwnedSemaphorePermit> {
     access: Access,
     deadline: Option<Instant>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: P,
 }
 
 impl TableApi {
@@ -76,6 +81,7 @@ impl TableApi {
         limits: &Limits,
     ) -> TableApi {
         TableApi {
+            feeds: FeedWatch::new(executor.clone()),
             executor,
             authenticator,
             streams: StreamLimits::new(
@@ -103,6 +109,20 @@ impl TableApi {
         Ok(Admitted {
             access,
             deadline: deadline::from_metadata(metadata, Instant::now()),
+            permit,
+        })
+    }
+
+    /// Lets a long-lived call in (a feed reader, a streamed scan, a backup): admitted as any
+    /// request, then holding a permit of the long-lived class in place of its in-flight one.
+    fn admit_long<T>(&self, request: &Request<T>) -> Result<Admitted<StreamPermit>, Status> {
+        let Admitted {
+            access, deadline, ..
+        } = self.admit(request)?;
+        let permit = self.executor.admit_stream(access.credential())?;
+        Ok(Admitted {
+            access,
+            deadline,
             permit,
         })
     }
@@ -194,8 +214,8 @@ fn invalid(error: crate::model::ValidationError) -> Status {
 }
 
 /// Narrows a query to what `admitted` may read and gives it the caller's deadline.
-fn scoped_query(
-    admitted: &Admitted,
+fn scoped_query<P>(
+    admitted: &Admitted<P>,
     request: pb::QueryEntitiesRequest,
 ) -> Result<(String, QuerySpec, String), Status> {
     let (table, mut spec, continuation) = query_spec(request);
@@ -301,7 +321,7 @@ impl service::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::ReadChangesRequest>,
     ) -> Result<Response<Self::ReadChangesStream>, Status> {
-        let admitted = self.admit(&request)?;
+        let admitted = self.admit_long(&request)?;
         let slot = self.scan_slot(&request)?;
         let request = request.into_inner();
         admitted.access.describe_table(&request.table)?;
@@ -310,8 +330,8 @@ impl service::table_service_server::TableService for TableApi {
             _slot: slot,
             _open: crate::telemetry::OpenStream::opened(),
         };
-        let reader = changes::Reader::new(request, admitted.access, holds)?;
-        let stream = reader.start(self.executor.clone()).await?;
+        let reader = changes::Reader::new(request, admitted.access, self.streams.clone(), holds)?;
+        let stream = reader.start(self.executor.clone(), &self.feeds).await?;
         Ok(Response::new(stream))
     }
 
@@ -532,7 +552,7 @@ impl service::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::QueryEntitiesRequest>,
     ) -> Result<Response<Self::ScanEntitiesStream>, Status> {
-        let admitted = self.admit(&request)?;
+        let admitted = self.admit_long(&request)?;
         let slot = self.scan_slot(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
         let cursor = self.executor.open_scan(table, spec, continuation).await?;
@@ -645,7 +665,7 @@ impl service::table_service_server::TableService for TableApi {
         &self,
         request: Request<pb::BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
-        let admitted = self.admit(&request)?;
+        let admitted = self.admit_long(&request)?;
         admitted.access.back_up()?;
         let chunks = backup::start(self.executor.clone(), admitted.permit).await?;
         Ok(Response::new(chunks))

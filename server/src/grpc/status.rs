@@ -34,6 +34,9 @@ impl From<WorkError> for Status {
             WorkError::Panicked => internal(),
             WorkError::ShuttingDown => Status::unavailable("the server is shutting down"),
             WorkError::Busy { max_in_flight } => server_busy(max_in_flight),
+            WorkError::StreamsBusy(refusal) => {
+                status(ErrorCode::ServerBusy, refusal.to_string(), None)
+            }
         }
     }
 }

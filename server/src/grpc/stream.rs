@@ -25,9 +25,11 @@ use super::wire::EntityEncoder;
 use crate::engine::ScanCursor;
 use crate::executor::Executor;
 
-/// Most bytes of encoded entities in one streamed batch (a batch may pass it by one entity).
-/// Small enough that a buffered batch costs little, large enough that the hand-off per batch is
-/// lost in the work of reading it.
+/// Most bytes of encoded entities or records in one streamed batch, of every stream that sends
+/// entities (scans and change feeds; a batch may pass it by one entity and its before image, so
+/// that any batch fits a client's default 4 MiB message limit). Small enough that a buffered
+/// batch costs little, large enough that the hand-off per batch is lost in the work of reading
+/// it. Each batch holds its share of the [`StreamLimits`] memory budget while it waits.
 pub(crate) const STREAM_BATCH_BYTES: usize = 128 * 1024;
 
 /// The bounds on what open streams may hold.
@@ -52,6 +54,22 @@ impl StreamLimits {
             per_connection,
             memory: Arc::new(Semaphore::new(memory_kib)),
             memory_kib,
+        }
+    }
+
+    /// One batch's share of the memory budget, taken before the batch is read and held until the
+    /// transport takes it; `ServerBusy` if none is free by `until`.
+    pub(crate) async fn reserve_batch(
+        &self,
+        until: Instant,
+    ) -> Result<OwnedSemaphorePermit, Status> {
+        let memory = self
+            .memory
+            .clone()
+            .acquire_many_owned((STREAM_BATCH_BYTES / 1024) as u32);
+        match tokio::time::timeout_at(until.into(), memory).await {
+            Ok(Ok(memory)) => Ok(memory),
+            _ => Err(super::status::stream_memory_busy(self.memory_kib / 1024)),
         }
     }
 
@@ -172,8 +190,8 @@ impl Handoff {
 
 /// What a stream holds while it runs: released, all of it, when its task ends.
 pub(crate) struct Holds {
-    /// The request's in-flight permit.
-    pub(crate) _in_flight: OwnedSemaphorePermit,
+    /// The call's permit of the long-lived class.
+    pub(crate) _in_flight: crate::admission::StreamPermit,
     /// The scan's place under its connection's cap, if the connection is known.
     pub(crate) _slot: Option<ScanSlot>,
     /// Counted among the open streams while it lives.
@@ -298,12 +316,9 @@ where
             Wait::TimedOut if until < stalled_at => return Some(super::status::deadline()),
             Wait::TimedOut => return Some(super::status::reader_stalled(limits.stall)),
         }
-        let memory = limits
-            .memory
-            .clone()
-            .acquire_many_owned((STREAM_BATCH_BYTES / 1024) as u32);
-        let Ok(Ok(memory)) = tokio::time::timeout_at(until.into(), memory).await else {
-            return Some(super::status::stream_memory_busy(limits.memory_kib / 1024));
+        let memory = match limits.reserve_batch(until).await {
+            Ok(memory) => memory,
+            Err(status) => return Some(status),
         };
         let (next, used, more) = match read_chunk(cursor, encoder).await {
             Ok(read) => read,

@@ -20,6 +20,39 @@ pub const MAX_INDEXES_PER_TABLE: usize = 8;
 pub const MAX_INDEX_PROPERTIES: usize = 4;
 /// Longest index name, in characters.
 pub(crate) const MAX_INDEX_NAME_CHARS: usize = 63;
+/// Most entries one entity may have in one index (the distinct values a multi-valued index's
+/// array holds): the bound on the index maintenance one write does.
+/// A write that would need more is refused before anything is written; an index build that meets
+/// such an entity (written before the index was declared) ends `FAILED`, saying which.
+pub const MAX_INDEX_ENTRIES_PER_ENTITY: usize = 1_000;
+
+/// An entity that would have more than [`MAX_INDEX_ENTRIES_PER_ENTITY`] entries in an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooManyEntries {
+    /// The index.
+    pub index: String,
+    /// How many the entity's values would make (at least).
+    pub entries: usize,
+}
+
+impl std::fmt::Display for TooManyEntries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the entity would have {} entries in index {}, and an entity has at most \
+             {MAX_INDEX_ENTRIES_PER_ENTITY} in one index (each distinct value a multi-valued path \
+             reaches is one)",
+            self.entries,
+            quoted(&self.index)
+        )
+    }
+}
+
+impl From<TooManyEntries> for ValidationError {
+    fn from(error: TooManyEntries) -> ValidationError {
+        ValidationError::Argument(error.to_string())
+    }
+}
 
 /// What an index orders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,13 +190,14 @@ impl IndexDefinition {
 
     /// The sort keys of the entries of the entity with these keys and properties (`value` looks
     /// a property up by name), in order and distinct: none if a path reaches no value, several
-    /// for a multi-valued index.
+    /// for a multi-valued index; refused past [`MAX_INDEX_ENTRIES_PER_ENTITY`], counted before
+    /// any key is made.
     pub fn sort_keys<'a>(
         &self,
         partition_key: &str,
         row_key: &str,
         value: impl Fn(&str) -> Option<ValueRef<'a>>,
-    ) -> Vec<Vec<u8>> {
+    ) -> Result<Vec<Vec<u8>>, TooManyEntries> {
         let mut keys = vec![Vec::with_capacity(64)];
         if self.scope == IndexScope::Partition {
             put_escaped(&mut keys[0], partition_key.as_bytes());
@@ -171,21 +205,39 @@ impl IndexDefinition {
         for path in &self.properties {
             let values = path_values(path, &value);
             keys = match values.as_slice() {
-                [] => return Vec::new(),
+                [] => return Ok(Vec::new()),
                 [one] => {
                     keys.iter_mut().for_each(|key| put_value(key, *one));
                     keys
                 }
-                many => keys
-                    .iter()
-                    .flat_map(|key| {
-                        many.iter().map(move |value| {
-                            let mut key = key.clone();
-                            put_value(&mut key, *value);
-                            key
+                many => {
+                    // Each distinct value once (at most a document's 10,000), counted before the
+                    // product is made.
+                    let mut encoded: Vec<Vec<u8>> = many
+                        .iter()
+                        .map(|value| {
+                            let mut bytes = Vec::new();
+                            put_value(&mut bytes, *value);
+                            bytes
                         })
-                    })
-                    .collect(),
+                        .collect();
+                    encoded.sort_unstable();
+                    encoded.dedup();
+                    let entries = keys.len().saturating_mul(encoded.len());
+                    if entries > MAX_INDEX_ENTRIES_PER_ENTITY {
+                        return Err(TooManyEntries {
+                            index: self.name.clone(),
+                            entries,
+                        });
+                    }
+                    keys.iter()
+                        .flat_map(|key| {
+                            encoded
+                                .iter()
+                                .map(move |value| [key.as_slice(), value].concat())
+                        })
+                        .collect()
+                }
             };
         }
         keys.sort_unstable();
@@ -198,7 +250,7 @@ impl IndexDefinition {
                 put_escaped(key, row_key.as_bytes());
             }
         }
-        keys
+        Ok(keys)
     }
 }
 
@@ -236,24 +288,24 @@ impl Index {
     }
 
     /// The entries of an entity with these properties, in sort-key order (none if it lacks an
-    /// indexed value).
+    /// indexed value), within [`MAX_INDEX_ENTRIES_PER_ENTITY`].
     pub fn entries(
         &self,
         partition_key: &str,
         row_key: &str,
         properties: &Properties,
-    ) -> Vec<IndexEntry> {
-        self.definition
-            .sort_keys(partition_key, row_key, |name| {
-                properties.get(name).map(|v| v.borrowed())
-            })
+    ) -> Result<Vec<IndexEntry>, TooManyEntries> {
+        let sort_keys = self.definition.sort_keys(partition_key, row_key, |name| {
+            properties.get(name).map(|v| v.borrowed())
+        })?;
+        Ok(sort_keys
             .into_iter()
             .map(|sort_key| IndexEntry {
                 index_id: self.id,
                 sort_key,
                 unique: self.definition.unique,
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -483,7 +535,9 @@ mod tests {
                 ("Last".to_owned(), Value::String(last.into())),
                 ("First".to_owned(), Value::String(first.into())),
             ]);
-            let mut keys = d.sort_keys(pk, "r", |n| props.get(n).map(Value::borrowed));
+            let mut keys = d
+                .sort_keys(pk, "r", |n| props.get(n).map(Value::borrowed))
+                .unwrap();
             assert_eq!(keys.len(), 1);
             keys.remove(0)
         };
@@ -497,7 +551,37 @@ mod tests {
         let props = Properties::from([("Last".to_owned(), Value::String("X".into()))]);
         assert!(table
             .sort_keys("p", "r", |n| props.get(n).map(Value::borrowed))
+            .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn an_entity_has_at_most_its_bound_of_entries_in_one_index() {
+        let array = |n: usize| {
+            let values = (0..n)
+                .map(|i| Value::Int32(i as i32 % 2_000))
+                .collect::<Vec<_>>();
+            Value::Document(crate::model::Document::array(values).unwrap())
+        };
+        let books = IndexDefinition::new(
+            "ByBook".into(),
+            vec!["Books/*".into()],
+            IndexScope::Table,
+            false,
+        )
+        .unwrap();
+        let of = |n: usize| {
+            let props = Properties::from([("Books".to_owned(), array(n))]);
+            books.sort_keys("p", "r", |name| props.get(name).map(Value::borrowed))
+        };
+        assert_eq!(
+            of(MAX_INDEX_ENTRIES_PER_ENTITY).unwrap().len(),
+            MAX_INDEX_ENTRIES_PER_ENTITY
+        );
+        // Duplicates count once: 4,000 values, 2,000 distinct.
+        let refused = of(4_000).unwrap_err();
+        assert_eq!(refused.entries, 2_000);
+        assert!(refused.to_string().contains("at most 1000"), "{refused}");
     }
 
     #[test]

@@ -40,7 +40,8 @@ pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, ETagText, IfMatch};
 pub use index::{
     put_escaped, put_value, successor_of_prefix, type_tag, Index, IndexDefinition, IndexEntry,
-    IndexRange, IndexScope, IndexState, MAX_INDEXES_PER_TABLE, MAX_INDEX_PROPERTIES,
+    IndexRange, IndexScope, IndexState, TooManyEntries, MAX_INDEXES_PER_TABLE,
+    MAX_INDEX_ENTRIES_PER_ENTITY, MAX_INDEX_PROPERTIES,
 };
 pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};

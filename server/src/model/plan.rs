@@ -130,15 +130,22 @@ pub fn plan_commit(
     };
     for (index, (operation, current)) in operations.into_iter().zip(current).enumerate() {
         let row_key = operation.row_key().to_owned();
-        let entries_of = |entity: Option<&StoredEntity>| -> Vec<Vec<IndexEntry>> {
+        // Each entity's entries are bounded (MAX_INDEX_ENTRIES_PER_ENTITY): a write past the
+        // bound is refused here, before anything is written.
+        let entries_of = |entity: Option<&StoredEntity>| {
             kept.iter()
                 .map(|kept| match entity {
                     Some(e) => kept.entries(partition_key, &row_key, &e.properties),
-                    None => Vec::new(),
+                    None => Ok(Vec::new()),
                 })
-                .collect()
+                .collect::<Result<Vec<Vec<IndexEntry>>, _>>()
+                .map_err(|too_many| PlanRefusal {
+                    index,
+                    row_key: row_key.clone(),
+                    refusal: Refusal::Invalid(too_many.into()),
+                })
         };
-        let before = entries_of(current.as_ref());
+        let before = entries_of(current.as_ref())?;
         let current = match (ttl, current, &operation) {
             (_, current, Operation::Expire { .. }) => current,
             (Some(ttl), Some(row), _) if expired(ttl, &row, now) => None,
@@ -170,7 +177,8 @@ pub fn plan_commit(
                 continue;
             }
         };
-        plan.add_entry_changes(&kept, before, entries_of(result.as_ref()), index, &row_key);
+        let after = entries_of(result.as_ref())?;
+        plan.add_entry_changes(&kept, before, after, index, &row_key);
         plan.results.push(result);
         plan.changes.push(PlannedChange {
             operation: index,

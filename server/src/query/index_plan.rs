@@ -181,7 +181,9 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.to_string(), v.clone()))
             .collect();
-        let mut keys = index.sort_keys(pk, "r", |n| properties.get(n).map(Value::borrowed));
+        let mut keys = index
+            .sort_keys(pk, "r", |n| properties.get(n).map(Value::borrowed))
+            .unwrap();
         assert_eq!(keys.len(), 1);
         keys.remove(0)
     }
@@ -265,7 +267,9 @@ mod tests {
                 Value::String("b2".into()),
             ]),
         )]);
-        let keys = books.sort_keys("p", "r", |n| entity.get(n).map(Value::borrowed));
+        let keys = books
+            .sort_keys("p", "r", |n| entity.get(n).map(Value::borrowed))
+            .unwrap();
         assert_eq!(keys.len(), 2, "one entry per distinct element");
         let b1 = range(&books, "Books/any(b: b eq 'b1')");
         assert!(b1.contains(&keys[0]) && !b1.contains(&keys[1]));
@@ -290,7 +294,9 @@ mod tests {
             ),
             ("Since".to_owned(), Value::Int32(2020)),
         ]);
-        let keys = cities.sort_keys("p", "r", |n| person.get(n).map(Value::borrowed));
+        let keys = cities
+            .sort_keys("p", "r", |n| person.get(n).map(Value::borrowed))
+            .unwrap();
         assert_eq!(keys.len(), 1, "an element without the member has no entry");
         let seattle = range(
             &cities,
@@ -309,7 +315,9 @@ mod tests {
                 "Address".to_owned(),
                 document(&[("City", Value::String(name.into()))]),
             )]);
-            let mut keys = city.sort_keys("p", "r", |n| p.get(n).map(Value::borrowed));
+            let mut keys = city
+                .sort_keys("p", "r", |n| p.get(n).map(Value::borrowed))
+                .unwrap();
             keys.remove(0)
         };
         let after_m = range(&city, "Address/City gt 'M'");

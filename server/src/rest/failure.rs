@@ -78,7 +78,9 @@ impl From<WorkError> for Failure {
             WorkError::ShuttingDown => {
                 Failure::of(ErrorCode::ServiceUnavailable, error.to_string())
             }
-            WorkError::Busy { .. } => Failure::of(ErrorCode::ServerBusy, error.to_string()),
+            WorkError::Busy { .. } | WorkError::StreamsBusy(_) => {
+                Failure::of(ErrorCode::ServerBusy, error.to_string())
+            }
         }
     }
 }

@@ -58,6 +58,34 @@ impl FeedEnd {
     }
 }
 
+/// How much one read of a feed returns at most: a number of records and their stored bytes. A
+/// read stops before the record that would pass either, except that the first record always
+/// comes (an entity and its before image, 2 MiB at most); so a batch of the stream framing's byte
+/// bound fits a client's default 4 MiB message limit whatever the entities' sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedBatch {
+    /// Most records.
+    pub records: usize,
+    /// Most bytes of stored records (past the first).
+    pub bytes: usize,
+}
+
+impl FeedBatch {
+    /// At most `records` records, of any size (for housekeeping, which keeps only positions).
+    pub fn records(records: usize) -> FeedBatch {
+        FeedBatch {
+            records,
+            bytes: usize::MAX,
+        }
+    }
+
+    /// Whether a batch already holding `held` records of `held_bytes` stored bytes takes one more
+    /// of `bytes`.
+    pub fn admits(&self, held: usize, held_bytes: usize, bytes: usize) -> bool {
+        held == 0 || (held < self.records && held_bytes.saturating_add(bytes) <= self.bytes)
+    }
+}
+
 /// A change record as read back: the entities it holds stay in their stored form, read in place
 /// ([`StoredChange::after`]) by whoever sends them on.
 #[derive(Debug, Clone, PartialEq)]

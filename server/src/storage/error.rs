@@ -31,6 +31,10 @@ pub enum StorageError {
     /// The PostgreSQL store's database holds a newer schema than this build's.
     #[error("the database has Trestle schema version {found}, newer than this build's {supported}; run a newer trestle-server on it (nothing was changed)")]
     UnsupportedSchema { found: u32, supported: u32 },
+    /// A stored entity has more entries than an index keeps (written before the index was
+    /// declared): the index cannot be built.
+    #[error("{0}")]
+    Unindexable(String),
     /// The index a build step or state change names was dropped (the build stops).
     #[error("the index was dropped")]
     IndexGone,

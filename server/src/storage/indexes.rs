@@ -275,7 +275,8 @@ fn utf8(bytes: &[u8]) -> Result<String, StorageError> {
 }
 
 /// The sort keys of `entity`'s entries in `index`, read in place, in order (none if it lacks an
-/// indexed value; several for a multi-valued index).
+/// indexed value; several for a multi-valued index). An entity with more entries than an index
+/// keeps (written before the index was declared) is [`StorageError::Unindexable`].
 pub fn entity_sort_keys(
     index: &Index,
     entity: &EntityView<'_>,
@@ -288,11 +289,12 @@ pub fn entity_sort_keys(
             None => return Ok(Vec::new()),
         }
     }
-    Ok(index
+    index
         .definition
         .sort_keys(entity.partition_key, entity.row_key, |name| {
             values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
-        }))
+        })
+        .map_err(|too_many| StorageError::Unindexable(too_many.to_string()))
 }
 
 /// What one step of an index build did.
@@ -328,6 +330,12 @@ pub fn build_in_background(table: Arc<dyn Table>, index_id: u64) {
                         return;
                     }
                     Err(StorageError::IndexGone) => return,
+                    // What no retry changes: an entity that cannot be read or indexed.
+                    Err(error @ (StorageError::Corrupt(_) | StorageError::Unindexable(_))) => {
+                        let why = format!("the build met an entity it cannot index: {error}");
+                        finish(table.as_ref(), index_id, IndexState::Failed(why));
+                        return;
+                    }
                     Err(error) => {
                         tracing::warn!(%error, index_id, "an index build step failed; trying again");
                         std::thread::sleep(BUILD_RETRY_PAUSE);

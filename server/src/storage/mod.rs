@@ -36,7 +36,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use changes::{FeedEnd, FeedPosition, StoredChange};
+pub use changes::{FeedBatch, FeedEnd, FeedPosition, StoredChange};
 pub use codec::{EntityView, PropertyBytes, Shown, StoredProperties, StoredValue};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
@@ -299,7 +299,7 @@ pub trait Store: Send + Sync + Debug {
         }
     }
 
-    /// Up to `limit` records of the change feed of the table called `name` after `after`, with
+    /// The records of the change feed of the table called `name` after `after`, within `limit`, with
     /// the table's name and catalog and where its feed was trimmed to, all as of one instant:
     /// `None` if there is no live table of that name. By default [`Store::table`], then
     /// [`Table::read_changes`] and [`Table::feed_trimmed_to`] (after the read: trimming notes its
@@ -309,7 +309,7 @@ pub trait Store: Send + Sync + Debug {
         &self,
         name: &TableName,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Option<FeedRead>, StorageError> {
         let Some(table) = self.table(name)? else {
             return Ok(None);
@@ -659,13 +659,14 @@ pub trait Table: Indexed + Send + Sync + Debug {
         visitor: &mut Visitor<'_>,
     ) -> Result<Option<KeyPosition>, StorageError>;
 
-    /// Up to `limit` records of the table's change feed after `after` (from its start when
-    /// `None`), in position order: only those of transactions that every earlier one has
-    /// finished before, and durable (so that a later read from the last one misses nothing).
+    /// The records of the table's change feed after `after` (from its start when `None`), in
+    /// position order, within `limit` ([`FeedBatch::admits`]): only those of transactions that
+    /// every earlier one has finished before, and durable (so that a later read from the last one
+    /// misses nothing).
     fn read_changes(
         &self,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, StorageError>;
 
     /// Removes up to `limit` of the feed's readable records of commits before `before`, after

@@ -12,13 +12,14 @@
 //! from the locks, and below the snapshot's `xmax` (ids taken later are above it). A transaction
 //! that writes no record of the table, however long it runs, keeps no reader of it waiting.
 
+use postgres::types::ToSql;
 use postgres::Client;
 
 use super::pool::Prepared;
 use super::table::PostgresTable;
 use super::PostgresStore;
 use crate::model::{CommitPlan, TableName, Ticks};
-use crate::storage::changes::{self, FeedEnd, FeedPosition, StoredChange};
+use crate::storage::changes::{self, FeedBatch, FeedEnd, FeedPosition, StoredChange};
 use crate::storage::{FeedRead, IndexCatalog, StorageError};
 
 pub(super) const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
@@ -54,10 +55,13 @@ const TRIMMED_TO: &str =
 /// costs an index probe, not a look at `pg_locks`, which takes every lock manager partition of
 /// the cluster). Those read are in order, so the ones below the horizon are a prefix of them.
 const READ_RECORDS: &str = "SELECT xid::text::int8, record, change FROM (
-        SELECT xid, record, change FROM trestle_changes
-        WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
-        ORDER BY xid, record LIMIT $4) r
-    WHERE xid < (SELECT trestle_feed_horizon($1))::text::xid8
+        SELECT xid, record, change, row_number() OVER w AS n,
+            sum(octet_length(change)) OVER w AS through
+        FROM (SELECT xid, record, change FROM trestle_changes
+            WHERE table_id = $1 AND (xid, record) > ($2::int8::text::xid8, $3)
+            ORDER BY xid, record LIMIT $4) l
+        WINDOW w AS (ORDER BY xid, record)) r
+    WHERE xid < (SELECT trestle_feed_horizon($1))::text::xid8 AND (n = 1 OR through <= $5::int8)
     ORDER BY xid, record";
 
 /// The table of a name, where its feed was trimmed to, and the records after a position (read as
@@ -67,10 +71,13 @@ const READ_NAMED: &str = "SELECT t.name, t.indexes, tr.xid::text::int8, tr.recor
     FROM trestle_tables t
     LEFT JOIN trestle_feed_trims tr ON tr.table_id = t.id
     LEFT JOIN LATERAL (SELECT xid, record, change FROM (
-            SELECT xid, record, change FROM trestle_changes
-            WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
-            ORDER BY xid, record LIMIT $4) r
-        WHERE xid < (SELECT trestle_feed_horizon(t.id))::text::xid8
+            SELECT xid, record, change, row_number() OVER w AS n,
+                sum(octet_length(change)) OVER w AS through
+            FROM (SELECT xid, record, change FROM trestle_changes
+                WHERE table_id = t.id AND (xid, record) > ($2::int8::text::xid8, $3)
+                ORDER BY xid, record LIMIT $4) l
+            WINDOW w AS (ORDER BY xid, record)) r
+        WHERE xid < (SELECT trestle_feed_horizon(t.id))::text::xid8 AND (n = 1 OR through <= $5::int8)
         ORDER BY xid, record) c ON true
     WHERE t.folded = $1 AND t.live";
 
@@ -139,12 +146,11 @@ impl PostgresTable {
     pub(super) fn changes_after(
         &self,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, StorageError> {
-        let (transaction, record, limit) = read_params(after, limit);
-        let rows = self
-            .pool
-            .query(READ_RECORDS, &[&self.id, &transaction, &record, &limit])?;
+        let (transaction, record, records, bytes) = read_params(after, limit);
+        let params: [&(dyn ToSql + Sync); 5] = [&self.id, &transaction, &record, &records, &bytes];
+        let rows = self.pool.query(READ_RECORDS, &params)?;
         rows.iter().filter_map(|row| change_at(row, 0)).collect()
     }
 }
@@ -155,12 +161,12 @@ impl PostgresStore {
         &self,
         name: &TableName,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Option<FeedRead>, StorageError> {
-        let (transaction, record, limit) = read_params(after, limit);
-        let rows = self
-            .pool
-            .query(READ_NAMED, &[&name.folded(), &transaction, &record, &limit])?;
+        let (transaction, record, records, bytes) = read_params(after, limit);
+        let folded = name.folded();
+        let params: [&(dyn ToSql + Sync); 5] = [&folded, &transaction, &record, &records, &bytes];
+        let rows = self.pool.query(READ_NAMED, &params)?;
         let Some(first) = rows.first() else {
             return Ok(None);
         };
@@ -184,17 +190,21 @@ impl PostgresStore {
     }
 }
 
-/// The parameters of a read of at most `limit` records after `after` (from the first when
-/// `None`): the position's transaction and record, and the limit.
-fn read_params(after: Option<FeedPosition>, limit: usize) -> (i64, i32, i64) {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+/// The parameters of a read within `limit` after `after` (from the first when `None`): the
+/// position's transaction and record, the most records and the most bytes: the statement keeps
+/// the first record and each after it while the sizes summed through it are within the bytes
+/// ([`FeedBatch::admits`]).
+fn read_params(after: Option<FeedPosition>, limit: FeedBatch) -> (i64, i32, i64, i64) {
+    let records = i64::try_from(limit.records).unwrap_or(i64::MAX);
+    let bytes = i64::try_from(limit.bytes).unwrap_or(i64::MAX);
     match after {
         Some(after) => (
             i64::try_from(after.transaction).unwrap_or(i64::MAX),
             i32::try_from(after.record).unwrap_or(i32::MAX),
-            limit,
+            records,
+            bytes,
         ),
-        None => (0, -1, limit),
+        None => (0, -1, records, bytes),
     }
 }
 

@@ -53,9 +53,9 @@ use self::point_reads::{PointReads, WaitingReads};
 use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
-    build_in_background, AwaitedCalls, CommitOutcome, CreateRefusal, EntityView, FeedPosition,
-    FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch, StorageError, Store,
-    StoreSecret, Table, TableKey, TendedTable,
+    build_in_background, AwaitedCalls, CommitOutcome, CreateRefusal, EntityView, FeedBatch,
+    FeedPosition, FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch,
+    StorageError, Store, StoreSecret, Table, TableKey, TendedTable,
 };
 use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
 use crate::storage::{RejectReason, Rejection, TableListing};
@@ -477,7 +477,7 @@ impl Store for PostgresStore {
         &self,
         name: &TableName,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Option<FeedRead>, StorageError> {
         self.read_feed_named(name, after, limit)
     }

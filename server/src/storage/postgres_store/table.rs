@@ -21,8 +21,8 @@ use crate::model::{
     StoredEntity, TableName, Ticks,
 };
 use crate::storage::{
-    codec, CommitOutcome, Committed, EntityView, FeedEnd, FeedPosition, IndexCatalog, KeyScan,
-    RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
+    codec, CommitOutcome, Committed, EntityView, FeedBatch, FeedEnd, FeedPosition, IndexCatalog,
+    KeyScan, RejectReason, Rejection, StorageError, StoredChange, Table, Visitor,
 };
 
 const GET: &str = "SELECT t.live, e.record FROM trestle_tables t
@@ -89,7 +89,7 @@ impl Table for PostgresTable {
     fn read_changes(
         &self,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, StorageError> {
         self.changes_after(after, limit)
     }

@@ -23,7 +23,7 @@ use super::table::SledTable;
 use super::undo::RowChange;
 use super::{StorageError, Ticket};
 use crate::model::{ChangeKind, CommitPlan, EntityKey, Ticks};
-use crate::storage::changes::{self, FeedPosition, StoredChange};
+use crate::storage::changes::{self, FeedBatch, FeedPosition, StoredChange};
 use crate::storage::EntityView;
 
 /// The key, in the store's default tree, of the settled note: a transaction number below which
@@ -260,7 +260,7 @@ impl SledTable {
         &self,
         after: Option<FeedPosition>,
         horizon: u64,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, StorageError> {
         let start = match after {
             Some(after) => std::ops::Bound::Excluded(key::feed_record(after)),
@@ -270,9 +270,13 @@ impl SledTable {
             transaction: horizon,
             record: 0,
         }));
-        let mut found = Vec::new();
-        for item in self.tree.range((start, end)).take(limit) {
+        let (mut found, mut found_bytes) = (Vec::new(), 0);
+        for item in self.tree.range((start, end)) {
             let (stored_key, bytes) = item?;
+            if !limit.admits(found.len(), found_bytes, bytes.len()) {
+                break;
+            }
+            found_bytes += bytes.len();
             found.push(changes::decode(key::feed_position(&stored_key)?, &bytes)?);
         }
         Ok(found)
@@ -288,7 +292,7 @@ impl SledTable {
         horizon: u64,
         limit: usize,
     ) -> Result<usize, StorageError> {
-        let oldest = self.changes_below(None, horizon, limit)?;
+        let oldest = self.changes_below(None, horizon, FeedBatch::records(limit))?;
         let doomed: Vec<FeedPosition> = oldest
             .iter()
             .take_while(|change| change.at < before)

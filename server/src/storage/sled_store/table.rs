@@ -13,8 +13,8 @@ use super::{codec, EntityView, RejectReason, Rejection, Shared, StorageError, Ta
 use crate::model::{plan_commit, CommitPlan, EntityKey, Operation, Refusal, TableName, Ticks};
 use crate::model::{KeyPosition, KeyRange};
 use crate::storage::{
-    CommitOutcome, Committed, FeedEnd, FeedPosition, IndexCatalog, KeyScan, StoredChange, Visit,
-    Visitor,
+    CommitOutcome, Committed, FeedBatch, FeedEnd, FeedPosition, IndexCatalog, KeyScan,
+    StoredChange, Visit, Visitor,
 };
 
 /// A live table of the sled store: its identity, its tree, and a gate that deletion closes.
@@ -469,7 +469,7 @@ impl Table for SledTable {
     fn read_changes(
         &self,
         after: Option<FeedPosition>,
-        limit: usize,
+        limit: FeedBatch,
     ) -> Result<Vec<StoredChange>, StorageError> {
         let horizon = self.shared.feed.horizon(self.shared.durability.durable());
         self.changes_below(after, horizon, limit)
@@ -849,7 +849,7 @@ pub(super) mod tests {
             .sled_table(&TableName::parse("Rows").unwrap())
             .unwrap();
         let changes: Vec<(String, ChangeKind)> = table
-            .read_changes(None, 100)
+            .read_changes(None, FeedBatch::records(100))
             .unwrap()
             .into_iter()
             .map(|change| (change.key.row_key, change.kind))
