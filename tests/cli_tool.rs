@@ -12,13 +12,21 @@ use trestle_client::{EntityKey, Properties, Value};
 
 /// Runs `trestle <args>` against `server` with `input` on standard input: what it printed.
 async fn trestle(server: &TestServer, args: &[&str], input: &str) -> Result<String, CliError> {
+    trestle_bytes(server, args, input.as_bytes()).await
+}
+
+/// [`trestle`] with `input` of any bytes.
+async fn trestle_bytes(
+    server: &TestServer,
+    args: &[&str],
+    input: &[u8],
+) -> Result<String, CliError> {
     let endpoint = server.endpoint();
     let line = ["trestle", "--endpoint", &endpoint]
         .into_iter()
         .chain(args.iter().copied());
-    let cli = parse(line)?;
     let mut out = Vec::new();
-    run(cli, &mut input.as_bytes(), &mut out).await?;
+    run(parse(line)?, &mut &input[..], &mut out).await?;
     Ok(String::from_utf8(out).unwrap())
 }
 
@@ -580,4 +588,55 @@ async fn copy_moves_a_table_out_of_azurite_with_every_type_kept() {
     drop(azurite);
     let gone = trestle(&server, &args, "").await.unwrap_err().to_string();
     assert!(gone.starts_with("the source: "), "{gone}");
+}
+
+/// An import reads and checks every line before it writes anything: 1,000 good lines and a cut
+/// one, invalid UTF-8, or a key that is not a string change nothing (not even the table is
+/// made), and each refusal names its line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_with_a_bad_line_anywhere_writes_nothing_and_names_the_line() {
+    let server = TestServer::start().await;
+    let good: String = (0..1_000)
+        .map(|n| {
+            format!(
+                "{{\"PartitionKey\": \"p{}\", \"RowKey\": \"r{n}\"}}\n",
+                n % 7
+            )
+        })
+        .collect();
+    let cut = format!("{good}{{\"PartitionKey\": \"p\", \"RowK");
+    let refused = trestle(&server, &["import", "Staged"], &cut)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("line 1001: "), "{refused}");
+    assert!(
+        refused.to_string().contains("nothing was imported"),
+        "{refused}"
+    );
+    let mut not_utf8 = good.clone().into_bytes();
+    not_utf8.extend_from_slice(b"{\"PartitionKey\": \"p\", \"RowKey\": \"\xff\"}\n");
+    let refused = trestle_bytes(&server, &["import", "Staged"], &not_utf8)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("line 1001: not UTF-8"),
+        "{refused}"
+    );
+    let numbered = "{\"PartitionKey\": 7, \"RowKey\": \"r\"}\n";
+    let refused = trestle(&server, &["import", "Staged"], numbered)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("line 1: PartitionKey must be a string"),
+        "{refused}"
+    );
+    let tables = ok(&server, &["tables"]).await;
+    assert!(!tables.contains("Staged"), "{tables}");
+
+    let report = trestle(&server, &["import", "Staged"], &good)
+        .await
+        .unwrap();
+    assert_eq!(report, "imported 1000 entities, skipped 0 that existed\n");
 }

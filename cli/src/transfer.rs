@@ -1,9 +1,12 @@
 //! A table's entities out to JSON lines, and JSON lines or an Azure table into a table:
 //! transactions of up to 100 entities of one partition, several partitions at once, re-runnable
-//! after an interruption.
+//! after an interruption. An import reads and checks every line before it creates the table or
+//! writes anything (spooling the lines to a temporary file), so that bad input, on any line,
+//! changes nothing; a failure while writing says how many were written, and running the import
+//! again finishes it.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Seek, SeekFrom, Write};
 
 use futures_util::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -85,23 +88,63 @@ impl std::fmt::Display for ImportReport {
     }
 }
 
-/// Reads JSON lines from `input` into `table` (created if missing), through a [`Loader`].
+/// Reads JSON lines from `input` into `table` (created if missing), through a [`Loader`]: every
+/// line is read and checked first, and only then is anything created or written.
 pub(crate) async fn import(
     table: &TableClient,
     mode: ImportMode,
     input: &mut dyn BufRead,
 ) -> Result<ImportReport, CliError> {
+    let mut spool = tempfile::tempfile()?;
+    let mut writer = std::io::BufWriter::new(&mut spool);
+    let mut lines = 0u64;
+    each_line(input, |number, line| {
+        parse_entity_line(line).map_err(|why| format!("line {number}: {why}"))?;
+        writeln!(writer, "{line}").map_err(|e| format!("spooling line {number}: {e}"))?;
+        lines += 1;
+        Ok(())
+    })?;
+    writer.flush()?;
+    drop(writer);
+    spool.seek(SeekFrom::Start(0))?;
     let mut loader = Loader::start(table, mode, "imported").await?;
-    for (at, line) in input.lines().enumerate() {
-        let line = line?;
+    let spooled = std::io::BufReader::new(spool);
+    for line in spooled.lines() {
+        let (key, properties) = parse_entity_line(&line?).map_err(CliError::Usage)?;
+        if let Err(error) = loader.push(key, properties).await {
+            return Err(loader.failed(error, lines));
+        }
+    }
+    loader.finish(lines).await
+}
+
+/// Calls `check` with each non-blank line of `input` and its number (from 1); the first refusal,
+/// or a line that is not UTF-8, stops the reading with its line number.
+fn each_line(
+    input: &mut dyn BufRead,
+    mut check: impl FnMut(u64, &str) -> Result<(), String>,
+) -> Result<(), CliError> {
+    let mut bytes = Vec::new();
+    let mut number = 0;
+    loop {
+        bytes.clear();
+        if input.read_until(b'\n', &mut bytes)? == 0 {
+            return Ok(());
+        }
+        number += 1;
+        let line = std::str::from_utf8(&bytes).map_err(|error| {
+            let at = error.valid_up_to() + 1;
+            CliError::Usage(format!(
+                "line {number}: not UTF-8 (at byte {at}); nothing was imported"
+            ))
+        })?;
+        let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
             continue;
         }
-        let (key, properties) = parse_entity_line(&line)
-            .map_err(|why| CliError::Usage(format!("line {}: {why}", at + 1)))?;
-        loader.push(key, properties).await?;
+        check(number, line)
+            .map_err(|why| CliError::Usage(format!("{why}; nothing was imported")))?;
     }
-    loader.finish().await
 }
 
 /// Copies the entities of the Azure table `source` (those `filter` matches) into `table`
@@ -117,13 +160,20 @@ pub(crate) async fn copy(
     // The first page before the table here is created: a source that refuses leaves nothing.
     let mut page = pages.next().await?;
     let mut loader = Loader::start(table, mode, "copied").await?;
+    let mut read = 0;
     while let Some(entities) = page {
         for (key, properties) in entities {
-            loader.push(key, properties).await?;
+            read += 1;
+            if let Err(error) = loader.push(key, properties).await {
+                return Err(loader.failed(error, read));
+            }
         }
-        page = pages.next().await?;
+        page = match pages.next().await {
+            Ok(page) => page,
+            Err(error) => return Err(loader.failed(error, read)),
+        };
     }
-    loader.finish().await
+    loader.finish(read).await
 }
 
 /// Writes entities given in any order into a table: entities of one partition are gathered
@@ -195,16 +245,30 @@ impl Loader {
         Ok(())
     }
 
-    /// Writes what waits and what runs; what was done.
-    async fn finish(mut self) -> Result<ImportReport, CliError> {
+    /// Writes what waits and what runs; what was done (of `total` entities, if known).
+    async fn finish(mut self, total: u64) -> Result<ImportReport, CliError> {
         for batch in std::mem::take(&mut self.pending).into_values() {
-            self.send(batch).await?;
+            if let Err(error) = self.send(batch).await {
+                return Err(self.failed(error, total));
+            }
         }
         while let Some(done) = self.running.join_next().await {
-            add(&mut self.report, Some(done), &self.bar)?;
+            if let Err(error) = add(&mut self.report, Some(done), &self.bar) {
+                return Err(self.failed(error, total));
+            }
         }
         self.bar.finish_and_clear();
         Ok(self.report)
+    }
+
+    /// `error`, saying what was written of `total` before it and how to finish.
+    fn failed(&self, error: CliError, total: u64) -> CliError {
+        self.bar.finish_and_clear();
+        CliError::Usage(format!(
+            "{error}; {} entities had been written of {total} read ({} skipped that existed): run the \
+             same import again to finish it (entities already written are skipped)",
+            self.report.written, self.report.skipped
+        ))
     }
 }
 

@@ -163,11 +163,10 @@ pub(crate) fn entity_line(entity: &Entity<Properties>) -> String {
 
 /// The keys of an entity in JSON: its `PartitionKey` and `RowKey` members.
 pub(crate) fn entity_key(json: &Map<String, Json>) -> Result<EntityKey, String> {
-    let key = |name: &str| {
-        json.get(name)
-            .and_then(Json::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| format!("no {name}"))
+    let key = |name: &str| match json.get(name) {
+        Some(Json::String(key)) => Ok(key.clone()),
+        Some(other) => Err(format!("{name} must be a string, not {other}")),
+        None => Err(format!("no {name}")),
     };
     Ok(EntityKey::new(key("PartitionKey")?, key("RowKey")?))
 }
