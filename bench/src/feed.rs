@@ -4,7 +4,8 @@
 //! every later run a little, which the turns cancel); and the delay from each insert's answer to
 //! the follower receiving its record. `ttl_expire`: a table's entities all expiring at once while
 //! point reads run on the main table, and how long the server takes to remove them (counted by
-//! their `EXPIRE` records).
+//! their `EXPIRE` records). `feed_followers_idle`: point reads with and without 1,000 caught-up
+//! followers of an idle feed open, and the server's cores while only the followers are open.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use trestle_proto::pb;
 
 use crate::framed::Framed;
-use crate::measure::Measurement;
+use crate::measure::{Measurement, ProcessSample};
 use crate::workloads::{create_table, insert_rows, load, point_read, Client, Plan};
 
 const TABLE: &str = "FeedBench";
@@ -95,6 +96,79 @@ pub(crate) async fn change_feed(client: &Client, framed: &Framed, plan: &Plan) -
         with_feed: with_1.merged(with_2),
         without_feed: first.merged(last),
         delays_us,
+    }
+}
+
+/// The caught-up followers `feed_followers_idle` opens.
+pub(crate) const IDLE_FOLLOWERS: usize = 1_000;
+/// The table they follow.
+const IDLE_TABLE: &str = "IdleFeedBench";
+
+/// What `feed_followers_idle` measured.
+pub(crate) struct IdleRun {
+    /// Point reads of the main table beside the followers.
+    pub(crate) with: Measurement,
+    /// The same before they were opened.
+    pub(crate) without: Measurement,
+    /// The server's cores over three seconds with only the followers open (unknown for a server
+    /// this benchmark did not start).
+    pub(crate) idle_cores: Option<f64>,
+}
+
+/// Point reads, then [`IDLE_FOLLOWERS`] followers of a table whose feed stays idle opened over 16
+/// connections of their own (a connection holds at most 64 streams), the server's cores with only
+/// them open, and point reads again beside them.
+pub(crate) async fn followers_idle(
+    client: &Client,
+    endpoint: &str,
+    plan: &Plan,
+    sample: impl Fn() -> Option<ProcessSample>,
+) -> IdleRun {
+    create_table(client, IDLE_TABLE, true).await;
+    let record = pb::InsertEntityRequest {
+        table: IDLE_TABLE.into(),
+        entity: Some(pb::Entity {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+            ..Default::default()
+        }),
+        return_no_content: true,
+    };
+    client
+        .clone()
+        .insert_entity(record)
+        .await
+        .expect("a record");
+    let without = point_read(client, plan).await;
+    let mut followers = Vec::with_capacity(IDLE_FOLLOWERS);
+    for connection in 0..16 {
+        let mut own = Client::connect(endpoint.to_owned()).await.expect("connect");
+        let share = IDLE_FOLLOWERS / 16 + usize::from(connection < IDLE_FOLLOWERS % 16);
+        for _ in 0..share {
+            let request = pb::ReadChangesRequest {
+                table: IDLE_TABLE.into(),
+                follow: true,
+                ..Default::default()
+            };
+            let mut stream = own
+                .read_changes(request)
+                .await
+                .expect("follow")
+                .into_inner();
+            stream.message().await.expect("the first batch");
+            followers.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = sample();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle_cores = before.zip(sample()).map(|(a, b)| b.cores_since(&a));
+    let with = point_read(client, plan).await;
+    drop(followers);
+    IdleRun {
+        with,
+        without,
+        idle_cores,
     }
 }
 

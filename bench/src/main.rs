@@ -69,6 +69,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_range",
     "indexed_insert",
     "change_feed",
+    "feed_followers_idle",
     "ttl_expire",
     "path_filter_scan",
     "array_index_lookup",
@@ -175,6 +176,9 @@ impl ServerProcess {
         let mut command = Command::new(&exe);
         command
             .args([
+                // feed_followers_idle opens 1,000 followers with one (open mode's) credential.
+                "--max-streams-per-credential",
+                "2048",
                 "--listen",
                 "127.0.0.1:0",
                 "--log-level",
@@ -413,8 +417,9 @@ async fn main() {
             .endpoint
             .clone()
             .unwrap_or_else(|| format!("http://{}", server.as_ref().expect("server").addr));
-        let (client, framed) = framed::connect(endpoint).await;
+        let (client, framed) = framed::connect(endpoint.clone()).await;
         let target = Target {
+            endpoint,
             client,
             framed,
             server,
@@ -464,8 +469,10 @@ async fn metrics_cost(
     rows: &[Row],
 ) -> Row {
     let server = ServerProcess::start_with(None, &["--metrics-listen", "127.0.0.1:0"]);
-    let (client, framed) = framed::connect(format!("http://{}", server.addr)).await;
+    let endpoint = format!("http://{}", server.addr);
+    let (client, framed) = framed::connect(endpoint.clone()).await;
     let target = Target {
+        endpoint,
         client,
         framed,
         server: Some(server),
@@ -548,6 +555,8 @@ async fn azurite_rows(
 /// Where the workloads run: a client, the server it talks to (if this run started it), and the
 /// PostgreSQL store that server keeps its data in (`None`: sled).
 struct Target<'a> {
+    /// Where the server listens (`http://…`), for workloads that open connections of their own.
+    endpoint: String,
     client: Client,
     /// Over `client`'s channel, for the workloads that move many entities.
     framed: framed::Framed,
@@ -600,6 +609,7 @@ async fn run_workloads(
                 | "filter_scan"
                 | "partition_range_scan"
                 | "mixed"
+                | "feed_followers_idle"
                 | "rest_point_read"
                 | "tx_cross_10"
                 | "tx_local_10"
@@ -792,6 +802,36 @@ async fn run_workloads(
                     "point reads while {} entities of another table expire at once: {versus}; {removed}",
                     plan.entities()
                 );
+                rows.push(row);
+                continue;
+            }
+            "feed_followers_idle" => {
+                let mut run = feed::followers_idle(client, &target.endpoint, plan, sample).await;
+                let (with, without) = (
+                    run.with.percentile_ms(0.99),
+                    run.without.percentile_ms(0.99),
+                );
+                let ratio = with
+                    .zip(without)
+                    .map_or(f64::NAN, |(with, without)| with / without);
+                let idle = run
+                    .idle_cores
+                    .map_or("unknown".to_owned(), |cores| format!("{cores:.3}"));
+                let note = format!(
+                    "point reads beside {} caught-up followers of an idle feed: p99 {:.2} ms against {:.2} ms without them ({ratio:.2}x, goal at most 1.5x); the server's cores while only the followers were open: {idle}",
+                    feed::IDLE_FOLLOWERS,
+                    with.unwrap_or(f64::NAN),
+                    without.unwrap_or(f64::NAN),
+                );
+                let server_sample = before.zip(sample());
+                let mut row = row_of(
+                    &named(workload),
+                    run.with,
+                    server_sample,
+                    ceilings.unary,
+                    false,
+                );
+                row.note = note;
                 rows.push(row);
                 continue;
             }

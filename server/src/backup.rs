@@ -26,10 +26,10 @@ use crate::engine::Engine;
 use crate::error::TableError;
 use crate::grpc::access_policy_from_pb;
 use crate::model::{
-    validate_policies, AccessPolicy, ChangeFeed, EntityKey, IndexDefinition, IndexScope,
+    quoted, validate_policies, AccessPolicy, ChangeFeed, EntityKey, IndexDefinition, IndexScope,
     IndexState, ServiceProperties, ValidationError,
 };
-use crate::storage::{StoreConfig, StoredRow, CURRENT_FORMAT};
+use crate::storage::{EntityView, StoreConfig, StoredRow, CURRENT_FORMAT};
 
 /// The version of the backup directory's layout.
 const LAYOUT_VERSION: u32 = 1;
@@ -421,6 +421,26 @@ fn open_rows(path: PathBuf) -> Result<Rows, BackupError> {
     Ok(Rows { input, path })
 }
 
+/// Checks that `row` of table `table` holds an entity this build reads whole: a record damaged
+/// before it was backed up (its manifest then agrees with it) is refused, naming it, before
+/// anything is written.
+fn check_record(table: &str, row: &pb::BackupRow) -> Result<(), BackupError> {
+    let read =
+        EntityView::parse(&row.partition_key, &row.row_key, &row.record).and_then(|entity| {
+            entity
+                .properties()
+                .try_for_each(|property| property.map(drop))
+        });
+    read.map_err(|error| {
+        BackupError::Damaged(format!(
+            "table {table}: the entity with PartitionKey {} and RowKey {} cannot be read ({error}): \
+             the store it was backed up from holds it damaged",
+            quoted(&row.partition_key),
+            quoted(&row.row_key)
+        ))
+    })
+}
+
 /// Reads and checks `from`'s manifest and every file against it.
 fn verify(from: &Path) -> Result<Manifest, BackupError> {
     let path = from.join(MANIFEST);
@@ -461,7 +481,7 @@ fn verify(from: &Path) -> Result<Manifest, BackupError> {
             bytes += read as u64;
         }
         for row in open_rows(path.clone())? {
-            row?;
+            check_record(&table.name, &row?)?;
             entities += 1;
         }
         let sha256 = hex(hash.finish().as_ref());

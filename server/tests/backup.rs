@@ -2,8 +2,8 @@
 //! writers insert entities and commit transactions across two tables holds every entity
 //! acknowledged before it began with its ETag and Timestamp, and every transaction whole or not
 //! at all; the restored data directory serves it, declared indexes, stored access policies and
-//! CORS rules included; a backup that is altered, truncated or unfinished is refused, and nothing
-//! is written over.
+//! CORS rules included; a backup that is altered, truncated or unfinished, or holds a record
+//! damaged before it was backed up, is refused, and nothing is written over.
 
 mod support;
 
@@ -367,6 +367,14 @@ fn refusals(dir: &Path, backup: &Path) {
     let printed = restore(&truncated, "from-truncated");
     assert!(printed.contains("truncated"), "{printed}");
 
+    // A record damaged in the store before the backup read it: cut short, the manifest agreeing.
+    let damaged = copy_backup(backup, dir, "damaged-record");
+    let (name, cut_row) = damage_first_record(&damaged);
+    let printed = restore(&damaged, "from-damaged-record");
+    assert!(printed.contains(&format!("table {name}")), "{printed}");
+    assert!(printed.contains(&cut_row), "{printed}");
+    assert!(printed.contains("cannot be read"), "{printed}");
+
     let bad_policy = copy_backup(backup, dir, "bad-policy");
     let manifest = std::fs::read_to_string(bad_policy.join("manifest.json")).unwrap();
     assert!(manifest.contains("\"permissions\": \"r\""), "{manifest}");
@@ -395,6 +403,38 @@ fn refusals(dir: &Path, backup: &Path) {
     ]);
     assert!(!ok && printed.contains("is not empty"), "{printed}");
     assert_eq!(std::fs::read(occupied.join("something")).unwrap(), b"kept");
+}
+
+/// Cuts the first record of the first table's rows file in `backup` short, as a store with a
+/// damaged record would have backed it up, and writes the manifest to agree: the table's name and
+/// the row's RowKey.
+fn damage_first_record(backup: &Path) -> (String, String) {
+    use prost::Message;
+    let manifest_path = backup.join("manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let table = &mut manifest["tables"][0];
+    let rows_path = backup.join(table["file"].as_str().unwrap());
+    let bytes = std::fs::read(&rows_path).unwrap();
+    let length = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    let mut row = pb::BackupRow::decode(&bytes[4..4 + length]).unwrap();
+    row.record.truncate(row.record.len() - 2);
+    let mut rewritten = Vec::new();
+    rewritten.extend_from_slice(&(row.encoded_len() as u32).to_be_bytes());
+    row.encode(&mut rewritten).unwrap();
+    rewritten.extend_from_slice(&bytes[4 + length..]);
+    std::fs::write(&rows_path, &rewritten).unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &rewritten);
+    let sha256: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    table["bytes"] = rewritten.len().into();
+    table["sha256"] = sha256.into();
+    let name = table["name"].as_str().unwrap().to_owned();
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    (name, row.row_key)
 }
 
 #[tokio::test]
