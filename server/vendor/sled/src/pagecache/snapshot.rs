@@ -456,7 +456,17 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
 fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
-    let mut candidates = config.get_snapshot_files()?;
+    // Trestle: a snapshot still `.generating` is one whose write never
+    // finished (a crash, a full disk): its rename is its commit, so the
+    // snapshot before it and the log hold everything. Read, it would make
+    // every later start fail as corrupt; the next snapshot written removes it.
+    let mut candidates: Vec<_> = config
+        .get_snapshot_files()?
+        .into_iter()
+        .filter(|path| {
+            path.extension().map_or(true, |extension| extension != "generating")
+        })
+        .collect();
     if candidates.is_empty() {
         debug!("no previous snapshot found");
         return Ok(None);

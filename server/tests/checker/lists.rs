@@ -1,0 +1,322 @@
+//! The list-append workload: keys spread over two tables and their partitions, each an entity
+//! whose `L` is its list (elements as decimal text, space separated). A transaction reads its keys
+//! with one `GetEntities` (one snapshot) and appends to some of them, conditioned on what it read:
+//! each appended key replaced if its ETag is unchanged (inserted if it was absent), each other key
+//! checked the same way, so that a write that commits read what it appends after. Transactions go
+//! across partitions and tables (`TransactWrite`), within a partition (`SubmitTransaction`), or
+//! to one key (`UpdateEntity`/`InsertEntity`); some only read.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use tonic::Code;
+use trestle_proto::pb;
+
+use super::elle::{Element, Key, Outcome, Transaction};
+use super::rng::Rng;
+use super::servers::Servers;
+
+/// The list tables (both keep a change feed, checked by `feed.rs`).
+pub(crate) const TABLES: [&str; 2] = ["ListA", "ListB"];
+const PARTITIONS: usize = 3;
+const ROWS: usize = 4;
+
+/// Every key of the workload.
+pub(crate) fn keys() -> Vec<(&'static str, String, String)> {
+    let mut keys = Vec::new();
+    for table in TABLES {
+        for p in 0..PARTITIONS {
+            for r in 0..ROWS {
+                keys.push((table, format!("p{p}"), format!("r{r}")));
+            }
+        }
+    }
+    keys
+}
+
+fn key_name(table: &str, pk: &str, rk: &str) -> Key {
+    format!("{table}/{pk}/{rk}")
+}
+
+/// A list as stored in `L`.
+pub(crate) fn list_of(entity: &pb::Entity) -> Vec<Element> {
+    match entity.properties.get("L").and_then(|v| v.kind.as_ref()) {
+        Some(pb::value::Kind::StringValue(text)) => text
+            .split_whitespace()
+            .map(|e| e.parse().expect("an element"))
+            .collect(),
+        other => panic!("L is {other:?}"),
+    }
+}
+
+fn entity_with(pk: &str, rk: &str, list: &[Element]) -> pb::Entity {
+    let text: Vec<String> = list.iter().map(u64::to_string).collect();
+    let value = pb::Value {
+        kind: Some(pb::value::Kind::StringValue(text.join(" "))),
+    };
+    pb::Entity {
+        partition_key: pk.into(),
+        row_key: rk.into(),
+        properties: [("L".to_owned(), value)].into(),
+        ..Default::default()
+    }
+}
+
+/// How a write's error leaves it: refused (nothing written) or in doubt.
+pub(crate) fn outcome_of(status: &tonic::Status) -> Outcome {
+    match status.code() {
+        Code::FailedPrecondition | Code::AlreadyExists | Code::NotFound => Outcome::Failed,
+        Code::InvalidArgument => panic!("the workload sent a bad request: {status:?}"),
+        _ => Outcome::Unknown,
+    }
+}
+
+/// A key read: its list and ETag (`None` if absent).
+struct Read {
+    table: &'static str,
+    pk: String,
+    rk: String,
+    list: Vec<Element>,
+    etag: Option<String>,
+}
+
+/// Runs one client of the workload until `stop`: its transactions. Elements are
+/// `client * 10^9 + n`, unique in the history.
+pub(crate) async fn run_client(
+    client_no: u64,
+    servers: Servers,
+    stop: Instant,
+    seed: u64,
+) -> Vec<Transaction> {
+    let mut rng = Rng::new(seed);
+    let all = keys();
+    let mut history = Vec::new();
+    let mut next_element = client_no * 1_000_000_000;
+    while Instant::now() < stop {
+        let mut client = servers.pick(&mut rng);
+        let kind = rng.below(10);
+        let chosen: Vec<&(&str, String, String)> = match kind {
+            // One partition of one table.
+            6..=8 => {
+                let table = TABLES[rng.below(TABLES.len())];
+                let pk = format!("p{}", rng.below(PARTITIONS));
+                let count = 2 + rng.below(2);
+                let mut rows = pick(&mut rng, ROWS, count);
+                rows.sort_unstable();
+                rows.iter()
+                    .map(|r| {
+                        all.iter()
+                            .find(|(t, p, rk)| *t == table && *p == pk && *rk == format!("r{r}"))
+                            .expect("a key")
+                    })
+                    .collect()
+            }
+            9 => vec![&all[rng.below(all.len())]],
+            _ => {
+                let count = 2 + rng.below(3);
+                pick(&mut rng, all.len(), count)
+                    .into_iter()
+                    .map(|at| &all[at])
+                    .collect()
+            }
+        };
+        let Some(reads) = read(&mut client, &chosen).await else {
+            continue;
+        };
+        history.push(Transaction::read(
+            reads
+                .iter()
+                .map(|r| (key_name(r.table, &r.pk, &r.rk), r.list.clone()))
+                .collect(),
+        ));
+        if kind < 3 {
+            continue;
+        }
+        let appending = 1 + rng.below(reads.len().min(2));
+        let appends: Vec<(Key, Element)> = reads[..appending]
+            .iter()
+            .map(|r| {
+                next_element += 1;
+                (key_name(r.table, &r.pk, &r.rk), next_element)
+            })
+            .collect();
+        let outcome = match kind {
+            3..=5 => transact_write(&mut client, &reads, &appends).await,
+            6..=8 => submit_transaction(&mut client, &reads, &appends).await,
+            _ => write_one(&mut client, &reads[0], appends[0].1).await,
+        };
+        history.push(Transaction {
+            outcome,
+            reads: reads
+                .iter()
+                .map(|r| (key_name(r.table, &r.pk, &r.rk), r.list.clone()))
+                .collect(),
+            appends,
+        });
+    }
+    history
+}
+
+/// `count` distinct numbers below `n`.
+fn pick(rng: &mut Rng, n: usize, count: usize) -> Vec<usize> {
+    let mut picked = Vec::new();
+    while picked.len() < count.min(n) {
+        let at = rng.below(n);
+        if !picked.contains(&at) {
+            picked.push(at);
+        }
+    }
+    picked
+}
+
+/// Reads `keys` at one instant; `None` if the read failed (a server down).
+async fn read(
+    client: &mut super::servers::Client,
+    keys: &[&(&'static str, String, String)],
+) -> Option<Vec<Read>> {
+    let request = pb::GetEntitiesRequest {
+        keys: keys
+            .iter()
+            .map(|(table, pk, rk)| pb::EntityRef {
+                table: (*table).into(),
+                partition_key: pk.clone(),
+                row_key: rk.clone(),
+            })
+            .collect(),
+        select: vec![],
+    };
+    let found = client.get_entities(request).await.ok()?.into_inner();
+    Some(
+        keys.iter()
+            .zip(found.entities)
+            .map(|((table, pk, rk), found)| Read {
+                table,
+                pk: pk.clone(),
+                rk: rk.clone(),
+                list: found.entity.as_ref().map(list_of).unwrap_or_default(),
+                etag: found.entity.map(|e| e.etag),
+            })
+            .collect(),
+    )
+}
+
+/// The operation that appends `element` to `read`'s list if it is unchanged (or checks it is, with
+/// no element).
+fn operation(read: &Read, element: Option<Element>) -> pb::TransactionOperation {
+    use pb::transaction_operation::Operation;
+    let operation = match (element, &read.etag) {
+        (Some(element), etag) => {
+            let mut list = read.list.clone();
+            list.push(element);
+            let entity = Some(entity_with(&read.pk, &read.rk, &list));
+            match etag {
+                Some(etag) => Operation::Update(pb::UpdateOperation {
+                    entity,
+                    if_match: etag.clone(),
+                }),
+                None => Operation::Insert(pb::InsertOperation { entity }),
+            }
+        }
+        (None, etag) => Operation::Check(pb::CheckOperation {
+            row_key: read.rk.clone(),
+            if_match: etag.clone().unwrap_or_default(),
+            must_not_exist: etag.is_none(),
+        }),
+    };
+    pb::TransactionOperation {
+        operation: Some(operation),
+    }
+}
+
+fn operations(reads: &[Read], appends: &[(Key, Element)]) -> Vec<pb::TransactionOperation> {
+    reads
+        .iter()
+        .enumerate()
+        .map(|(at, read)| operation(read, appends.get(at).map(|(_, e)| *e)))
+        .collect()
+}
+
+async fn transact_write(
+    client: &mut super::servers::Client,
+    reads: &[Read],
+    appends: &[(Key, Element)],
+) -> Outcome {
+    let request = pb::TransactWriteRequest {
+        operations: reads
+            .iter()
+            .zip(operations(reads, appends))
+            .map(|(read, operation)| pb::TableOperation {
+                table: read.table.into(),
+                partition_key: read.pk.clone(),
+                operation: Some(operation),
+            })
+            .collect(),
+    };
+    match client.transact_write(request).await {
+        Ok(_) => Outcome::Committed,
+        Err(status) => outcome_of(&status),
+    }
+}
+
+async fn submit_transaction(
+    client: &mut super::servers::Client,
+    reads: &[Read],
+    appends: &[(Key, Element)],
+) -> Outcome {
+    let request = pb::SubmitTransactionRequest {
+        table: reads[0].table.into(),
+        partition_key: reads[0].pk.clone(),
+        operations: operations(reads, appends),
+    };
+    match client.submit_transaction(request).await {
+        Ok(_) => Outcome::Committed,
+        Err(status) => outcome_of(&status),
+    }
+}
+
+async fn write_one(client: &mut super::servers::Client, read: &Read, element: Element) -> Outcome {
+    let mut list = read.list.clone();
+    list.push(element);
+    let entity = Some(entity_with(&read.pk, &read.rk, &list));
+    let written = match &read.etag {
+        Some(etag) => client
+            .update_entity(pb::UpdateEntityRequest {
+                table: read.table.into(),
+                entity,
+                if_match: etag.clone(),
+                return_no_content: true,
+            })
+            .await
+            .map(drop),
+        None => client
+            .insert_entity(pb::InsertEntityRequest {
+                table: read.table.into(),
+                entity,
+                return_no_content: true,
+            })
+            .await
+            .map(drop),
+    };
+    match written {
+        Ok(()) => Outcome::Committed,
+        Err(status) => outcome_of(&status),
+    }
+}
+
+/// Every key's list as stored now (absent keys as empty lists), read until the servers answer.
+pub(crate) async fn final_lists(servers: &Servers) -> BTreeMap<Key, Vec<Element>> {
+    let keys = keys();
+    let chosen: Vec<_> = keys.iter().collect();
+    let mut rng = Rng::new(7);
+    for _ in 0..100 {
+        let mut client = servers.pick(&mut rng);
+        if let Some(reads) = read(&mut client, &chosen).await {
+            return reads
+                .into_iter()
+                .map(|r| (key_name(r.table, &r.pk, &r.rk), r.list))
+                .collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("no server answered the final read");
+}
