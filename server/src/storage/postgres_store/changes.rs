@@ -1,6 +1,6 @@
-//! The PostgreSQL store's change feeds: `trestle_changes`, one row per record, written in the
-//! commit's own database transaction and keyed by the table, the transaction's id (`xid8`) and
-//! the record's place in it.
+//! The PostgreSQL store's change feeds as read: `trestle_changes`, one row per record, written
+//! in the commit's own database transaction (`records.rs`) and keyed by the table, the
+//! transaction's id (`xid8`) and the record's place in it.
 //!
 //! Transaction ids are taken in one order and commits finish in another: readers read only below
 //! the table's *feed horizon*, the schema's `trestle_feed_horizon`, so that a reader on any server
@@ -13,17 +13,13 @@
 //! that writes no record of the table, however long it runs, keeps no reader of it waiting.
 
 use postgres::types::ToSql;
-use postgres::Client;
 
-use super::pool::Prepared;
 use super::table::PostgresTable;
 use super::PostgresStore;
-use crate::model::{CommitPlan, TableName, Ticks};
+use crate::model::{TableName, Ticks};
 use crate::storage::changes::{self, FeedBatch, FeedEnd, FeedPosition, StoredChange};
 use crate::storage::{FeedRead, IndexCatalog, StorageError};
 
-pub(super) const WRITE_RECORDS: &str = "INSERT INTO trestle_changes (table_id, record, at, change)
-    SELECT $1, record, $4, change FROM unnest($2::int4[], $3::bytea[]) AS r(record, change)";
 /// Removes, from the feed's start, the records of commits before `$2` (as sled's store does): of
 /// the first `$3` records of ended transactions, those before the first that is not that old, so
 /// a step reads at most `$3` index entries however long the feed is. Notes the last position it
@@ -80,39 +76,6 @@ const READ_NAMED: &str = "SELECT t.name, t.indexes, tr.xid::text::int8, tr.recor
         WHERE xid < (SELECT trestle_feed_horizon(t.id))::text::xid8 AND (n = 1 OR through <= $5::int8)
         ORDER BY xid, record) c ON true
     WHERE t.folded = $1 AND t.live";
-
-/// Writes the change records of `plan` (partition `partition_key` of table `table_id`), numbered
-/// from `first` in the current transaction; how many.
-pub(super) fn write_records(
-    client: &mut Client,
-    prepared: &mut Prepared<'_>,
-    table_id: i64,
-    plan: &CommitPlan,
-    partition_key: &str,
-    first: i32,
-) -> Result<i32, StorageError> {
-    let (numbers, records) = numbered_records(plan, partition_key, first);
-    if records.is_empty() {
-        return Ok(0);
-    }
-    let count = records.len() as i32;
-    let statement = prepared.get(client, WRITE_RECORDS)?;
-    let at = plan.stamped.0;
-    client.execute(&statement, &[&table_id, &numbers, &records, &at])?;
-    Ok(count)
-}
-
-/// The change records of `plan` (partition `partition_key`), each with its number in the
-/// transaction, numbered from `first`: [`WRITE_RECORDS`]'s second and third parameters.
-pub(super) fn numbered_records(
-    plan: &CommitPlan,
-    partition_key: &str,
-    first: i32,
-) -> (Vec<i32>, Vec<Vec<u8>>) {
-    let records = changes::records_of(plan, partition_key);
-    let numbers = (first..).take(records.len()).collect();
-    (numbers, records)
-}
 
 impl PostgresTable {
     /// [`crate::storage::Table::trim_changes`]: one statement.

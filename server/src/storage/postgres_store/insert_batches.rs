@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use tokio_postgres::types::ToSql;
 
-use super::awaited::AwaitedPool;
-use super::one_trip::{OneTrip, OneTripInsert};
-use super::table::{planned_rows, PostgresTable};
+use super::awaited_pool::AwaitedPool;
+use super::one_trip::OneTripInsert;
+use super::rows::planned_rows;
 use super::together::{SharedFault, Together, Waiting};
 use crate::storage::StorageError;
 
@@ -72,26 +72,6 @@ impl Together for InsertEach {
                 (insert, told)
             })
             .collect()
-    }
-}
-
-impl PostgresTable {
-    /// Sends `insert` (one entity, planned by the table's plain catalog) with the others
-    /// waiting, over `pool`: how it went.
-    pub(super) async fn insert_together(
-        &self,
-        pool: &Arc<AwaitedPool>,
-        insert: OneTripInsert,
-    ) -> Result<OneTrip, StorageError> {
-        let (insert, sent) = self.insert_batches.send(pool, insert).await?;
-        Ok(match sent? {
-            Sent::Inserted => OneTrip::Done(insert.committed()),
-            Sent::RowExists => OneTrip::RowExists,
-            Sent::CatalogChanged => {
-                self.forget_plain_catalog();
-                OneTrip::NotTaken
-            }
-        })
     }
 }
 

@@ -23,19 +23,24 @@ macro_rules! table_lock_class {
 
 mod across;
 mod awaited;
+mod awaited_pool;
 mod changes;
 mod indexes;
 mod insert_batches;
 mod lease;
+mod many_keys;
 mod one_trip;
 mod pipelined;
 mod point_reads;
 mod pool;
 mod purge;
+mod records;
+mod rows;
 mod scan_batches;
 mod snapshot;
 mod sql;
 mod table;
+mod table_inserts;
 mod tls;
 mod together;
 
@@ -46,7 +51,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use postgres::config::SslMode;
 use postgres::Client;
 
-use self::awaited::AwaitedPool;
+use self::awaited_pool::AwaitedPool;
 use self::insert_batches::{InsertBatches, InsertEach};
 use self::one_trip::PlainCatalog;
 use self::point_reads::{PointReads, WaitingReads};

@@ -11,13 +11,11 @@
 use std::sync::Arc;
 
 use postgres::types::ToSql;
-use postgres::Client;
 
-use super::pool::{is_unique_violation, Prepared};
+use super::rows::PlannedRows;
 use super::sql::partition_lock;
-use super::table::{planned_rows, PlannedRows, PostgresTable};
 use crate::model::{plan_commit, ChangeFeed, CommitPlan, Operation, PlanRules, Ticks, TimeToLive};
-use crate::storage::{changes, Committed, IndexCatalog, StorageError};
+use crate::storage::{changes, Committed, IndexCatalog};
 
 /// Calls the schema's function: its transaction is the statement's own.
 pub(super) const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -91,6 +89,42 @@ pub(super) struct OneTripInsert {
 }
 
 impl OneTripInsert {
+    /// The one-trip insert of `operations` into table `table_id` if they are inserts only and the
+    /// plan by `catalog` (the table's, as last read) takes them.
+    pub(super) fn planned(
+        table_id: i64,
+        catalog: Arc<PlainCatalog>,
+        partition_key: &str,
+        operations: &[Operation],
+    ) -> Option<OneTripInsert> {
+        if !operations.iter().all(|o| matches!(o, Operation::Insert(_))) {
+            return None;
+        }
+        let rules = catalog.plan_rules();
+        let current = operations.iter().map(|_| None).collect();
+        // Refused by the catalog as last read, which may be stale (another server may have turned
+        // expiry off): the full path plans again by the catalog under the lock.
+        let plan = plan_commit(
+            partition_key,
+            operations.to_vec(),
+            current,
+            Ticks::next_commit(),
+            rules,
+        )
+        .ok()?;
+        let changes = match catalog.change_feed {
+            Some(_) => changes::records_of(&plan, partition_key),
+            None => Vec::new(),
+        };
+        Some(OneTripInsert {
+            partition_lock: partition_lock(table_id, partition_key),
+            partition_key: partition_key.as_bytes().to_vec(),
+            catalog,
+            plan,
+            changes,
+        })
+    }
+
     /// The commit's plan.
     pub(super) fn plan(&self) -> &CommitPlan {
         &self.plan
@@ -140,20 +174,6 @@ impl OneTripInsert {
         }
     }
 
-    /// Sends the insert over the blocking client.
-    fn send(
-        &self,
-        table: &PostgresTable,
-        client: &mut Client,
-        prepared: &mut Prepared<'_>,
-    ) -> Result<i64, StorageError> {
-        let insert_rows = prepared.get(client, INSERT_ROWS)?;
-        let rows = planned_rows(&self.plan);
-        Ok(client
-            .query_one(&insert_rows, &self.params(&table.id, &rows))?
-            .get(0))
-    }
-
     /// The parameters of [`INSERT_ROWS`] for table `table_id`, the plan's `rows` given.
     pub(super) fn params<'a>(
         &'a self,
@@ -170,79 +190,5 @@ impl OneTripInsert {
             &self.plan.stamped.0,
             &self.changes,
         ]
-    }
-}
-
-impl PostgresTable {
-    /// Commits `operations`, inserts only, in one round trip over `client` if the table's
-    /// catalog as last read is plain.
-    pub(super) fn insert_in_one_trip(
-        &self,
-        client: &mut Client,
-        prepared: &mut Prepared<'_>,
-        partition_key: &str,
-        operations: &[Operation],
-    ) -> Result<OneTrip, StorageError> {
-        let Some(insert) = self.plan_one_trip(partition_key, operations) else {
-            return Ok(OneTrip::NotTaken);
-        };
-        let sent = insert.send(self, client, prepared);
-        self.one_trip_outcome(insert, sent)
-    }
-
-    /// The one-trip insert of `operations` if they are inserts only, the table's catalog as last
-    /// read is plain and the plan by it takes them.
-    pub(super) fn plan_one_trip(
-        &self,
-        partition_key: &str,
-        operations: &[Operation],
-    ) -> Option<OneTripInsert> {
-        if !operations.iter().all(|o| matches!(o, Operation::Insert(_))) {
-            return None;
-        }
-        let catalog = self.plain_catalog()?;
-        let rules = catalog.plan_rules();
-        let current = operations.iter().map(|_| None).collect();
-        // Refused by the catalog as last read, which may be stale (another server may have turned
-        // expiry off): the full path plans again by the catalog under the lock.
-        let plan = plan_commit(
-            partition_key,
-            operations.to_vec(),
-            current,
-            Ticks::next_commit(),
-            rules,
-        )
-        .ok()?;
-        let changes = match catalog.change_feed {
-            Some(_) => changes::records_of(&plan, partition_key),
-            None => Vec::new(),
-        };
-        Some(OneTripInsert {
-            partition_lock: partition_lock(self.id, partition_key),
-            partition_key: partition_key.as_bytes().to_vec(),
-            catalog,
-            plan,
-            changes,
-        })
-    }
-
-    /// How `insert` went, given what [`INSERT_ROWS`] answered (the rows it inserted).
-    pub(super) fn one_trip_outcome(
-        &self,
-        insert: OneTripInsert,
-        sent: Result<i64, StorageError>,
-    ) -> Result<OneTrip, StorageError> {
-        let inserted = match sent {
-            Ok(inserted) => inserted,
-            Err(error) if is_unique_violation(&error) => return Ok(OneTrip::RowExists),
-            Err(error) => return Err(error),
-        };
-        let written = insert.plan.changes.iter().filter(|change| change.writes);
-        if inserted != written.count() as i64 {
-            // The catalog changed (or the table is gone): nothing was written.
-            self.forget_plain_catalog();
-            return Ok(OneTrip::NotTaken);
-        }
-        Ok(OneTrip::Done(insert.committed()))
     }
 }

@@ -21,11 +21,12 @@ use tokio_postgres::Row;
 use super::across::{
     self, in_lock_order, lock_keys, plan_parts, rows_of, table_gone, Part, RowKeys,
 };
-use super::awaited::{Borrowed, Pipelined};
-use super::changes::{numbered_records, WRITE_RECORDS};
+use super::awaited_pool::{Borrowed, Pipelined};
 use super::pool::{database_error, is_retryable};
+use super::records::{numbered_records, WRITE_RECORDS};
+use super::rows::planned_rows;
 use super::sql::partition_lock;
-use super::table::{current_entities_of, planned_rows, PostgresTable, DELETE_ROWS, WRITE_ROWS};
+use super::table::{current_entities_of, PostgresTable, DELETE_ROWS, WRITE_ROWS};
 use super::PostgresStore;
 use crate::model::{plan_commit, CommitPlan, Operation, Ticks};
 use crate::storage::{CommitOutcome, Committed, IndexCatalog, PartitionBatch, StorageError};

@@ -5,8 +5,8 @@
 
 use tokio_postgres::Row;
 
-use super::across::{ManyKeys, ManyRow, GET_MANY};
-use super::awaited::AwaitedPool;
+use super::awaited_pool::AwaitedPool;
+use super::many_keys::{ManyKeys, ManyRow, GET_MANY};
 use super::together::{SharedFault, Together, Waiting};
 use crate::storage::{StorageError, TableKey};
 

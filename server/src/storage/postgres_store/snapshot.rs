@@ -17,7 +17,7 @@ use futures_util::TryStreamExt;
 use tokio::sync::SemaphorePermit;
 use tokio_postgres::types::ToSql;
 
-use super::awaited::Borrowed;
+use super::awaited_pool::Borrowed;
 use super::scan_batches::{BatchTally, ScanBatches, TableBatches};
 use super::sql::show_row;
 use super::table::{range_query, PostgresTable};

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use postgres::types::ToSql;
 use postgres::Transaction;
 
-use super::changes;
 use super::insert_batches::InsertBatches;
 use super::one_trip::{OneTrip, PlainCatalog};
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
+use super::records;
+use super::rows::{planned_rows, PlannedRows};
 use super::scan_batches::{ScanBatches, TableBatches};
 use super::sql::{from_hex, partition_lock, read_snapshot, table_lock, visit_portal};
 use crate::model::{
@@ -310,7 +311,7 @@ impl PostgresTable {
             return Ok(Err(rejection));
         }
         if catalog.change_feed.is_some() {
-            changes::write_records(tx, prepared, self.id, &plan, partition_key, 0)?;
+            records::write_records(tx, prepared, self.id, &plan, partition_key, 0)?;
         }
         Ok(Ok(Committed {
             stored: plan.results,
@@ -423,35 +424,6 @@ pub(super) fn current_entities_of(
     Ok(Some(codec::current_entities(
         operations, record_of, indexed,
     )?))
-}
-
-/// The rows a plan writes and removes.
-pub(super) struct PlannedRows<'a> {
-    /// The row keys written, each with its record at the same place in `records`.
-    pub(super) written: Vec<&'a [u8]>,
-    pub(super) records: Vec<Vec<u8>>,
-    /// The row keys removed.
-    pub(super) deleted: Vec<&'a [u8]>,
-}
-
-/// The rows `plan` writes (with their records) and removes.
-pub(super) fn planned_rows(plan: &CommitPlan) -> PlannedRows<'_> {
-    let mut rows = PlannedRows {
-        written: Vec::new(),
-        records: Vec::new(),
-        deleted: Vec::new(),
-    };
-    for change in &plan.changes {
-        match &plan.results[change.operation] {
-            Some(entity) if change.writes => {
-                rows.records
-                    .push(codec::encode(entity.timestamp, &entity.properties));
-                rows.written.push(change.row_key.as_bytes());
-            }
-            _ => rows.deleted.push(change.row_key.as_bytes()),
-        }
-    }
-    rows
 }
 
 /// Adds the SQL condition of one bound of a range of positions.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::FutureExt;
 use tokio::sync::oneshot;
 
-use super::awaited::AwaitedPool;
+use super::awaited_pool::AwaitedPool;
 use crate::storage::{Fault, StorageError};
 
 /// A kind of call that goes to the database together with others of its kind.
