@@ -715,6 +715,71 @@ async fn lambdas_that_multiply_their_work_are_refused_before_they_run() {
         .unwrap();
 }
 
+/// One work budget per request: the conditions of a transaction's operations are charged to it
+/// together, so 60 conditions that each fit alone are refused as one request (naming the budget
+/// and the operation that passed it) and nothing is written; `--work-budget` sets it.
+#[tokio::test]
+async fn a_transactions_conditions_share_one_work_budget() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(TABLE).await;
+    let patch = |row: usize| pb::TransactionOperation {
+        operation: Some(pb::transaction_operation::Operation::Patch(
+            pb::PatchOperation {
+                row_key: format!("r{row}"),
+                operations: vec![pb::PatchStep {
+                    step: Some(pb::patch_step::Step::Set(pb::SetStep {
+                        property: "Seen".into(),
+                        value: Some(common::int32(1)),
+                    })),
+                }],
+                upsert: false,
+                // A lambda over a property: up to 10,000 elements visited and compared.
+                condition: "Tags/any(t: t eq 'x') or not (Seen eq 1)".into(),
+                ..Default::default()
+            },
+        )),
+    };
+    for row in 0..60 {
+        insert_named(&mut client, "p", &format!("r{row}")).await;
+    }
+    let few = pb::SubmitTransactionRequest {
+        table: TABLE.into(),
+        partition_key: "p".into(),
+        operations: (0..10).map(patch).collect(),
+    };
+    client.submit_transaction(few).await.unwrap();
+    let many = pb::SubmitTransactionRequest {
+        table: TABLE.into(),
+        partition_key: "p".into(),
+        operations: (0..60).map(patch).collect(),
+    };
+    let status = client.submit_transaction(many).await;
+    let status = assert_error(status, Code::InvalidArgument, "InvalidInput");
+    assert!(
+        status.message().contains("work budget of 1000000"),
+        "{status:?}"
+    );
+    assert!(status.message().contains("other filters"), "{status:?}");
+    let passed_at = common::operation_index(&status).expect("the operation");
+    assert!((40..60).contains(&passed_at), "{passed_at}");
+    let untouched = client
+        .get_entity(get_request(TABLE, "p", "r59"))
+        .await
+        .unwrap();
+    assert!(!untouched.into_inner().properties.contains_key("Seen"));
+
+    let small = TestServer::start_with(|config| config.limits.work_budget = 15_000).await;
+    let mut client = small.client_with_table(TABLE).await;
+    let fits = client.query_entities(query("A eq 1 or B eq 2")).await;
+    assert!(fits.is_ok(), "{fits:?}");
+    let status = client.query_entities(query("Tags/any(t: t eq 'x')")).await;
+    let status = assert_error(status, Code::InvalidArgument, "InvalidInput");
+    assert!(
+        status.message().contains("work budget of 15000"),
+        "{status:?}"
+    );
+}
+
 /// A read-only token scoped to one partition opens change-feed followers until its share of the
 /// long-lived class is taken (`ServerBusy` past it); meanwhile the account key's point reads find
 /// their permits (the server admits four short calls at once, fewer than the followers), and the

@@ -118,6 +118,8 @@ pub struct Limits {
     pub max_open_streams: usize,
     /// Long-lived calls one credential may have open at once.
     pub max_streams_per_credential: usize,
+    /// Evaluation steps one request may cost on one entity (`crate::model::WorkBudget`).
+    pub work_budget: u64,
     /// Concurrent calls per connection.
     pub max_concurrent_streams: u32,
     /// How long a streamed scan's reader may read nothing before the scan is closed.
@@ -151,6 +153,7 @@ impl Default for Limits {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             max_open_streams: DEFAULT_MAX_OPEN_STREAMS,
             max_streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
+            work_budget: crate::model::DEFAULT_WORK_BUDGET,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             stream_stall: DEFAULT_STREAM_STALL,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
@@ -357,6 +360,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_streams_per_credential: usize,
+    /// Evaluation steps one request may cost on one entity: every filter it carries (a query's,
+    /// each condition of a patch or transaction) is costed at its worst case before it runs and
+    /// the request refused `InvalidInput` past this.
+    #[arg(long, default_value_t = crate::model::DEFAULT_WORK_BUDGET,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub work_budget: u64,
     /// Concurrent calls one connection may open.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
@@ -502,6 +511,7 @@ impl ServeArgs {
                 max_in_flight: self.max_in_flight,
                 max_open_streams: self.max_open_streams,
                 max_streams_per_credential: self.max_streams_per_credential,
+                work_budget: self.work_budget,
                 max_concurrent_streams: self.max_concurrent_streams,
                 stream_stall: Duration::from_secs(self.stream_stall_secs),
                 max_streams_per_connection: self.max_streams_per_connection,

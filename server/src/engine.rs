@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::error::TableError;
 use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
-    StoredEntity, TableName, Ticks, TimeToLive, ValidationError, MAX_INDEXES_PER_TABLE,
+    StoredEntity, TableName, Ticks, TimeToLive, ValidationError, WorkBudget, MAX_INDEXES_PER_TABLE,
 };
 use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
 use crate::scan::{Chunk, Scan};
@@ -168,6 +168,8 @@ pub struct Engine {
     store: Arc<dyn Store>,
     /// Seals the continuation tokens the engine issues, with the store's secret.
     seal: TokenSeal,
+    /// Each request's work budget (`crate::model::WorkBudget`).
+    work_budget: WorkBudget,
 }
 
 impl Engine {
@@ -181,7 +183,19 @@ impl Engine {
         Engine {
             seal: TokenSeal::new(store.secret().bytes()),
             store,
+            work_budget: WorkBudget::default(),
         }
+    }
+
+    /// The engine, each request's work within `budget`.
+    pub fn with_work_budget(mut self, budget: WorkBudget) -> Engine {
+        self.work_budget = budget;
+        self
+    }
+
+    /// Each request's work budget.
+    pub fn work_budget(&self) -> WorkBudget {
+        self.work_budget
     }
 
     /// Whether the store's calls are local and short (see [`Store::calls_are_local`]).
@@ -501,7 +515,7 @@ impl Engine {
     ) -> Result<Scan, TableError> {
         Scan::prepare(
             self.table(table)?,
-            spec.validate()?,
+            spec.validate(self.work_budget)?,
             continuation,
             &self.seal,
         )
@@ -538,7 +552,7 @@ impl Engine {
             Some(awaited) if spec.index.is_empty() => awaited,
             _ => return Ok(Attempt::WouldWait(spec)),
         };
-        let query = spec.validate()?;
+        let query = spec.validate(self.work_budget)?;
         let (table, mut snapshot) = read_snapshot(awaited, table).await?;
         let page = async {
             let scan = Scan::prepare(table, query, continuation, &self.seal)?;
@@ -573,7 +587,7 @@ impl Engine {
         let Some(awaited) = self.store.awaited() else {
             return Ok(Attempt::WouldWait(spec));
         };
-        let query = spec.validate()?;
+        let query = spec.validate(self.work_budget)?;
         let (table, mut snapshot) = read_snapshot(awaited, table).await?;
         snapshot.end().await?;
         let scan = Scan::prepare(table, query, continuation, &self.seal)?;

@@ -106,6 +106,11 @@ impl Executor {
         }
     }
 
+    /// Each request's work budget (`crate::model::WorkBudget`), the engine's.
+    pub fn work_budget(&self) -> crate::model::WorkBudget {
+        self.engine.work_budget()
+    }
+
     /// Changes each time a write is acknowledged here ([`Executor::durable`]): what waits for new
     /// commits (the feed's watchers) looks again then, rather than on a short timer.
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -84,7 +84,8 @@ pub async fn serve(
     let engine = {
         let store = config.store.clone();
         tokio::task::spawn_blocking(move || Engine::open(&store)).await??
-    };
+    }
+    .with_work_budget(model::WorkBudget::new(config.limits.work_budget));
     let engine = Arc::new(engine);
     let housekeeping = housekeeping::run_in_background(engine.clone());
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight)

@@ -9,6 +9,7 @@ use super::reply::GetEntitiesReply;
 use super::{convert, status, wire, TableApi};
 use crate::across::{CrossCommit, TableEntityKey};
 use crate::error::TableError;
+use crate::model::Spend;
 use crate::transaction::TableOperation;
 
 impl TableApi {
@@ -21,11 +22,15 @@ impl TableApi {
         let admitted = self.admit(&request)?;
         let req = request.into_inner();
         let request_bytes = req.encoded_len();
+        // One budget for the request: every operation's condition is charged to it.
+        let mut spend = self.executor.work_budget().spend();
         let operations = req
             .operations
             .into_iter()
             .enumerate()
-            .map(|(index, op)| table_operation(op).map_err(|error| error.at_operation(index)))
+            .map(|(index, op)| {
+                table_operation(op, &mut spend).map_err(|error| error.at_operation(index))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| status::to_status(&error))?;
         admitted
@@ -76,7 +81,10 @@ impl TableApi {
 }
 
 /// One operation of a `TransactWrite`: an entity it carries must be of the operation's partition.
-fn table_operation(op: pb::TableOperation) -> Result<TableOperation, TableError> {
+fn table_operation(
+    op: pb::TableOperation,
+    spend: &mut Spend,
+) -> Result<TableOperation, TableError> {
     let Some(operation) = op.operation else {
         return Err(TableError::Invalid(
             crate::model::ValidationError::Argument(
@@ -85,7 +93,7 @@ fn table_operation(op: pb::TableOperation) -> Result<TableOperation, TableError>
         ));
     };
     let operation =
-        convert::operation(operation, &op.partition_key).map_err(TableError::Invalid)?;
+        convert::operation(operation, &op.partition_key, spend).map_err(TableError::Invalid)?;
     if operation.partition_key() != op.partition_key {
         return Err(TableError::DifferentPartitions {
             expected: op.partition_key,

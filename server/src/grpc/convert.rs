@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use crate::model::{
     quoted, AccessPolicy, CheckCondition, Document, EntityKey, IfMatch, Index, IndexDefinition,
-    IndexScope, IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties,
+    IndexScope, IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties, Spend,
     StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
 
@@ -109,10 +109,12 @@ pub(crate) fn upsert_mode(mode: i32) -> Result<UpsertMode, ValidationError> {
     }
 }
 
-/// One transaction operation, validated on its own (the transaction's rules come later).
+/// One transaction operation, validated on its own (the transaction's rules come later), its
+/// condition's work charged to the request's `spend`.
 pub(crate) fn operation(
     operation: pb::TransactionOperation,
     partition_key: &str,
+    spend: &mut Spend,
 ) -> Result<Operation, ValidationError> {
     use pb::transaction_operation::Operation as Op;
     let operation = operation.operation.ok_or_else(|| {
@@ -136,6 +138,7 @@ pub(crate) fn operation(
             &op.if_match,
             op.upsert,
             op.condition,
+            spend,
         )?,
         Op::Check(op) => {
             let key = EntityKey::new(partition_key.to_owned(), op.row_key)?;
@@ -155,13 +158,15 @@ pub(crate) fn operation(
 }
 
 /// A patch of the entity `key`, validated: 1 to 252 steps; `if_match` empty for no condition,
-/// and no condition with `upsert`; `condition` empty or a filter the entity must meet.
+/// and no condition with `upsert`; `condition` empty or a filter the entity must meet, its work
+/// charged to the request's `spend`.
 pub(crate) fn patch(
     key: EntityKey,
     steps: Vec<pb::PatchStep>,
     if_match: &str,
     upsert: bool,
     condition: String,
+    spend: &mut Spend,
 ) -> Result<Operation, ValidationError> {
     if steps.is_empty() || steps.len() > MAX_PROPERTIES {
         return Err(ValidationError::Argument(format!(
@@ -186,7 +191,7 @@ pub(crate) fn patch(
     let condition = match condition.trim() {
         "" => None,
         _ => {
-            let filter = crate::query::parse_filter(&condition)?;
+            let filter = crate::query::parse_filter(&condition, spend)?;
             Some(PatchCondition::new(condition, move |entity| {
                 filter.matches(entity)
             }))

@@ -155,7 +155,10 @@ impl TableApi {
             table,
             operation,
             return_no_content,
-        } = request.into_inner().into_write().map_err(invalid)?;
+        } = request
+            .into_inner()
+            .into_write(self.executor.work_budget())
+            .map_err(invalid)?;
         let partition_key = operation.partition_key();
         admitted.access.entity(
             &table,
@@ -618,12 +621,14 @@ impl service::table_service_server::TableService for TableApi {
         let req = request.into_inner();
         let request_bytes = req.encoded_len();
         let partition_key = &req.partition_key;
+        // One budget for the request: every operation's condition is charged to it.
+        let mut spend = self.executor.work_budget().spend();
         let operations = req
             .operations
             .into_iter()
             .enumerate()
             .map(|(index, op)| {
-                convert::operation(op, partition_key)
+                convert::operation(op, partition_key, &mut spend)
                     .map_err(|e| TableError::Invalid(e).at_operation(index))
             })
             .collect::<Result<Vec<_>, _>>()

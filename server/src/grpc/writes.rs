@@ -5,7 +5,7 @@
 use trestle_proto::pb;
 
 use super::convert::{entity_key, new_entity, patch, upsert_mode};
-use crate::model::{IfMatch, Operation, ValidationError};
+use crate::model::{IfMatch, Operation, ValidationError, WorkBudget};
 
 /// A single-entity write, validated.
 pub(super) struct Write {
@@ -19,8 +19,8 @@ pub(super) struct Write {
 
 /// A request for a single-entity write.
 pub(super) trait WriteRequest {
-    /// The write it asks for, validated.
-    fn into_write(self) -> Result<Write, ValidationError>;
+    /// The write it asks for, validated, its work within `budget`.
+    fn into_write(self, budget: WorkBudget) -> Result<Write, ValidationError>;
 }
 
 impl Write {
@@ -34,14 +34,14 @@ impl Write {
 }
 
 impl WriteRequest for pb::InsertEntityRequest {
-    fn into_write(self) -> Result<Write, ValidationError> {
+    fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let operation = Operation::Insert(new_entity(self.entity)?);
         Ok(Write::of(self.table, operation, self.return_no_content))
     }
 }
 
 impl WriteRequest for pb::UpdateEntityRequest {
-    fn into_write(self) -> Result<Write, ValidationError> {
+    fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let if_match = IfMatch::parse(&self.if_match)?;
         let operation = Operation::Update(new_entity(self.entity)?, if_match);
         Ok(Write::of(self.table, operation, self.return_no_content))
@@ -49,7 +49,7 @@ impl WriteRequest for pb::UpdateEntityRequest {
 }
 
 impl WriteRequest for pb::MergeEntityRequest {
-    fn into_write(self) -> Result<Write, ValidationError> {
+    fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let if_match = IfMatch::parse(&self.if_match)?;
         let operation = Operation::Merge(new_entity(self.entity)?, if_match);
         Ok(Write::of(self.table, operation, self.return_no_content))
@@ -57,7 +57,7 @@ impl WriteRequest for pb::MergeEntityRequest {
 }
 
 impl WriteRequest for pb::UpsertEntityRequest {
-    fn into_write(self) -> Result<Write, ValidationError> {
+    fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let mode = upsert_mode(self.mode)?;
         let operation = Operation::Upsert(new_entity(self.entity)?, mode);
         Ok(Write::of(self.table, operation, self.return_no_content))
@@ -65,7 +65,7 @@ impl WriteRequest for pb::UpsertEntityRequest {
 }
 
 impl WriteRequest for pb::PatchEntityRequest {
-    fn into_write(self) -> Result<Write, ValidationError> {
+    fn into_write(self, budget: WorkBudget) -> Result<Write, ValidationError> {
         let key = entity_key(self.partition_key, self.row_key)?;
         let operation = patch(
             key,
@@ -73,6 +73,7 @@ impl WriteRequest for pb::PatchEntityRequest {
             &self.if_match,
             self.upsert,
             self.condition,
+            &mut budget.spend(),
         )?;
         Ok(Write::of(self.table, operation, self.return_no_content))
     }

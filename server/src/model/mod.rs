@@ -20,6 +20,7 @@ mod range;
 mod time;
 mod ttl;
 mod value;
+mod work;
 
 pub use access_policy::{
     decode_policies, encode_policies, validate_policies, AccessPolicy, MAX_ACCESS_POLICIES,
@@ -53,6 +54,7 @@ pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, 
 pub use time::{Ticks, TICKS_PER_SECOND};
 pub use ttl::{default_ttl, validate_own_ttl, TimeToLive, MAX_TTL_SECONDS, TTL_PROPERTY};
 pub use value::{utf16_bytes, Value, ValueRef};
+pub use work::{OverBudget, Spend, WorkBudget, DEFAULT_WORK_BUDGET};
 
 /// Longest PartitionKey or RowKey, in bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 1024;

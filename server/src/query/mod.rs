@@ -11,10 +11,10 @@ pub use index_plan::index_range;
 pub use plan::{plan, PlanKind, ScanPlan};
 pub use token::{ContinuationToken, ResumeAt, TablesToken, TokenSeal};
 
-use crate::model::KeyRange;
 use crate::model::{
     quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,
 };
+use crate::model::{KeyRange, Spend, WorkBudget};
 
 /// A validated entity query.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,8 +46,8 @@ pub struct QuerySpec {
 
 impl QuerySpec {
     /// Checks the combination of key fields, the page size and the projection, and parses the
-    /// filter: the query a scan can run.
-    pub fn validate(mut self) -> Result<CheckedQuery, ValidationError> {
+    /// filter within `budget` (a query's one evaluation per entity): the query a scan can run.
+    pub fn validate(mut self, budget: WorkBudget) -> Result<CheckedQuery, ValidationError> {
         let has_row_bounds = !self.row_key_start.is_empty()
             || !self.row_key_end.is_empty()
             || !self.row_key_prefix.is_empty();
@@ -77,7 +77,7 @@ impl QuerySpec {
         self.page_size = page_size(self.page_size)?;
         let mut filter = match self.filter.trim().is_empty() {
             true => None,
-            false => Some(parse_filter(&self.filter)?),
+            false => Some(parse_filter(&self.filter, &mut budget.spend())?),
         };
         if let Some(scope) = self.scope.take() {
             filter = Some(match filter {
@@ -127,9 +127,10 @@ pub struct CheckedQuery {
     pub filter: Option<Expr>,
 }
 
-/// Parses the OData filter `filter`, or says where and why it is invalid.
-pub fn parse_filter(filter: &str) -> Result<Expr, ValidationError> {
-    Expr::parse(filter).map_err(|error| ValidationError::Filter {
+/// Parses the OData filter `filter`, its work charged to the request's `spend`, or says where
+/// and why it is invalid.
+pub fn parse_filter(filter: &str, spend: &mut Spend) -> Result<Expr, ValidationError> {
+    Expr::parse_within(filter, spend).map_err(|error| ValidationError::Filter {
         filter: filter.to_owned(),
         offset: error.offset,
         message: error.message,
@@ -228,28 +229,34 @@ mod tests {
             row_key_start: "a".into(),
             ..QuerySpec::default()
         };
-        assert!(rows_without_partition.validate().is_err());
+        assert!(rows_without_partition
+            .validate(WorkBudget::default())
+            .is_err());
         let prefix_and_range = QuerySpec {
             partition_key: Some("p".into()),
             row_key_prefix: "a".into(),
             row_key_end: "b".into(),
             ..QuerySpec::default()
         };
-        assert!(prefix_and_range.validate().is_err());
+        assert!(prefix_and_range.validate(WorkBudget::default()).is_err());
         assert!(QuerySpec {
             page_size: 1001,
             ..QuerySpec::default()
         }
-        .validate()
+        .validate(WorkBudget::default())
         .is_err());
         assert_eq!(
-            QuerySpec::default().validate().unwrap().spec.page_size,
+            QuerySpec::default()
+                .validate(WorkBudget::default())
+                .unwrap()
+                .spec
+                .page_size,
             1000
         );
         let duplicate = QuerySpec {
             select: vec!["a".into(), "a".into()],
             ..QuerySpec::default()
         };
-        assert!(duplicate.validate().is_err());
+        assert!(duplicate.validate(WorkBudget::default()).is_err());
     }
 }

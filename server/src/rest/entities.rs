@@ -234,7 +234,8 @@ pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
     body.push_str("\"value\":[");
     if top == Some(0) {
         // No entities asked for: the query and its table are checked as any query's, nothing read.
-        spec.validate().map_err(Failure::invalid)?;
+        spec.validate(api.executor.work_budget())
+            .map_err(Failure::invalid)?;
         api.executor
             .blocking(move |engine| engine.get_table(&table))
             .await?;

@@ -74,7 +74,8 @@ pub(super) async fn list(call: &Call<'_>) -> Answer {
     // the `$top` tables it examined (possibly none, with a continuation to follow).
     let filter = match request.param("$filter") {
         Some(text) if !text.trim().is_empty() => {
-            Some(query::parse_filter(&text).map_err(Failure::invalid)?)
+            let mut spend = api.executor.work_budget().spend();
+            Some(query::parse_filter(&text, &mut spend).map_err(Failure::invalid)?)
         }
         _ => None,
     };

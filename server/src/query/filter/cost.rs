@@ -1,6 +1,6 @@
 //! The work a filter may do on one entity, bounded before it runs: the filter's worst case is
-//! costed from its shape and the document bound, and a filter whose worst case passes
-//! [`MAX_FILTER_WORK`] is refused at parse time, whichever protocol or feature parsed it (queries,
+//! costed from its shape and the document bound, and charged to the request's work budget
+//! (`crate::model::WorkBudget`) at parse time, whichever protocol or feature parsed it (queries,
 //! counts, bulk deletes, REST `$filter`, patch and transaction conditions all parse here).
 //!
 //! A unit is one comparison made or one array element a lambda visits. Every array holds at most
@@ -15,10 +15,6 @@
 
 use super::{Expr, Property};
 use crate::model::MAX_DOCUMENT_VALUES;
-
-/// Most work units (comparisons made and array elements visited) one filter may need on one
-/// entity in the worst case: a few milliseconds of evaluation.
-pub const MAX_FILTER_WORK: u64 = 400_000;
 
 /// One lambda around the expression being costed.
 #[derive(Clone, Copy)]

@@ -13,10 +13,9 @@ mod eval;
 mod lexer;
 mod parser;
 
-pub use cost::MAX_FILTER_WORK;
 pub use eval::Record;
 
-use crate::model::Value;
+use crate::model::{Spend, Value, WorkBudget};
 
 /// Most comparisons one filter may hold (Azure's limit).
 pub const MAX_COMPARISONS: usize = 15;
@@ -150,18 +149,29 @@ impl FilterError {
 }
 
 impl Expr {
-    /// Parses a filter, refusing one whose worst-case work on one entity passes
-    /// [`MAX_FILTER_WORK`].
+    /// Parses a filter within the default work budget ([`Expr::parse_within`]).
     pub fn parse(text: &str) -> Result<Expr, FilterError> {
+        Expr::parse_within(text, &mut WorkBudget::default().spend())
+    }
+
+    /// Parses a filter and charges its worst-case work on one entity to the request's `spend`,
+    /// refusing it if the request would pass its budget (`crate::model::WorkBudget`).
+    pub fn parse_within(text: &str, spend: &mut Spend) -> Result<Expr, FilterError> {
         let expr = parser::parse(text)?;
         let work = cost::worst_case(&expr);
-        if work > MAX_FILTER_WORK {
+        if let Err(over) = spend.charge(work) {
+            let with_others = match over.needed == work {
+                true => String::new(),
+                false => format!(" ({} with the request's other filters)", over.needed),
+            };
             return Err(FilterError::new(
                 0,
                 format!(
-                    "the filter is too complex: it may take {work} steps on one entity, more than \
-                     {MAX_FILTER_WORK}; a lambda inside another that is not over the outer \
-                     lambda's variable rescans its array for each outer element"
+                    "the filter is too complex: it may take {work} steps on one entity{with_others}, \
+                     more than the request's work budget of {} (--work-budget); a lambda inside \
+                     another that is not over the outer lambda's variable rescans its array for \
+                     each outer element",
+                    over.limit
                 ),
             ));
         }

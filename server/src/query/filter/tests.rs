@@ -485,7 +485,10 @@ fn lambdas_that_rescan_an_array_per_element_are_refused_before_they_run() {
         let (offset, message) = error_at(filter);
         assert_eq!(offset, 0, "{filter}");
         assert!(message.contains("too complex"), "{filter}: {message}");
-        assert!(message.contains(&MAX_FILTER_WORK.to_string()), "{message}");
+        assert!(
+            message.contains(&crate::model::DEFAULT_WORK_BUDGET.to_string()),
+            "{message}"
+        );
     }
     // Lambdas over their enclosing lambda's variable visit disjoint parts of one array: fine at
     // any depth, with every comparison a filter may hold.
