@@ -463,7 +463,25 @@ async fn cors_rules_answer_preflights_and_mark_the_answers_a_page_may_read() {
         )
         .await;
         assert_eq!(status, 403, "{refused}: {answer}");
+        // Azure's text, which clients' tests match.
+        assert!(
+            answer.contains("CORS not enabled or no matching rule found for this request."),
+            "{answer}"
+        );
     }
+    let answer = exchange_with(
+        &mut socket,
+        "OPTIONS",
+        "/devstoreaccount1/Tables",
+        "Origin: http://app.example\r\n",
+        b"",
+    )
+    .await;
+    assert_refused(&answer, 400, "InvalidHeaderValue");
+    assert!(
+        answer.1.contains("A required CORS header is not present."),
+        "{answer:?}"
+    );
 
     // The answer to a page's request says the page may read it, and which headers.
     let (status, answer) = exchange_with(
@@ -501,6 +519,30 @@ async fn cors_rules_answer_preflights_and_mark_the_answers_a_page_may_read() {
         !other.to_lowercase().contains("access-control-allow-origin"),
         "{other}"
     );
+    // Rules exist and none matches: the answer varies by origin all the same.
+    assert!(other.to_lowercase().contains("vary: origin\r\n"), "{other}");
+
+    // A rule for any origin answers `*` the same to every origin: no `Vary`.
+    let any = APP_RULE.replace("http://app.example", "*");
+    let body = properties_body(&any);
+    let (status, answer) = exchange(&mut socket, "PUT", service, body.as_bytes()).await;
+    assert_eq!(status, 202, "{answer}");
+    let (_, starred) = exchange_with(
+        &mut socket,
+        "GET",
+        "/devstoreaccount1/Tables",
+        "Origin: http://any.example\r\n",
+        b"",
+    )
+    .await;
+    let lower = starred.to_lowercase();
+    assert!(
+        lower.contains("access-control-allow-origin: *\r\n") && !lower.contains("vary:"),
+        "{starred}"
+    );
+    let body = properties_body(APP_RULE);
+    let (status, answer) = exchange(&mut socket, "PUT", service, body.as_bytes()).await;
+    assert_eq!(status, 202, "{answer}");
 
     // Read back as set; bad settings are refused and change nothing.
     let (_, kept) = exchange(&mut socket, "GET", service, b"").await;
@@ -536,4 +578,31 @@ async fn cors_rules_answer_preflights_and_mark_the_answers_a_page_may_read() {
         kept.split("\r\n\r\n").nth(1),
         "a refusal changes nothing"
     );
+}
+
+/// Statistics are the secondary location's, as Azure serves them: asked of the primary they are
+/// refused 400, as the emulator does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_are_served_on_the_secondary_location_only() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let stats = "?restype=service&comp=stats";
+    let (status, answer) = exchange(
+        &mut socket,
+        "GET",
+        &format!("/devstoreaccount1-secondary/{stats}"),
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("<Status>live</Status>"), "{answer}");
+    let answer = exchange(
+        &mut socket,
+        "GET",
+        &format!("/devstoreaccount1/{stats}"),
+        b"",
+    )
+    .await;
+    assert_refused(&answer, 400, "InvalidUri");
+    assert!(answer.1.contains("secondary location"), "{answer:?}");
 }

@@ -184,6 +184,15 @@ async function settings() {
   assert.equal(properties.cors[0].maxAgeInSeconds, 60);
   await service.setProperties({ cors: [] });
   assert.equal((await service.getProperties()).cors.length, 0);
+  // Statistics from the secondary location, signed as the SDK sends them there.
+  const endpoint = process.env.TRESTLE_REST_ENDPOINT;
+  const secondary = TableServiceClient.fromConnectionString(
+    connection.replace(`TableEndpoint=${endpoint};`, `TableEndpoint=${endpoint}-secondary;`),
+    options,
+  );
+  const stats = await secondary.getStatistics();
+  assert.equal(stats.geoReplication.status, "live");
+  await rejects(400, () => service.getStatistics());
 
   // A stored access policy, and a SAS naming it until it is removed.
   const table = TableClient.fromConnectionString(connection, "JsAcl", options);
@@ -197,7 +206,6 @@ async function settings() {
   assert.equal(acl[0].accessPolicy.permission, "r");
   const credential = new AzureNamedKeyCredential("devstoreaccount1", DEV_KEY);
   const sas = generateTableSas("JsAcl", credential, { identifier: "readers" });
-  const endpoint = process.env.TRESTLE_REST_ENDPOINT;
   const named = new TableClient(endpoint, "JsAcl", new AzureSASCredential(sas), options);
   assert.equal((await named.getEntity("p", "1")).n, 1);
   await table.setAccessPolicy([]);

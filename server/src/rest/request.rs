@@ -27,6 +27,9 @@ pub(super) struct Request {
     pub(super) uri: Uri,
     pub(super) headers: HeaderMap,
     pub(super) body: Bytes,
+    /// The path as sent, when it named the secondary location (then `uri` names the primary):
+    /// a signature may cover either.
+    pub(super) secondary_path: Option<String>,
 }
 
 impl Request {
@@ -45,8 +48,9 @@ impl Request {
     }
 
     /// Turns a request to the secondary location (`/<account>-secondary/<account>/...`, where the
-    /// SDKs send what Azure serves only there: statistics) into the same request to the primary: the
-    /// endpoint is both locations of its one account, and the SDKs sign the primary's URL.
+    /// SDKs send what Azure serves only there: statistics) into the same request to the primary:
+    /// the endpoint is both locations of its one account. The path as sent is kept: the Python
+    /// SDK signs the primary's path, the JS SDK the secondary's.
     pub(super) fn address_primary_location(&mut self) -> Result<(), Failure> {
         let secondary = format!("/{ACCOUNT}{SECONDARY_SUFFIX}");
         let Some(rest) = self.uri.path().strip_prefix(&secondary) else {
@@ -64,6 +68,7 @@ impl Request {
             None => format!("{primary}{rest}"),
         };
         let query = self.uri.query().map_or(String::new(), |q| format!("?{q}"));
+        self.secondary_path = Some(self.uri.path().to_owned());
         self.uri = format!("{path}{query}")
             .parse()
             .map_err(|_| Failure::of(ErrorCode::InvalidUri, "the request's URL is not valid"))?;
@@ -221,9 +226,9 @@ pub(super) async fn authenticate(
     match request.header("authorization") {
         Some(a) if a.starts_with("SharedKey") => {
             served_account()?;
-            let signed = shared_key::Signed {
+            let signed = |raw_path| shared_key::Signed {
                 method: request.method.as_str(),
-                raw_path: request.uri.path(),
+                raw_path,
                 query: request.uri.query(),
                 headers: &request.headers,
             };
@@ -231,7 +236,12 @@ pub(super) async fn authenticate(
                 now: SystemTime::now(),
                 max_skew: api.max_clock_skew,
             };
-            shared_key::verify(a, account, &api.keys, &signed, &clock).map_err(failed)?;
+            let verify = |path| shared_key::verify(a, account, &api.keys, &signed(path), &clock);
+            let verified = match (verify(request.uri.path()), &request.secondary_path) {
+                (Err(_), Some(sent)) => verify(sent),
+                (verified, _) => verified,
+            };
+            verified.map_err(failed)?;
             Ok(Access::Full)
         }
         authorization => Ok(api.authenticator.authenticate(authorization)?),

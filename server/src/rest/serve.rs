@@ -39,6 +39,7 @@ pub(super) async fn handle(
         uri,
         headers,
         body: Bytes::new(),
+        secondary_path: None,
     };
     let version = version::requested(&request);
     let served = match &version {

@@ -45,6 +45,14 @@ pub(super) async fn serve(call: &Call<'_>, resource: Resource, setting: &str) ->
             Ok(StatusCode::ACCEPTED.into_response())
         }
         ("stats", Resource::Service, &Method::GET) => {
+            if request.secondary_path.is_none() {
+                // As Azure: statistics are the secondary location's (the emulator answers 400).
+                return Err(Failure::of(
+                    ErrorCode::InvalidUri,
+                    "the service's statistics are served on the secondary location only: \
+                     /devstoreaccount1-secondary/?restype=service&comp=stats",
+                ));
+            }
             access.list_tables()?;
             Ok(xml_answer(stats_xml()))
         }
