@@ -448,11 +448,26 @@ async fn a_batch_is_exactly_one_well_formed_changeset() {
     assert!(answer.contains(r#""value":[]"#), "{answer}");
     let (status, answer) = batch(&mut socket, &one).await;
     assert_eq!(status, 202, "{answer}");
-    assert!(answer.contains("204 No Content"), "{answer}");
+    // An insert without `Prefer: return-no-content` is answered as Azure does: 201 and the entity.
+    assert!(answer.contains("HTTP/1.1 201 Created\r\n"), "{answer}");
+    assert!(answer.contains(r#""RowKey":"2""#), "{answer}");
+    assert!(
+        answer.contains("Preference-Applied: return-content"),
+        "{answer}"
+    );
     // Each sub-response names its entity, as Azure's do (the SDKs read its RowKey there).
     let url = "http://localhost/devstoreaccount1/Batched(PartitionKey='p',RowKey='2')";
     assert!(
         answer.contains(&format!("Location: {url}\r\nDataServiceId: {url}\r\n")),
         "{answer}"
     );
+    // With `Prefer: return-no-content`, 204 and no entity.
+    let quiet = insert("4").replace(
+        "Content-Type: application/json\r\n",
+        "Content-Type: application/json\r\nPrefer: return-no-content\r\n",
+    );
+    let (status, answer) = batch(&mut socket, &batch_body(&[quiet], true)).await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer.contains("HTTP/1.1 204 No Content\r\n"), "{answer}");
+    assert!(!answer.contains(r#""RowKey":"4""#), "{answer}");
 }

@@ -24,6 +24,9 @@ pub(crate) struct BatchOperation {
     pub(crate) table: String,
     /// What it does.
     pub(crate) operation: Operation,
+    /// An insert whose answer carries the entity (`201 Created`): unless its `Prefer` says
+    /// `return-no-content`, as a single insert's.
+    pub(crate) returns_content: bool,
 }
 
 /// Why a batch body was refused.
@@ -175,6 +178,7 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
             return Ok(BatchOperation {
                 table,
                 operation: Operation::Delete { key, if_match },
+                returns_content: false,
             });
         }
         (method, _) => {
@@ -185,7 +189,13 @@ fn operation(part: &str) -> Result<BatchOperation, BatchError> {
             )))
         }
     };
-    Ok(BatchOperation { table, operation })
+    let returns_content = matches!(operation, Operation::Insert(_))
+        && !header(&headers, "prefer").is_some_and(|p| p.contains("return-no-content"));
+    Ok(BatchOperation {
+        table,
+        operation,
+        returns_content,
+    })
 }
 
 /// One operation's part of a successful changeset's response: the entity's address and, when it
@@ -195,11 +205,14 @@ pub(crate) struct SubResponse {
     pub(crate) entity_url: String,
     /// The new ETag of a written entity.
     pub(crate) etag: Option<String>,
+    /// The entity as its answer carries it (an insert that returns content: `201 Created`),
+    /// OData JSON.
+    pub(crate) entity_json: Option<String>,
 }
 
 /// The response body of a successful changeset: each operation's status, with `Location` and
-/// `DataServiceId` naming its entity (the SDKs read each sub-response's RowKey from them) and the
-/// ETag of what it wrote.
+/// `DataServiceId` naming its entity (the SDKs read each sub-response's RowKey from them), the
+/// ETag of what it wrote, and for an insert that returns content `201 Created` with the entity.
 pub(crate) fn committed_changeset(boundary: &str, parts: &[SubResponse]) -> String {
     let changeset = format!("changesetresponse_{boundary}");
     let mut out = format!(
@@ -207,13 +220,22 @@ pub(crate) fn committed_changeset(boundary: &str, parts: &[SubResponse]) -> Stri
     );
     for part in parts {
         let url = &part.entity_url;
+        let (status, version) = match part.entity_json {
+            Some(_) => ("201 Created", "3.0"),
+            None => ("204 No Content", "1.0"),
+        };
         out.push_str(&format!(
-            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: 1.0;\r\nLocation: {url}\r\nDataServiceId: {url}\r\n"
+            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 {status}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: {version};\r\nLocation: {url}\r\nDataServiceId: {url}\r\n"
         ));
         if let Some(etag) = &part.etag {
             out.push_str(&format!("ETag: {etag}\r\n"));
         }
-        out.push_str("\r\n");
+        match &part.entity_json {
+            Some(json) => out.push_str(&format!(
+                "Preference-Applied: return-content\r\nContent-Type: application/json;odata=minimalmetadata;streaming=true;charset=utf-8\r\n\r\n{json}\r\n"
+            )),
+            None => out.push_str("\r\n"),
+        }
     }
     out.push_str(&format!(
         "--{changeset}--\r\n--batchresponse_{boundary}--\r\n"
@@ -290,6 +312,7 @@ pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
             &message,
         ))
     };
+    let returns_content: Vec<bool> = parsed.iter().map(|p| p.returns_content).collect();
     let (table, operations) = match one_table(parsed) {
         Ok(batch) => batch,
         Err((index, failure)) => return Ok(refuse(index, failure)),
@@ -312,7 +335,7 @@ pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
     let request_bytes = request.body.len();
     let committed = api
         .executor
-        .transact(table, partition_key, operations, request_bytes)
+        .transact(table.clone(), partition_key, operations, request_bytes)
         .await;
     let outcome = match committed {
         Ok(pending) => api.executor.durable(pending).await,
@@ -320,12 +343,18 @@ pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
     };
     match outcome {
         Ok(stored) => {
+            let json = odata::EntityJson::element(request.metadata(), base, &table);
             let parts: Vec<SubResponse> = stored
                 .iter()
                 .zip(entity_urls)
-                .map(|(entity, entity_url)| SubResponse {
+                .zip(returns_content)
+                .map(|((entity, entity_url), returns_content)| SubResponse {
                     entity_url,
                     etag: entity.as_ref().map(|e| e.etag().into_string()),
+                    entity_json: entity
+                        .as_ref()
+                        .filter(|_| returns_content)
+                        .map(|e| json.stored(e)),
                 })
                 .collect();
             Ok(respond(committed_changeset(&boundary, &parts)))
