@@ -389,6 +389,22 @@ async fn format_in_the_query_atom_a_star_select_and_a_byte_order_mark_are_read_a
     .await;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains(r#""A":1,"B":"b""#), "{answer}");
+    // Otherwise a `$select` shows what it names only, the system properties included, as Azure.
+    for (select, shown) in [
+        ("A", r#"{"A":1}"#),
+        ("RowKey,B", r#"{"RowKey":"r","B":"b"}"#),
+        ("PartitionKey", r#"{"PartitionKey":"p"}"#),
+    ] {
+        let path = format!("/devstoreaccount1/Formats()?$select={select}");
+        let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.contains(shown), "{select}: {answer}");
+        let path =
+            format!("/devstoreaccount1/Formats(PartitionKey='p',RowKey='r')?$select={select}");
+        let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.ends_with(shown), "{select}: {answer}");
+    }
 }
 
 /// Set Service Properties with `rules` (`<CorsRule>` elements) as the body.

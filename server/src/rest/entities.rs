@@ -172,10 +172,13 @@ pub(super) async fn get(call: &Call<'_>, table: String, key: EntityKey) -> Answe
     access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
     let metadata = request.metadata();
     let select = selection(request);
+    let shown = odata::Projection::of_select(request.param("$select").as_deref());
     let (base, name) = (base.to_owned(), table.clone());
     let read = move |entity: &EntityView<'_>| {
         let mut json = String::new();
-        odata::EntityJson::element(metadata, &base, &name).write_view(&mut json, entity)?;
+        odata::EntityJson::element(metadata, &base, &name)
+            .showing(shown)
+            .write_view(&mut json, entity)?;
         Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
     };
     let (json, etag) = api.executor.get(table, key, select, read).await?;
@@ -189,6 +192,7 @@ pub(super) async fn get(call: &Call<'_>, table: String, key: EntityKey) -> Answe
 /// Writes a page's entities into the response body as they are read: `{..."value":[` first,
 /// then each entity's object.
 struct JsonPage {
+    shown: odata::Projection,
     metadata: Metadata,
     base: String,
     table: String,
@@ -202,6 +206,7 @@ impl MatchSink for JsonPage {
             self.body.push(',');
         }
         let writer = odata::EntityJson {
+            shown: self.shown,
             metadata: self.metadata,
             base: &self.base,
             table: &self.table,
@@ -243,6 +248,7 @@ pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
         return Ok(json_text_response(StatusCode::OK, metadata, body));
     }
     let page = JsonPage {
+        shown: odata::Projection::of_select(request.param("$select").as_deref()),
         metadata,
         base: base.to_owned(),
         table: table.clone(),

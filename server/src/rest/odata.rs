@@ -313,10 +313,54 @@ fn parse_datetime(text: &str) -> Option<i64> {
     trestle_proto::datetime::parse(&format!("{body}{fraction}"))
 }
 
+/// Which of an entity's properties an answer shows: as Azure, a `$select` shows what it names
+/// only, `PartitionKey`, `RowKey` and `Timestamp` included; without one (or with `*`), all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Projection {
+    pub(crate) partition_key: bool,
+    pub(crate) row_key: bool,
+    pub(crate) timestamp: bool,
+    /// The custom properties (those `$select` names, read as such, or all of them).
+    pub(crate) custom: bool,
+}
+
+impl Projection {
+    /// Every property.
+    pub(crate) const ALL: Projection = Projection {
+        partition_key: true,
+        row_key: true,
+        timestamp: true,
+        custom: true,
+    };
+
+    /// What a `$select` of `select` shows.
+    pub(crate) fn of_select(select: Option<&str>) -> Projection {
+        let Some(select) = select else {
+            return Projection::ALL;
+        };
+        let names: Vec<&str> = select
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.is_empty() || names.contains(&"*") {
+            return Projection::ALL;
+        }
+        let system = ["PartitionKey", "RowKey", "Timestamp"];
+        Projection {
+            partition_key: names.contains(&"PartitionKey"),
+            row_key: names.contains(&"RowKey"),
+            timestamp: names.contains(&"Timestamp"),
+            custom: names.iter().any(|name| !system.contains(name)),
+        }
+    }
+}
+
 /// Where an entity's JSON goes, and what names it: `base` (the account's URL) and `table` name
 /// it in full metadata; `context`, when given, leads it as `odata.metadata` (a response of one
-/// entity rather than an element of `value`).
+/// entity rather than an element of `value`); `shown`, which properties it holds.
 pub(crate) struct EntityJson<'a> {
+    pub(crate) shown: Projection,
     pub(crate) metadata: Metadata,
     pub(crate) base: &'a str,
     pub(crate) table: &'a str,
@@ -330,11 +374,17 @@ impl<'a> EntityJson<'a> {
         let context =
             (metadata != Metadata::None).then(|| format!("{base}/$metadata#{table}/@Element"));
         EntityJson {
+            shown: Projection::ALL,
             metadata,
             base,
             table,
             context,
         }
+    }
+
+    /// The same writer, showing only `shown`.
+    pub(crate) fn showing(self, shown: Projection) -> EntityJson<'a> {
+        EntityJson { shown, ..self }
     }
 
     /// Writes the JSON object of an entity read in place to `out`.
@@ -391,17 +441,26 @@ impl<'a> EntityJson<'a> {
         if self.metadata != Metadata::None {
             object.string("odata.etag", ETag::for_timestamp(timestamp).as_str());
         }
-        object.string("PartitionKey", partition_key);
-        object.string("RowKey", row_key);
-        if self.metadata == Metadata::Full {
-            // Minimal metadata leaves the system property's type out, as Azure does: the model
-            // says what it is.
-            object.string("Timestamp@odata.type", "Edm.DateTime");
+        if self.shown.partition_key {
+            object.string("PartitionKey", partition_key);
         }
-        object.key("Timestamp", "");
-        write_value(object.out, ValueRef::DateTime(timestamp));
+        if self.shown.row_key {
+            object.string("RowKey", row_key);
+        }
+        if self.shown.timestamp {
+            if self.metadata == Metadata::Full {
+                // Minimal metadata leaves the system property's type out, as Azure does: the
+                // model says what it is.
+                object.string("Timestamp@odata.type", "Edm.DateTime");
+            }
+            object.key("Timestamp", "");
+            write_value(object.out, ValueRef::DateTime(timestamp));
+        }
         for property in properties {
             let (name, shown) = property?;
+            if !self.shown.custom {
+                continue;
+            }
             let value = shown.value();
             let annotation = edm_type(value);
             let annotate = match self.metadata {
@@ -651,6 +710,7 @@ mod tests {
         };
         for metadata in [Metadata::None, Metadata::Minimal, Metadata::Full] {
             let writer = EntityJson {
+                shown: Projection::ALL,
                 metadata,
                 base: "http://h/a",
                 table: "T",
