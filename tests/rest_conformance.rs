@@ -622,3 +622,25 @@ async fn statistics_are_served_on_the_secondary_location_only() {
     assert_refused(&answer, 400, "InvalidUri");
     assert!(answer.1.contains("secondary location"), "{answer:?}");
 }
+
+/// A null property, annotated with a type or not, is ignored: the entity lacks it (the data
+/// model has no null property value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_property_typed_or_not_is_left_out() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let table = br#"{"TableName":"Nulls"}"#;
+    let (status, answer) = exchange(&mut socket, "POST", "/devstoreaccount1/Tables", table).await;
+    assert_eq!(status, 201, "{answer}");
+    let entity = br#"{"PartitionKey":"p","RowKey":"r","A":1,"U":null,"V":null,"V@odata.type":"Edm.DateTime"}"#;
+    let (status, answer) = exchange(&mut socket, "POST", "/devstoreaccount1/Nulls", entity).await;
+    assert_eq!(status, 201, "{answer}");
+    let path = "/devstoreaccount1/Nulls(PartitionKey='p',RowKey='r')";
+    let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""A":1"#), "{answer}");
+    assert!(
+        !answer.contains(r#""U""#) && !answer.contains(r#""V"#),
+        "{answer}"
+    );
+}
