@@ -2,7 +2,9 @@
 //! bounds: the message limit per request (`--max-message-mib`), the bytes all REST requests may
 //! hold buffered at once (`--rest-body-buffer-mib`), and the time a body may take to arrive
 //! (`--body-timeout-secs`). What would pass a bound is refused with Azure's code, not buffered,
-//! and its connection is closed (the rest of its body is never read).
+//! and its connection is closed; before the refusal goes out, what keeps arriving of the body is
+//! read and dropped, within a bound of bytes and time, so that a client that writes its whole
+//! body before it reads (the JS SDK) reads the refusal rather than a broken pipe.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,12 @@ pub(super) const AZURE_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// The most buffer allocated for a body before its bytes arrive.
 const FIRST_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The most of a refused body read (and dropped) before the refusal is sent.
+const DRAIN_AT_MOST_BYTES: usize = 2 * AZURE_MAX_BODY_BYTES;
+/// How long a refused body is read for at most, and how long its next bytes are waited for.
+const DRAIN_FOR: Duration = Duration::from_secs(5);
+const DRAIN_LINGER: Duration = Duration::from_millis(250);
 
 /// The bounds every body is read within, shared by all of the endpoint's connections.
 #[derive(Debug, Clone)]
@@ -69,14 +77,17 @@ impl BodyLimits {
             budget: self.budget.clone(),
             bytes: 0,
         };
+        let mut stream = body.into_data_stream();
         if let Some(length) = announced {
-            self.check_size(length)?;
+            if let Err(refused) = self.check_size(length) {
+                drain(&mut stream).await;
+                return Err(refused);
+            }
         }
         // Bytes are counted as they arrive, so a client that announces much and sends little
         // holds only what it sent.
         let reading = async {
             let mut buffer = Vec::with_capacity(announced.unwrap_or(0).min(FIRST_BUFFER_BYTES));
-            let mut stream = body.into_data_stream();
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|error| {
                     closing(Failure::new(
@@ -86,7 +97,10 @@ impl BodyLimits {
                     ))
                 })?;
                 let total = buffer.len() + chunk.len();
-                self.check_size(total)?;
+                if let Err(refused) = self.check_size(total) {
+                    drain(&mut stream).await;
+                    return Err(refused);
+                }
                 let unreserved = total.saturating_sub(reservation.bytes);
                 if unreserved > 0 {
                     self.reserve(&mut reservation, unreserved)?;
@@ -149,6 +163,22 @@ impl BodyLimits {
             ))),
         }
     }
+}
+
+/// Reads and drops what arrives of a refused body: at most [`DRAIN_AT_MOST_BYTES`], for at most
+/// [`DRAIN_FOR`], each next chunk within [`DRAIN_LINGER`] (a client that sends nothing more is
+/// answered then).
+async fn drain(stream: &mut axum::body::BodyDataStream) {
+    let draining = async {
+        let mut drained = 0;
+        while drained < DRAIN_AT_MOST_BYTES {
+            match tokio::time::timeout(DRAIN_LINGER, stream.next()).await {
+                Ok(Some(Ok(chunk))) => drained += chunk.len(),
+                _ => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_FOR, draining).await;
 }
 
 /// A refusal after which the connection is closed: the rest of the body is not read.
