@@ -461,6 +461,24 @@ async fn a_batch_is_exactly_one_well_formed_changeset() {
         answer.contains(&format!("Location: {url}\r\nDataServiceId: {url}\r\n")),
         "{answer}"
     );
+    // One retrieve alone in the batch (outside a changeset), as Azure serves it: the entity as
+    // its GET answers it, or the GET's refusal, as the batch's one part.
+    let retrieve = |row: &str| {
+        format!(
+            "--batch_b\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n\
+             GET http://localhost/devstoreaccount1/Batched(PartitionKey='p',RowKey='{row}')?$select=RowKey HTTP/1.1\r\n\
+             Accept: application/json;odata=nometadata\r\n\r\n--batch_b--\r\n"
+        )
+    };
+    let (status, answer) = batch(&mut socket, &retrieve("2")).await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer.contains("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.contains(r#"{"RowKey":"2"}"#), "{answer}");
+    assert!(answer.contains("ETag: W/"), "{answer}");
+    let (status, answer) = batch(&mut socket, &retrieve("missing")).await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer.contains("HTTP/1.1 404 Not Found\r\n"), "{answer}");
+    assert!(answer.contains("ResourceNotFound"), "{answer}");
     // With `Prefer: return-no-content`, 204 and no entity.
     let quiet = insert("4").replace(
         "Content-Type: application/json\r\n",

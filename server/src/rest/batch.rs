@@ -1,17 +1,18 @@
 //! `$batch`: an entity group transaction as the SDKs send it, a `multipart/mixed` body holding
 //! exactly one changeset of `application/http` requests on one partition, each part closed by its
 //! delimiter, answered the same way (every operation's status and ETag, or the failing operation
-//! alone with its index in the message).
+//! alone with its index in the message); or, as Azure serves it, one retrieve of an entity alone
+//! (a `GET` outside any changeset), answered as the `GET` would be, inside the batch's answer.
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use super::entities::{entity_write, parse_body};
+use super::entities::{entity_write, parse_body, read_entity};
 use super::failure::Failure;
 use super::odata;
 use super::paths::{self, Resource};
 use super::reply::{header_value, request_id};
-use super::request::Request;
+use super::request::{query_param, Request};
 use super::{Answer, Call};
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
@@ -27,6 +28,21 @@ pub(crate) struct BatchOperation {
     /// An insert whose answer carries the entity (`201 Created`): unless its `Prefer` says
     /// `return-no-content`, as a single insert's.
     pub(crate) returns_content: bool,
+}
+
+/// What a `$batch` body asks for.
+#[derive(Debug)]
+pub(crate) enum BatchRequest {
+    /// One changeset: its operations, in order.
+    Changeset(Vec<BatchOperation>),
+    /// One retrieve of an entity, alone in the batch, with its `$select` and its `Accept` if it
+    /// has them.
+    Retrieve {
+        table: String,
+        key: EntityKey,
+        select: Option<String>,
+        accept: Option<String>,
+    },
 }
 
 /// Why a batch body was refused.
@@ -99,8 +115,8 @@ fn header<'h>(headers: &[(&str, &'h str)], name: &str) -> Option<&'h str> {
         .map(|(_, v)| *v)
 }
 
-/// The operations of a `$batch` body (`content_type` names its boundary), in order.
-pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<Vec<BatchOperation>, BatchError> {
+/// What a `$batch` body asks for (`content_type` names its boundary).
+pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<BatchRequest, BatchError> {
     let body = std::str::from_utf8(body).map_err(|_| invalid("the batch body is not UTF-8"))?;
     let batch = boundary(content_type)
         .ok_or_else(|| invalid("the batch's Content-Type names no multipart boundary"))?;
@@ -110,9 +126,13 @@ pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<Vec<BatchOperatio
         ));
     };
     let (headers, content) = split_headers(part);
-    let changeset = header(&headers, "content-type")
-        .and_then(boundary)
-        .ok_or_else(|| invalid("the batch's part is not a changeset (multipart/mixed)"))?;
+    let part_type = header(&headers, "content-type").unwrap_or("");
+    if part_type.trim().starts_with("application/http") {
+        return retrieve(content);
+    }
+    let changeset = boundary(part_type).ok_or_else(|| {
+        invalid("the batch's part is neither a changeset (multipart/mixed) nor one retrieve")
+    })?;
     let operations = parts(content, changeset, "changeset")?
         .into_iter()
         .map(operation)
@@ -120,28 +140,70 @@ pub(crate) fn parse(content_type: &str, body: &[u8]) -> Result<Vec<BatchOperatio
     if operations.is_empty() {
         return Err(invalid("the batch holds no operation"));
     }
-    Ok(operations)
+    Ok(BatchRequest::Changeset(operations))
+}
+
+/// The retrieve a batch's lone `application/http` part asks for: a `GET` of one entity.
+fn retrieve(http: &str) -> Result<BatchRequest, BatchError> {
+    let (method, url, rest) = request_line(http)?;
+    let (headers, _) = split_headers(rest);
+    let (path, query) = url_parts(url);
+    match (method, paths::parse(path).map(|(_, resource)| resource)) {
+        (
+            "GET",
+            Some(Resource::Entity {
+                table,
+                partition_key,
+                row_key,
+            }),
+        ) => Ok(BatchRequest::Retrieve {
+            table,
+            key: EntityKey::new(partition_key, row_key)?,
+            select: query.and_then(|query| query_param(query, "$select")),
+            accept: header(&headers, "accept").map(str::to_owned),
+        }),
+        _ => Err(invalid(format!(
+            "a batch part outside a changeset is one retrieve (a GET of one entity), not {} {}",
+            quoted(method),
+            quoted(url)
+        ))),
+    }
+}
+
+/// The method, URL and what follows the request line of an `application/http` part.
+fn request_line(http: &str) -> Result<(&str, &str, &str), BatchError> {
+    let (request_line, rest) = http
+        .split_once('\n')
+        .ok_or_else(|| invalid("a batch operation has no request line"))?;
+    let mut words = request_line.trim().split(' ');
+    Ok((words.next().unwrap_or(""), words.next().unwrap_or(""), rest))
+}
+
+/// A part's URL (absolute, or a path) as its path and its query string.
+fn url_parts(url: &str) -> (&str, Option<&str>) {
+    let path = match url.find("://") {
+        Some(at) => &url[url[at + 3..].find('/').map_or(url.len(), |p| at + 3 + p)..],
+        None => url,
+    };
+    match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    }
 }
 
 /// One `application/http` request of a changeset as an operation.
 fn operation(part: &str) -> Result<BatchOperation, BatchError> {
     let (_, http) = split_headers(part);
-    let (request_line, rest) = http
-        .split_once('\n')
-        .ok_or_else(|| invalid("a batch operation has no request line"))?;
-    let mut words = request_line.trim().split(' ');
-    let (method, url) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (method, url, rest) = request_line(http)?;
     let (headers, body) = split_headers(rest);
-    let path = match url.find("://") {
-        Some(at) => &url[url[at + 3..].find('/').map_or(url.len(), |p| at + 3 + p)..],
-        None => url,
-    };
-    let path = path.split('?').next().unwrap_or(path);
+    let (path, _) = url_parts(url);
     let (_, resource) = paths::parse(path)
         .ok_or_else(|| invalid(format!("{} names no entity resource", quoted(url))))?;
     if method == "GET" {
         return Err(BatchError::NotServed(
-            "a retrieve operation inside $batch (read the entity with its own GET)".to_owned(),
+            "a retrieve operation inside a changeset (send it alone in the batch, or with its \
+             own GET)"
+                .to_owned(),
         ));
     }
     let if_match = header(&headers, "if-match")
@@ -253,9 +315,7 @@ pub(crate) fn failed_changeset(
     message: &str,
 ) -> String {
     let changeset = format!("changesetresponse_{boundary}");
-    let body = serde_json::json!({
-        "odata.error": {"code": code, "message": {"lang": "en-US", "value": format!("{index}:{message}")}}
-    });
+    let body = error_json(code, &format!("{index}:{message}"));
     format!(
         "--batchresponse_{boundary}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 {} {}\r\nX-Content-Type-Options: nosniff\r\nDataServiceVersion: 3.0;\r\nContent-Type: application/json;odata=minimalmetadata;streaming=true;charset=utf-8\r\n\r\n{body}\r\n--{changeset}--\r\n--batchresponse_{boundary}--\r\n",
         status.as_u16(),
@@ -263,8 +323,48 @@ pub(crate) fn failed_changeset(
     )
 }
 
-/// The operations of a `$batch` request's body, parsed off the runtime if it is large.
-async fn parse_request(request: &Request) -> Result<Vec<BatchOperation>, Failure> {
+/// Azure's JSON error body.
+fn error_json(code: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "odata.error": {"code": code, "message": {"lang": "en-US", "value": message}}
+    })
+}
+
+/// A batch's answer to its one retrieve: the entity as its `GET` answers it, or the refusal, as
+/// the batch's one part.
+async fn answer_retrieve(
+    call: &Call<'_>,
+    boundary: &str,
+    table: String,
+    key: EntityKey,
+    select: Option<String>,
+    accept: Option<String>,
+) -> Response {
+    let metadata = match accept {
+        Some(accept) => odata::Metadata::from_accept(Some(&accept)),
+        None => call.request.metadata(),
+    };
+    let part = match read_entity(call, metadata, table, key, select.as_deref()).await {
+        Ok((json, etag)) => format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-cache\r\nDataServiceVersion: 3.0;\r\nETag: {}\r\n\r\n{json}\r\n",
+            metadata.content_type(),
+            etag.as_str()
+        ),
+        Err(failure) => format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: application/json;odata=minimalmetadata;streaming=true;charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDataServiceVersion: 3.0;\r\n\r\n{}\r\n",
+            failure.status.as_u16(),
+            failure.status.canonical_reason().unwrap_or(""),
+            error_json(failure.code.as_str(), &failure.message)
+        ),
+    };
+    let body = format!(
+        "--batchresponse_{boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n{part}--batchresponse_{boundary}--\r\n"
+    );
+    batch_response(boundary, body)
+}
+
+/// What a `$batch` request's body asks for, parsed off the runtime if it is large.
+async fn parse_request(request: &Request) -> Result<BatchRequest, Failure> {
     let content_type = request.header("content-type").unwrap_or("").to_owned();
     parse_body(&request.body, move |body| {
         parse(&content_type, body).map_err(|error| match error {
@@ -294,8 +394,18 @@ fn batch_response(boundary: &str, body: String) -> Response {
 /// response (or the failing one's, its index first in the message).
 pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
     let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
-    let parsed = parse_request(request).await?;
     let boundary = request_id();
+    let parsed = match parse_request(request).await? {
+        BatchRequest::Changeset(operations) => operations,
+        BatchRequest::Retrieve {
+            table,
+            key,
+            select,
+            accept,
+        } => {
+            return Ok(answer_retrieve(call, &boundary, table, key, select, accept).await);
+        }
+    };
     let respond = |body: String| batch_response(&boundary, body);
     let refuse = |index: usize, failure: Failure| {
         let Failure {

@@ -146,10 +146,37 @@ pub(super) async fn delete(call: &Call<'_>, table: String, key: EntityKey) -> An
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// One entity of `table` as the caller may read it, its JSON (in `metadata`, showing what
+/// `select`, a `$select`, names) and its ETag: a `GET` alone or in `$batch`.
+pub(super) async fn read_entity(
+    call: &Call<'_>,
+    metadata: Metadata,
+    table: String,
+    key: EntityKey,
+    select: Option<&str>,
+) -> Result<(String, crate::model::ETag), Failure> {
+    let (api, access, base) = (call.api, call.access, &call.base);
+    access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
+    let shown = odata::Projection::of_select(select);
+    let (base, name) = (base.to_owned(), table.clone());
+    let read = move |entity: &EntityView<'_>| {
+        let mut json = String::new();
+        odata::EntityJson::element(metadata, &base, &name)
+            .showing(shown)
+            .write_view(&mut json, entity)?;
+        Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
+    };
+    Ok(api.executor.get(table, key, selected(select), read).await?)
+}
+
 /// `$select` as property names (empty: all).
 pub(super) fn selection(request: &Request) -> Vec<String> {
-    let names: Vec<String> = request
-        .param("$select")
+    selected(request.param("$select").as_deref())
+}
+
+/// The custom property names a `$select` of `select` names (empty: all).
+fn selected(select: Option<&str>) -> Vec<String> {
+    let names: Vec<String> = select
         .map(|s| {
             s.split(',')
                 .map(|p| p.trim().to_owned())
@@ -168,20 +195,9 @@ pub(super) fn selection(request: &Request) -> Vec<String> {
 
 /// `GET` of one entity, with `$select`.
 pub(super) async fn get(call: &Call<'_>, table: String, key: EntityKey) -> Answer {
-    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
-    access.entity(&table, Permissions::READ, &key.partition_key, &key.row_key)?;
-    let metadata = request.metadata();
-    let select = selection(request);
-    let shown = odata::Projection::of_select(request.param("$select").as_deref());
-    let (base, name) = (base.to_owned(), table.clone());
-    let read = move |entity: &EntityView<'_>| {
-        let mut json = String::new();
-        odata::EntityJson::element(metadata, &base, &name)
-            .showing(shown)
-            .write_view(&mut json, entity)?;
-        Ok((json, crate::model::ETag::for_timestamp(entity.timestamp)))
-    };
-    let (json, etag) = api.executor.get(table, key, select, read).await?;
+    let (request, metadata) = (call.request, call.request.metadata());
+    let select = request.param("$select");
+    let (json, etag) = read_entity(call, metadata, table, key, select.as_deref()).await?;
     let mut response = json_text_response(StatusCode::OK, metadata, json);
     response
         .headers_mut()

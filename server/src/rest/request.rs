@@ -94,10 +94,7 @@ impl Request {
 
     /// A query parameter, percent-decoded (`+` stays a plus, as Azure reads it).
     pub(super) fn param(&self, name: &str) -> Option<String> {
-        self.uri.query()?.split('&').find_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (paths::percent_decode(key)? == name).then(|| paths::percent_decode(value))?
-        })
+        query_param(self.uri.query()?, name)
     }
 
     /// `$top`: how many results a page may hold, `None` when absent (the server's page size).
@@ -246,4 +243,13 @@ pub(super) async fn authenticate(
         }
         authorization => Ok(api.authenticator.authenticate(authorization)?),
     }
+}
+
+/// Parameter `name` of the query string `query`, percent-decoded (`+` stays a plus, as Azure
+/// reads it).
+pub(super) fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (paths::percent_decode(key)? == name).then(|| paths::percent_decode(value))?
+    })
 }
