@@ -256,3 +256,48 @@ async fn both_sdks_read_a_document_as_its_json_text() {
     .await;
     assert!(out.contains("js sdk, documents: ok"), "{out}");
 }
+
+/// The REST endpoint over TLS (`--rest-tls-cert`, `--rest-tls-key`): both official SDKs talk
+/// `https` to it, trusting the test's CA (`REQUESTS_CA_BUNDLE`, `NODE_EXTRA_CA_CERTS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_talk_https_to_the_rest_endpoint_with_a_certificate() {
+    let python = python();
+    if python.is_none() || !node_sdk_installed() {
+        assert!(!required(), "an Azure SDK is not installed");
+        common::skip::skipped(
+            "both_sdks_talk_https_to_the_rest_endpoint_with_a_certificate",
+            "needs azure-data-tables and @azure/data-tables",
+        );
+        return;
+    }
+    let certificates = common::tls::certificates();
+    let ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca_file.path(), &certificates.ca_pem).unwrap();
+    let ca = ca_file.path().to_str().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let endpoint = format!("https://localhost:{port}/devstoreaccount1");
+    let identity = certificates.identity.clone();
+    let _server = TestServer::start_with_rest(listener, move |config| {
+        config.rest_tls = Some(identity);
+    })
+    .await;
+    let env = [("REQUESTS_CA_BUNDLE", ca)];
+    let out = run(
+        &python.unwrap(),
+        &["python_tables.py", "tls"],
+        &endpoint,
+        &env,
+    )
+    .await;
+    assert!(out.contains("python sdk, tls: ok"), "{out}");
+    let env = [("NODE_EXTRA_CA_CERTS", ca)];
+    let out = run(
+        Path::new("node"),
+        &["js_tables.mjs", "tls"],
+        &endpoint,
+        &env,
+    )
+    .await;
+    assert!(out.contains("js sdk, tls: ok"), "{out}");
+}

@@ -3,34 +3,9 @@
 
 mod common;
 
+use common::tls::{certificates, Certificates};
 use common::TestServer;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 use trestle_client::{Client, ErrorKind, Properties};
-use trestle_server::config::TlsIdentity;
-
-struct Certificates {
-    ca_pem: String,
-    identity: TlsIdentity,
-}
-
-fn certificates() -> Certificates {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let server_key = KeyPair::generate().unwrap();
-    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&server_key, &ca)
-        .unwrap();
-    Certificates {
-        ca_pem: ca.pem(),
-        identity: TlsIdentity {
-            cert_pem: server_cert.pem().into_bytes(),
-            key_pem: server_key.serialize_pem().into_bytes(),
-        },
-    }
-}
 
 async fn tls_server(certificates: &Certificates) -> TestServer {
     let identity = certificates.identity.clone();

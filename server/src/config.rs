@@ -66,6 +66,8 @@ pub struct Config {
     pub protect_introspection: bool,
     /// Serve TLS with this certificate chain and key.
     pub tls: Option<TlsIdentity>,
+    /// Serve the REST endpoint over TLS with this certificate chain and key (plain HTTP if none).
+    pub rest_tls: Option<TlsIdentity>,
     /// Request limits.
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
@@ -86,6 +88,7 @@ impl Config {
             insecure_open: false,
             protect_introspection: false,
             tls: None,
+            rest_tls: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -346,6 +349,13 @@ pub struct ServeArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "TRESTLE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Serve the REST endpoint (`--rest-listen`) over TLS with this PEM certificate chain
+    /// (needs `--rest-tls-key`; may be the same files as `--tls-cert`).
+    #[arg(long, env = "TRESTLE_REST_TLS_CERT", requires = "rest_tls_key")]
+    pub rest_tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--rest-tls-cert`.
+    #[arg(long, env = "TRESTLE_REST_TLS_KEY", requires = "rest_tls_cert")]
+    pub rest_tls_key: Option<PathBuf>,
     /// Requests in flight at once (long-lived calls have their own class); past it requests get
     /// RESOURCE_EXHAUSTED `ServerBusy`.
     #[arg(long, default_value_t = DEFAULT_MAX_IN_FLIGHT,
@@ -475,13 +485,15 @@ impl ServeArgs {
                 source,
             })
         };
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsIdentity {
+        let identity = |cert: &Option<PathBuf>, key: &Option<PathBuf>| match (cert, key) {
+            (Some(cert), Some(key)) => Ok::<_, ConfigError>(Some(TlsIdentity {
                 cert_pem: read(cert)?,
                 key_pem: read(key)?,
-            }),
-            _ => None,
+            })),
+            _ => Ok(None),
         };
+        let tls = identity(&self.tls_cert, &self.tls_key)?;
+        let rest_tls = identity(&self.rest_tls_cert, &self.rest_tls_key)?;
         Ok(Config {
             store: match &self.store {
                 Some(url) => StoreConfig::Postgres {
@@ -506,6 +518,7 @@ impl ServeArgs {
             insecure_open: self.insecure_open,
             protect_introspection: self.protect_introspection,
             tls,
+            rest_tls,
             limits: Limits {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,

@@ -98,6 +98,7 @@ pub async fn serve(
         executor.clone(),
         config.authenticator.clone(),
         &config.limits,
+        config.rest_tls.as_ref(),
     )?;
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());

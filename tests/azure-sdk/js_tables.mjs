@@ -278,6 +278,21 @@ if (process.argv[2] === "seed") {
   process.exit(0);
 }
 
+// Over https (the CA trusted through NODE_EXTRA_CA_CERTS): a table, an entity, a query.
+if (process.argv[2] === "tls") {
+  const secure = connection.replace("DefaultEndpointsProtocol=http;", "DefaultEndpointsProtocol=https;");
+  const table = TableClient.fromConnectionString(secure, "JsTls");
+  await table.createTable();
+  await table.createEntity({ partitionKey: "p", rowKey: "r", note: "over TLS" });
+  assert.equal((await table.getEntity("p", "r")).note, "over TLS");
+  const found = [];
+  for await (const entity of table.listEntities()) found.push(entity.rowKey);
+  assert.deepEqual(found, ["r"]);
+  await table.deleteTable();
+  console.log("js sdk, tls: ok");
+  process.exit(0);
+}
+
 if (process.argv[2] === "documents") {
   await documents();
   console.log("js sdk, documents: ok");

@@ -46,10 +46,20 @@ HOUR = datetime.timedelta(hours=1)
 
 
 def connect(key=DEV_KEY):
+    protocol = "https" if ENDPOINT.startswith("https:") else "http"
     return TableServiceClient.from_connection_string(
-        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        f"DefaultEndpointsProtocol={protocol};AccountName=devstoreaccount1;"
         f"AccountKey={key};TableEndpoint={ENDPOINT};"
     )
+
+
+def over_tls(service):
+    """Over https (the CA trusted through REQUESTS_CA_BUNDLE): a table, an entity, a query."""
+    table = service.create_table("PyTls")
+    table.create_entity({"PartitionKey": "p", "RowKey": "r", "Note": "over TLS"})
+    assert table.get_entity("p", "r")["Note"] == "over TLS"
+    assert [e["RowKey"] for e in table.query_entities("Note eq 'over TLS'")] == ["r"]
+    service.delete_table("PyTls")
 
 
 def refused(code, action):
@@ -425,6 +435,10 @@ def main():
     if sys.argv[1:] == ["documents"]:
         documents(connect())
         print("python sdk, documents: ok")
+        return
+    if sys.argv[1:] == ["tls"]:
+        over_tls(connect())
+        print("python sdk, tls: ok")
         return
     if sys.argv[1:] == ["keyed"]:
         keyed()

@@ -8,6 +8,7 @@ pub mod bank;
 pub mod postgres;
 pub mod rest;
 pub mod skip;
+pub mod tls;
 
 use std::collections::BTreeMap;
 

@@ -10,7 +10,7 @@ use super::serve::handle;
 use super::shared_key::AccountKeys;
 use super::RestApi;
 use crate::auth::Authenticator;
-use crate::config::Limits;
+use crate::config::{Limits, TlsIdentity};
 use crate::connections::{ConnectionTimeouts, Connections};
 use crate::executor::Executor;
 
@@ -39,13 +39,15 @@ pub(crate) fn start(
     executor: Executor,
     authenticator: Authenticator,
     limits: &Limits,
+    tls: Option<&TlsIdentity>,
 ) -> Result<Option<RestServer>, std::io::Error> {
     let Some(listener) = listener else {
         return Ok(None);
     };
+    let acceptor = tls.map(super::tls::acceptor).transpose()?;
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    tracing::info!(rest_endpoint = %listener.local_addr()?, "serving the Azure Table REST endpoint");
+    tracing::info!(rest_endpoint = %listener.local_addr()?, tls = acceptor.is_some(), "serving the Azure Table REST endpoint");
     let keys = AccountKeys::of(&authenticator);
     let app = axum::Router::new().fallback(handle).with_state(RestApi {
         executor,
@@ -57,6 +59,7 @@ pub(crate) fn start(
             limits.body_timeout,
         ),
         max_clock_skew: limits.max_clock_skew,
+        scheme: if acceptor.is_some() { "https" } else { "http" },
         keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
     });
     let connections = Arc::new(Connections::new(
@@ -69,6 +72,8 @@ pub(crate) fn start(
     let accepted = Accepted {
         listener,
         connections: connections.clone(),
+        tls: acceptor.map(|acceptor| (acceptor, limits.handshake_timeout)),
+        secured: tokio::sync::mpsc::channel(64),
     };
     let app = app.into_make_service_with_connect_info::<Peer>();
     let task = tokio::spawn(async move {

@@ -35,6 +35,7 @@ mod serve;
 mod settings;
 mod shared_key;
 mod tables;
+mod tls;
 mod version;
 mod xml;
 
@@ -77,6 +78,8 @@ struct RestApi {
     max_clock_skew: std::time::Duration,
     /// `Keep-Alive: timeout=<idle seconds>`: how long an idle connection stays open.
     keep_alive: http::HeaderValue,
+    /// `https` when the endpoint serves TLS, else `http`: what its answers' links start with.
+    scheme: &'static str,
 }
 
 /// One request being answered: what the endpoint shares, the request, what its credentials may
@@ -104,7 +107,8 @@ async fn dispatch(
         request,
         access,
         base: format!(
-            "http://{}/{account}",
+            "{}://{}/{account}",
+            api.scheme,
             request.header("host").unwrap_or("localhost")
         ),
     };
