@@ -682,3 +682,37 @@ impl Locker {
         self.session.join().unwrap();
     }
 }
+
+/// A deleted table of a few entities (and change records) is purged in its deletion's own
+/// transaction: its name is free at once, as on the embedded store, rather than after the
+/// background purger's next pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_deleted_tables_name_is_free_at_once() {
+    let Some((_cluster, url)) = cluster_with_database("recreated").await else {
+        return;
+    };
+    let server = server_over(&url).await;
+    let mut client = server.client().await;
+    for round in 0..20 {
+        let create = pb::CreateTableRequest {
+            table: "Again".into(),
+            change_feed: true,
+            ..Default::default()
+        };
+        client
+            .create_table(create)
+            .await
+            .unwrap_or_else(|status| panic!("round {round}: the name is not free: {status:?}"));
+        for row in 0..10 {
+            let entity = common::entity("p", &format!("r{row}"), &[("N", common::int32(round))]);
+            client
+                .insert_entity(common::insert_request("Again", entity))
+                .await
+                .unwrap();
+        }
+        let delete = pb::DeleteTableRequest {
+            table: "Again".into(),
+        };
+        client.delete_table(delete).await.unwrap();
+    }
+}

@@ -234,6 +234,8 @@ pub struct PostgresStore {
     point_reads: WaitingReads,
     secret: StoreSecret,
     wake_purger: Arc<purge::Wake>,
+    /// Deleted tables are purged (off only in tests that observe a table being deleted).
+    purges: bool,
     /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
     /// since, which the next commit to one finds under its lock.
     known: Mutex<HashMap<String, Arc<PostgresTable>>>,
@@ -287,6 +289,7 @@ impl PostgresStore {
             point_reads: WaitingReads::new(PointReads),
             secret,
             wake_purger,
+            purges: options.purge_deleted_tables,
             known: Mutex::default(),
             scan_batches: Arc::default(),
             lease: lease::Lease::new()?,
@@ -618,6 +621,9 @@ impl Store for PostgresStore {
             tx.execute(&lock_table, &[&id])?;
             let delete_table = prepared.get(&mut tx, DELETE_TABLE)?;
             let deleted = tx.execute(&delete_table, &[&id])? == 1;
+            if deleted && self.purges {
+                purge::purge_if_small(&mut tx, id)?;
+            }
             let catalog = IndexCatalog::decode(found.get(2))?;
             if deleted && !catalog.indexes.is_empty() {
                 let ids: Vec<i64> = catalog.indexes.iter().map(|i| i.id as i64).collect();

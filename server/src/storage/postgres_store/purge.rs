@@ -43,6 +43,21 @@ const PURGE_ENTRIES: &str = "DELETE FROM trestle_index_entries WHERE (index_id, 
 const FORGET_INDEX: &str = "DELETE FROM trestle_dropped_indexes WHERE index_id = $1
     AND NOT EXISTS (SELECT 1 FROM trestle_index_entries WHERE index_id = $1)";
 
+/// Purges the table `id` its deletion has just hidden, in the deletion's own transaction `tx`,
+/// if one batch of its entities and one of its change records is all it holds: then its catalog
+/// row goes too, and its name is free once `tx` commits, as on the embedded store, rather than
+/// after the background purger's next pass. Whether it did; a larger table is left to the
+/// purger, which finishes it.
+pub(super) fn purge_if_small(
+    tx: &mut postgres::Transaction<'_>,
+    id: i64,
+) -> Result<bool, StorageError> {
+    tx.execute(PURGE_ROWS, &[&id, &PURGE_BATCH])?;
+    tx.execute(PURGE_CHANGES, &[&id, &PURGE_BATCH])?;
+    let forgotten: i64 = tx.query_one(FORGET_TABLE, &[&id])?.get(0);
+    Ok(forgotten > 0)
+}
+
 /// Wakes the purger (after a deletion); it stops once the store is gone.
 #[derive(Debug, Default)]
 pub(super) struct Wake {
