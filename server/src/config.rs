@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Authenticator;
@@ -68,6 +69,8 @@ pub struct Config {
     pub tls: Option<TlsIdentity>,
     /// Serve the REST endpoint over TLS with this certificate chain and key (plain HTTP if none).
     pub rest_tls: Option<TlsIdentity>,
+    /// Serve the HTTP probes (`/healthz`, `/readyz`) on this listener.
+    pub health_listen: Option<Arc<std::net::TcpListener>>,
     /// Request limits.
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
@@ -89,6 +92,7 @@ impl Config {
             protect_introspection: false,
             tls: None,
             rest_tls: None,
+            health_listen: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -298,6 +302,10 @@ pub struct ServeArgs {
     /// endpoint has no authentication: serve it on a loopback or private address.
     #[arg(long, env = "TRESTLE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Also serve HTTP probes on this address: `/healthz` (the process serves) and `/readyz` (the
+    /// store answers and the server is not shutting down), for Kubernetes; off unless given.
+    #[arg(long, env = "TRESTLE_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -519,6 +527,7 @@ impl ServeArgs {
             protect_introspection: self.protect_introspection,
             tls,
             rest_tls,
+            health_listen: None,
             limits: Limits {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,

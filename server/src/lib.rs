@@ -27,6 +27,7 @@ mod feed_watch;
 pub mod grpc;
 mod housekeeping;
 pub mod model;
+mod probes;
 pub mod query;
 pub mod rest;
 mod routes;
@@ -100,11 +101,28 @@ pub async fn serve(
         &config.limits,
         config.rest_tls.as_ref(),
     )?;
+    let shutting_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probes = match config
+        .health_listen
+        .as_ref()
+        .map(|listener| listener.try_clone())
+    {
+        Some(listener) => Some(probes::serve(
+            listener?,
+            executor.clone(),
+            shutting_down.clone(),
+        )?),
+        None => None,
+    };
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
     let store = config.store.describe();
     tracing::info!(%addr, %store, tls = config.tls.is_some(), "serving");
+    let shutdown = async move {
+        shutdown.await;
+        shutting_down.store(true, std::sync::atomic::Ordering::Release);
+    };
     let (shutdown, grace_over) = shutdown::with_grace(shutdown, config.shutdown_grace);
     let serving = routes::transport(&config)?
         .layer(grpc::EdgeLayer)
@@ -120,6 +138,9 @@ pub async fn serve(
         rest.stop().await;
     }
     housekeeping.abort();
+    if let Some(probes) = probes {
+        probes.abort();
+    }
     served?;
     tracing::info!("stopped accepting; flushing");
     tokio::task::spawn_blocking(move || engine.flush()).await??;

@@ -176,6 +176,15 @@ async fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if let Some(health_addr) = args.health_listen {
+        match std::net::TcpListener::bind(health_addr) {
+            Ok(listener) => config.health_listen = Some(std::sync::Arc::new(listener)),
+            Err(error) => {
+                tracing::error!(addr = %health_addr, %error, "cannot listen for the probes");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut rest = None;
     if let Some(rest_addr) = args.rest_listen {
         if let Err(error) = trestle_server::check_exposure(rest_addr, &config) {
