@@ -48,7 +48,9 @@ pub use names::{validate_key, EntityKey, TableName};
 pub use operation::{CheckCondition, Effect, Operation, Refusal, UpsertMode};
 pub use patch::{PatchCondition, PatchStep};
 pub use paths::{prune, selected, selects, Path, Selected};
-pub use plan::{plan_commit, AddedEntry, CommitPlan, PlanRefusal, PlanRules, PlannedChange};
+pub use plan::{
+    plan_commit, AddedEntry, CommitPlan, Expired, PlanRefusal, PlanRules, PlannedChange,
+};
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
 pub use time::{Ticks, TICKS_PER_SECOND};

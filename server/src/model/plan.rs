@@ -61,6 +61,17 @@ pub struct PlannedChange {
     pub kind: ChangeKind,
     /// The entity as it was (live) before the change, when the rules ask for before images.
     pub before: Option<StoredEntity>,
+    /// The change replaces a row that had expired and that the sweep had not removed yet: a
+    /// change feed shows its expiry first (with the expired entity as its before image, when
+    /// the rules ask for before images), as if the sweep had come before.
+    pub replaces_expired: Option<Expired>,
+}
+
+/// An expired row a change replaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expired {
+    /// The entity that expired, when the rules ask for before images.
+    pub before: Option<StoredEntity>,
 }
 
 /// An index entry a commit adds, and the operation whose entity it names.
@@ -146,10 +157,13 @@ pub fn plan_commit(
                 })
         };
         let before = entries_of(current.as_ref())?;
-        let current = match (ttl, current, &operation) {
-            (_, current, Operation::Expire { .. }) => current,
-            (Some(ttl), Some(row), _) if expired(ttl, &row, now) => None,
-            (_, current, _) => current,
+        let (current, replaces_expired) = match (ttl, current, &operation) {
+            (_, current, Operation::Expire { .. }) => (current, None),
+            (Some(ttl), Some(row), _) if expired(ttl, &row, now) => {
+                let before = Some(row).filter(|_| rules.before_images);
+                (None, Some(Expired { before }))
+            }
+            (_, current, _) => (current, None),
         };
         let kind = change_kind(&operation, current.is_some());
         let before_image = current.clone().filter(|_| rules.before_images);
@@ -186,6 +200,7 @@ pub fn plan_commit(
             writes,
             kind,
             before: before_image,
+            replaces_expired,
         });
     }
     match clash_within_commit(partition_key, &plan.added_entries) {
@@ -334,6 +349,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(inserted.changes[0].kind, ChangeKind::Insert);
+        assert!(inserted.changes[0].replaces_expired.is_some());
         assert_eq!(
             inserted.removed_entries.len(),
             1,

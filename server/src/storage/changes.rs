@@ -140,18 +140,34 @@ impl StoredChange {
 }
 
 /// The encoded records of what `plan` changes in partition `partition_key` (none if it changes
-/// nothing), each as [`record`] writes it.
+/// nothing), each as [`record`] writes it; a change that replaces an expired row the sweep had
+/// not removed yet is preceded by that row's expiry, so the feed never shows two inserts in a row.
 pub(crate) fn records_of(plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
-    plan.changes
-        .iter()
-        .map(|change| {
-            let after = match change.writes {
-                true => plan.results[change.operation].as_ref().map(stored),
-                false => None,
+    let mut records = Vec::with_capacity(plan.changes.len());
+    for change in &plan.changes {
+        if let Some(expired) = &change.replaces_expired {
+            // The expiry the sweep had not written yet, first.
+            let expiry = PlannedChange {
+                writes: false,
+                kind: ChangeKind::Expire,
+                before: expired.before.clone(),
+                replaces_expired: None,
+                ..change.clone()
             };
-            record(plan, change, partition_key, &after.unwrap_or_default())
-        })
-        .collect()
+            records.push(record(plan, &expiry, partition_key, &[]));
+        }
+        let after = match change.writes {
+            true => plan.results[change.operation].as_ref().map(stored),
+            false => None,
+        };
+        records.push(record(
+            plan,
+            change,
+            partition_key,
+            &after.unwrap_or_default(),
+        ));
+    }
+    records
 }
 
 /// The encoded record of `change`, one of `plan`'s changes in partition `partition_key`, whose
@@ -250,13 +266,14 @@ mod tests {
         plan_commit, EntityKey, NewEntity, Operation, PlanRules, Properties, Ticks, Value,
     };
 
+    fn entity(row: &str) -> NewEntity {
+        let key = EntityKey::new("p".into(), row.into()).unwrap();
+        let properties = Properties::from([("N".to_owned(), Value::Int32(7))]);
+        NewEntity::new(key, properties).unwrap()
+    }
+
     #[test]
     fn records_read_back_as_written() {
-        let entity = |row: &str| {
-            let key = EntityKey::new("p".into(), row.into()).unwrap();
-            let properties = Properties::from([("N".to_owned(), Value::Int32(7))]);
-            NewEntity::new(key, properties).unwrap()
-        };
         let existing = plan_commit(
             "p",
             vec![Operation::Insert(entity("b"))],
@@ -325,5 +342,44 @@ mod tests {
             let read = decode(at(2), &record[..cut]).and_then(|change| change.entities());
             assert!(read.is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_row_that_expired_unswept_is_shown_expired_before_it_is_replaced() {
+        use crate::model::{TimeToLive, TICKS_PER_SECOND};
+        let ttl = PlanRules {
+            time_to_live: Some(TimeToLive {
+                default_seconds: Some(1),
+            }),
+            before_images: true,
+            ..PlanRules::default()
+        };
+        let written = entity("a");
+        let expired = StoredEntity {
+            key: written.key.clone(),
+            properties: written.properties.clone(),
+            timestamp: Ticks(1),
+        };
+        let plan = plan_commit(
+            "p",
+            vec![Operation::Insert(entity("a"))],
+            vec![Some(expired.clone())],
+            Ticks(10 * TICKS_PER_SECOND),
+            ttl,
+        )
+        .unwrap();
+        let records = records_of(&plan, "p");
+        let at = |record| FeedPosition {
+            transaction: 3,
+            record,
+        };
+        let kinds: Vec<ChangeKind> = records
+            .iter()
+            .enumerate()
+            .map(|(n, record)| decode(at(n as u32), record).unwrap().kind)
+            .collect();
+        assert_eq!(kinds, [ChangeKind::Expire, ChangeKind::Insert]);
+        let expiry = decode(at(0), &records[0]).unwrap();
+        assert_eq!(expiry.entities().unwrap(), (None, Some(expired)));
     }
 }
