@@ -456,29 +456,29 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
 fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
-    // Trestle: a snapshot still `.generating` is one whose write never
-    // finished (a crash, a full disk): its rename is its commit, so the
-    // snapshot before it and the log hold everything. Read, it would make
-    // every later start fail as corrupt; the next snapshot written removes it.
-    let mut candidates: Vec<_> = config
-        .get_snapshot_files()?
-        .into_iter()
-        .filter(|path| {
-            path.extension().map_or(true, |extension| extension != "generating")
-        })
-        .collect();
-    if candidates.is_empty() {
-        debug!("no previous snapshot found");
-        return Ok(None);
-    }
-
+    // Trestle: a snapshot still `.generating` whose bytes are not whole (a
+    // start that ran out of space, a crash mid-write) is skipped for the one
+    // before it (that one and the log hold everything): read as upstream
+    // does, it made every later start fail as corrupt. A whole one is read,
+    // as upstream reads it; the next snapshot written removes either.
+    let mut candidates = config.get_snapshot_files()?;
     candidates.sort();
-    let path = candidates.pop().unwrap();
-
-    let mut f = std::fs::OpenOptions::new().read(true).open(&path)?;
-
-    let mut buf = vec![];
-    let _read = f.read_to_end(&mut buf)?;
+    let mut buf = loop {
+        let Some(path) = candidates.pop() else {
+            debug!("no previous snapshot found");
+            return Ok(None);
+        };
+        let mut f = std::fs::OpenOptions::new().read(true).open(&path)?;
+        let mut buf = vec![];
+        let _read = f.read_to_end(&mut buf)?;
+        let generating =
+            path.extension().map_or(false, |extension| extension == "generating");
+        if generating && !snapshot_is_whole(&buf) {
+            warn!("skipping the partial snapshot {:?}", path);
+            continue;
+        }
+        break buf;
+    };
     let len = buf.len();
     if len <= 12 {
         warn!("empty/corrupt snapshot file found");
@@ -517,6 +517,18 @@ fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
     let bytes = buf;
 
     Snapshot::deserialize(&mut bytes.as_slice()).map(Some)
+}
+
+/// Trestle: whether `buf`, a snapshot file's bytes, ends with the length and
+/// checksum of what precedes it (as `write_snapshot` writes them).
+fn snapshot_is_whole(buf: &[u8]) -> bool {
+    let len = buf.len();
+    if len <= 12 {
+        return false;
+    }
+    let mut crc_expected_bytes = [0; 4];
+    crc_expected_bytes.copy_from_slice(&buf[len - 4..]);
+    arr_to_u32(&crc_expected_bytes) == crc32(&buf[..len - 12])
 }
 
 fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
