@@ -55,6 +55,10 @@ pub(super) fn purge_if_small(
     tx.execute(PURGE_ROWS, &[&id, &PURGE_BATCH])?;
     tx.execute(PURGE_CHANGES, &[&id, &PURGE_BATCH])?;
     let forgotten: i64 = tx.query_one(FORGET_TABLE, &[&id])?.get(0);
+    if forgotten > 0 {
+        // Counted as the purger's batches are: the table's purge is done.
+        crate::telemetry::background_done("purge_batch");
+    }
     Ok(forgotten > 0)
 }
 
