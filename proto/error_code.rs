@@ -45,6 +45,8 @@ pub enum ErrorCode {
     InternalError,
     /// No valid credential: missing, malformed, tampered, expired or signed by an unknown key.
     AuthenticationFailed,
+    /// An OAuth bearer token that is not valid here: its signature, lifetime, issuer or audience.
+    InvalidAuthenticationInfo,
     /// The credential does not grant this operation (a permission letter is missing).
     AuthorizationPermissionMismatch,
     /// The credential is for another table, or a table-scoped token was used on the service.
@@ -118,6 +120,7 @@ impl ErrorCode {
         ErrorCode::RequestBodyTooLarge,
         ErrorCode::InternalError,
         ErrorCode::AuthenticationFailed,
+        ErrorCode::InvalidAuthenticationInfo,
         ErrorCode::AuthorizationPermissionMismatch,
         ErrorCode::AuthorizationResourceTypeMismatch,
         ErrorCode::AuthorizationFailure,
@@ -167,6 +170,7 @@ impl ErrorCode {
             ErrorCode::RequestBodyTooLarge => "RequestBodyTooLarge",
             ErrorCode::InternalError => "InternalError",
             ErrorCode::AuthenticationFailed => "AuthenticationFailed",
+            ErrorCode::InvalidAuthenticationInfo => "InvalidAuthenticationInfo",
             ErrorCode::AuthorizationPermissionMismatch => "AuthorizationPermissionMismatch",
             ErrorCode::AuthorizationResourceTypeMismatch => "AuthorizationResourceTypeMismatch",
             ErrorCode::AuthorizationFailure => "AuthorizationFailure",

@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::oidc::{Provider, Signer};
 use common::TestServer;
 use trestle_client::{DateTime, Properties, Value};
 use trestle_proto::access::{self, Grant, KeyRing, Permissions};
@@ -300,4 +301,69 @@ async fn both_sdks_talk_https_to_the_rest_endpoint_with_a_certificate() {
     )
     .await;
     assert!(out.contains("js sdk, tls: ok"), "{out}");
+}
+
+/// OAuth bearer tokens (`--oauth-jwks`) through both SDKs' `TokenCredential` path, over https:
+/// tokens minted by a test identity provider for Azure's data roles, and an expired one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sdks_authenticate_with_oauth_bearer_tokens() {
+    let python = python();
+    if python.is_none() || !node_sdk_installed() {
+        assert!(!required(), "an Azure SDK is not installed");
+        common::skip::skipped(
+            "both_sdks_authenticate_with_oauth_bearer_tokens",
+            "needs azure-data-tables and @azure/data-tables",
+        );
+        return;
+    }
+    let provider = Provider::new();
+    let dir = tempfile::tempdir().unwrap();
+    let validator = provider.validator(&dir.path().join("jwks.json"));
+    let certificates = common::tls::certificates();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &certificates.ca_pem).unwrap();
+    let ca = ca_file.to_str().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let endpoint = format!("https://localhost:{port}/devstoreaccount1");
+    let identity = certificates.identity.clone();
+    let _server = TestServer::start_with_rest(listener, move |config| {
+        config.rest_tls = Some(identity);
+        config.authenticator = Authenticator::open().with_oidc(validator);
+    })
+    .await;
+    let contributor = provider.token(
+        Signer::Rsa,
+        &Provider::claims(&["Storage Table Data Contributor"]),
+    );
+    let reader = provider.token(
+        Signer::Ec,
+        &Provider::claims(&["Storage Table Data Reader"]),
+    );
+    let mut expired_claims = Provider::claims(&["Storage Table Data Contributor"]);
+    expired_claims["exp"] = (common::oidc::now() - 3600).into();
+    let expired = provider.token(Signer::Rsa, &expired_claims);
+    let tokens = [
+        ("TRESTLE_OAUTH_CONTRIBUTOR", contributor.as_str()),
+        ("TRESTLE_OAUTH_READER", reader.as_str()),
+        ("TRESTLE_OAUTH_EXPIRED", expired.as_str()),
+    ];
+    let env = [&tokens[..], &[("REQUESTS_CA_BUNDLE", ca)]].concat();
+    let out = run(
+        &python.unwrap(),
+        &["python_tables.py", "oauth"],
+        &endpoint,
+        &env,
+    )
+    .await;
+    assert!(out.contains("python sdk, oauth: ok"), "{out}");
+    let env = [&tokens[..], &[("NODE_EXTRA_CA_CERTS", ca)]].concat();
+    let out = run(
+        Path::new("node"),
+        &["js_tables.mjs", "oauth"],
+        &endpoint,
+        &env,
+    )
+    .await;
+    assert!(out.contains("js sdk, oauth: ok"), "{out}");
 }

@@ -24,7 +24,8 @@ pub enum ErrorKind {
     Unavailable,
     /// The request timed out.
     Timeout,
-    /// No valid credential (`AuthenticationFailed`): missing, expired, tampered or unknown key.
+    /// No valid credential (`AuthenticationFailed`): missing, expired, tampered or unknown key;
+    /// or an OAuth token that is not valid there (`InvalidAuthenticationInfo`).
     Unauthenticated,
     /// The credential does not allow this (`AuthorizationPermissionMismatch`,
     /// `AuthorizationResourceTypeMismatch`, `AuthorizationFailure`).

@@ -1,9 +1,10 @@
-//! Who may do what: authenticates a request's bearer credential against the server's account keys,
-//! then checks what the request touches (a table, a row, every operation of a transaction, a
+//! Who may do what: authenticates a request's bearer credential against the server's account keys
+//! (or, for an OAuth token, the identity provider's keys: [`crate::oidc`]), then checks what the request touches (a table, a row, every operation of a transaction, a
 //! query's key range) against a scoped token's grant. Nothing here knows gRPC; messages never hold
 //! a secret or a token.
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use trestle_proto::access::{self, Grant, KeyRing, Permissions, TokenError};
@@ -12,6 +13,7 @@ use crate::across::TableEntityKey;
 use crate::admission::Credential;
 use crate::error::ErrorCode;
 use crate::model::{quoted, Operation, Value};
+use crate::oidc::{JwksError, Oidc, OidcError};
 use crate::query::filter::{CompareOp, Property};
 use crate::query::{Expr, QuerySpec};
 use crate::transaction::TableOperation;
@@ -22,9 +24,15 @@ pub enum AuthError {
     /// No valid credential.
     #[error("{0}")]
     Unauthenticated(String),
+    /// An OAuth bearer token that is not valid here (signature, lifetime, issuer, audience).
+    #[error("{0}")]
+    InvalidBearerToken(String),
     /// The grant lacks a permission.
     #[error("the access token does not grant {needed:?} permission (it grants {granted:?})")]
     PermissionMismatch { needed: String, granted: String },
+    /// A valid OAuth token whose roles grant nothing here.
+    #[error("{0}")]
+    NoRole(String),
     /// The grant is for another resource.
     #[error("{0}")]
     ResourceMismatch(String),
@@ -38,33 +46,58 @@ impl AuthError {
     pub fn code(&self) -> ErrorCode {
         match self {
             AuthError::Unauthenticated(_) => ErrorCode::AuthenticationFailed,
-            AuthError::PermissionMismatch { .. } => ErrorCode::AuthorizationPermissionMismatch,
+            AuthError::InvalidBearerToken(_) => ErrorCode::InvalidAuthenticationInfo,
+            AuthError::PermissionMismatch { .. } | AuthError::NoRole(_) => {
+                ErrorCode::AuthorizationPermissionMismatch
+            }
             AuthError::ResourceMismatch(_) => ErrorCode::AuthorizationResourceTypeMismatch,
             AuthError::OutOfScope(_) => ErrorCode::AuthorizationFailure,
         }
     }
 }
 
-/// Checks bearer credentials against the server's keys; with no keys, the server is open.
+/// Checks bearer credentials against the server's keys and its OAuth provider's; with neither,
+/// the server is open.
 #[derive(Debug, Clone)]
 pub struct Authenticator {
     keys: Option<KeyRing>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 impl Authenticator {
     /// Open mode: every request has full access.
     pub fn open() -> Authenticator {
-        Authenticator { keys: None }
+        Authenticator {
+            keys: None,
+            oidc: None,
+        }
     }
 
     /// Requests need an account key or a token signed by one of `keys`.
     pub fn with_keys(keys: KeyRing) -> Authenticator {
-        Authenticator { keys: Some(keys) }
+        Authenticator {
+            keys: Some(keys),
+            oidc: None,
+        }
+    }
+
+    /// Also (or, without keys, only) OAuth bearer tokens that `oidc` validates.
+    pub fn with_oidc(mut self, oidc: Oidc) -> Authenticator {
+        self.oidc = Some(Arc::new(oidc));
+        self
+    }
+
+    /// Loads what the OAuth provider's keys need from the network and keeps them fresh.
+    pub async fn start(&self) -> Result<(), JwksError> {
+        match &self.oidc {
+            Some(oidc) => oidc.start().await,
+            None => Ok(()),
+        }
     }
 
     /// Whether requests are let in without a credential.
     pub fn is_open(&self) -> bool {
-        self.keys.is_none()
+        self.keys.is_none() && self.oidc.is_none()
     }
 
     /// The account keys, in keyed mode (the REST endpoint checks Azure's signatures with them).
@@ -74,9 +107,9 @@ impl Authenticator {
 
     /// What the `authorization` header value `authorization` grants.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Access, AuthError> {
-        let Some(keys) = &self.keys else {
+        if self.is_open() {
             return Ok(Access::Full);
-        };
+        }
         let unauthenticated = |why: &str| Err(AuthError::Unauthenticated(why.to_owned()));
         let Some(header) = authorization else {
             return unauthenticated(
@@ -90,6 +123,20 @@ impl Authenticator {
             return unauthenticated("the authorization header is not `Bearer <token or key>`");
         };
         let credential = credential.trim();
+        if let Some(oidc) = self
+            .oidc
+            .as_ref()
+            .filter(|_| Oidc::looks_like_jwt(credential))
+        {
+            return match oidc.validate(credential, SystemTime::now()) {
+                Ok(grant) => Ok(Access::Scoped(grant)),
+                Err(OidcError::Invalid(why)) => Err(AuthError::InvalidBearerToken(why)),
+                Err(OidcError::NoRole(why)) => Err(AuthError::NoRole(why)),
+            };
+        }
+        let Some(keys) = &self.keys else {
+            return unauthenticated("this server takes OAuth bearer tokens (JWTs) only");
+        };
         // Tokens are told from account keys by their prefix, so a token costs one HMAC, not one
         // per key of the ring.
         if !access::looks_like_token(credential) {

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use trestle_proto::access::Permissions;
+
 use crate::auth::Authenticator;
+use crate::oidc;
 use crate::storage::{Durability, PostgresOptions, StoreOptions, DEFAULT_CACHE_MIB};
 pub use crate::storage::{StoreConfig, DEFAULT_STORE_POOL_SIZE};
 
@@ -345,6 +348,28 @@ pub struct ServeArgs {
     /// it the server is open, which it allows only on a loopback address.
     #[arg(long, env = "TRESTLE_KEY_FILE")]
     pub key_file: Option<PathBuf>,
+    /// OAuth bearer tokens (Entra ID style): the identity provider's JSON Web Key Set, a file or
+    /// an `https://` URL (its `jwks_uri`). Requests may then carry a JWT it signed, checked for
+    /// issuer, audience, lifetime and roles; with no key file, only such tokens are taken.
+    #[arg(long, env = "TRESTLE_OAUTH_JWKS", requires = "oauth_issuer")]
+    pub oauth_jwks: Option<String>,
+    /// An accepted token issuer (`iss`), such as
+    /// `https://login.microsoftonline.com/<tenant>/v2.0`; repeatable.
+    #[arg(long, requires = "oauth_jwks")]
+    pub oauth_issuer: Vec<String>,
+    /// An accepted token audience (`aud`); repeatable. Default: `https://storage.azure.com`
+    /// (with or without its trailing slash), what Azure SDKs ask tokens for.
+    #[arg(long, requires = "oauth_jwks")]
+    pub oauth_audience: Vec<String>,
+    /// A token role and the permissions it grants, as `NAME=LETTERS` (`Orders.Writer=rau`);
+    /// repeatable. `Storage Table Data Reader` (`rl`) and `Storage Table Data Contributor`
+    /// (`raudlc`) are mapped already.
+    #[arg(long, requires = "oauth_jwks", value_parser = parse_role)]
+    pub oauth_role: Vec<(String, Permissions)>,
+    /// Seconds between two reads of the key set.
+    #[arg(long, default_value_t = oidc::DEFAULT_REFRESH.as_secs(),
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub oauth_refresh_secs: u64,
     /// Serve with no key file on a non-loopback address: anyone who reaches it can do anything.
     #[arg(long)]
     pub insecure_open: bool,
@@ -449,12 +474,27 @@ pub struct ServeArgs {
     pub shutdown_grace_secs: u64,
 }
 
+/// Parses `--oauth-role NAME=LETTERS`.
+fn parse_role(text: &str) -> Result<(String, Permissions), String> {
+    let (name, letters) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=LETTERS (such as Orders.Writer=rau)"))?;
+    if name.is_empty() {
+        return Err(format!("{text:?} names no role"));
+    }
+    let permissions = Permissions::parse(letters).map_err(|e| e.to_string())?;
+    Ok((name.to_owned(), permissions))
+}
+
 /// Why the command line's files could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The key file's contents.
     #[error("key file: {0}")]
     Keys(#[from] trestle_proto::access::KeyError),
+    /// The OAuth key set (`--oauth-jwks`).
+    #[error("--oauth-jwks: {0}")]
+    Oauth(#[from] oidc::JwksError),
     /// A file (the key file, a TLS file) could not be read.
     #[error("{path}: {source}")]
     File {
@@ -483,10 +523,25 @@ impl ServeArgs {
             Some(flush_every_ms) => Durability::Periodic { flush_every_ms },
             None => Durability::Sync,
         };
-        let authenticator = match &self.key_file {
+        let mut authenticator = match &self.key_file {
             Some(path) => Authenticator::with_keys(load_key_file(path)?),
             None => Authenticator::open(),
         };
+        if let Some(jwks) = &self.oauth_jwks {
+            let audiences = match self.oauth_audience.is_empty() {
+                true => oidc::DEFAULT_AUDIENCES.map(str::to_owned).to_vec(),
+                false => self.oauth_audience.clone(),
+            };
+            let mut roles = oidc::azure_roles();
+            roles.extend(self.oauth_role.iter().cloned());
+            authenticator = authenticator.with_oidc(oidc::Oidc::new(oidc::OidcSettings {
+                jwks: oidc::JwksSource::parse(jwks),
+                issuers: self.oauth_issuer.clone(),
+                audiences,
+                roles,
+                refresh: Duration::from_secs(self.oauth_refresh_secs),
+            })?);
+        }
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| ConfigError::File {
                 path: path.display().to_string(),
@@ -586,6 +641,79 @@ mod tests {
             token.row_end,
         ];
         assert_eq!(range.map(|key| key.unwrap()), ["-a", "-b", "-c", "-d"]);
+    }
+
+    fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let args = ["trestle-server"].iter().chain(extra);
+        Args::try_parse_from(args).map(|args| args.serve)
+    }
+
+    #[test]
+    fn oauth_flags_need_an_issuer_and_a_usable_key_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let jwks = dir.path().join("jwks.json");
+        let jwks = jwks.to_str().unwrap();
+        std::fs::write(
+            jwks,
+            r#"{"keys":[{"kty":"RSA","kid":"k","n":"AQAB","e":"AQAB"}]}"#,
+        )
+        .unwrap();
+        let error = serve_args(&["--oauth-jwks", jwks]).unwrap_err().to_string();
+        assert!(error.contains("--oauth-issuer"), "{error}");
+        let error = serve_args(&["--oauth-issuer", "https://i"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--oauth-jwks"), "{error}");
+        let error = serve_args(&[
+            "--oauth-jwks",
+            jwks,
+            "--oauth-issuer",
+            "i",
+            "--oauth-role",
+            "x",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("NAME=LETTERS"), "{error}");
+        let error = serve_args(&[
+            "--oauth-jwks",
+            jwks,
+            "--oauth-issuer",
+            "i",
+            "--oauth-role",
+            "x=rz",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("unknown permission letter"), "{error}");
+        let args = [
+            "--oauth-jwks",
+            jwks,
+            "--oauth-issuer",
+            "i",
+            "--oauth-role",
+            "Orders.Writer=rau",
+        ];
+        let config = serve_args(&args).unwrap().config().unwrap();
+        assert!(!config.authenticator.is_open());
+        std::fs::write(jwks, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#).unwrap();
+        let error = serve_args(&args).unwrap().config().unwrap_err().to_string();
+        assert!(
+            error.contains("--oauth-jwks") && error.contains("no RSA"),
+            "{error}"
+        );
+        let missing = [
+            "--oauth-jwks",
+            "/nonexistent/jwks.json",
+            "--oauth-issuer",
+            "i",
+        ];
+        let error = serve_args(&missing)
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("/nonexistent/jwks.json"), "{error}");
     }
 
     #[test]

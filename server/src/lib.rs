@@ -27,6 +27,7 @@ mod feed_watch;
 pub mod grpc;
 mod housekeeping;
 pub mod model;
+pub mod oidc;
 mod probes;
 pub mod query;
 pub mod rest;
@@ -79,6 +80,7 @@ pub async fn serve(
     } = listeners.into();
     let addr = listener.local_addr()?;
     check_exposure(addr, &config)?;
+    config.authenticator.start().await?;
     if config.authenticator.is_open() {
         tracing::warn!(%addr, "OPEN MODE: no key file, every request has full access; fine for local development only");
     }

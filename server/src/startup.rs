@@ -22,6 +22,9 @@ pub enum ServeError {
     /// A startup task failed.
     #[error("startup: {0}")]
     Startup(#[from] tokio::task::JoinError),
+    /// The OAuth provider's key set could not be loaded.
+    #[error("--oauth-jwks: {0}")]
+    Oauth(#[from] crate::oidc::JwksError),
     /// Open mode (no key file) on an address others can reach.
     #[error("refusing to serve without a key file on {0}, which is not a loopback address: pass --key-file (or --insecure-open to accept that anyone reaching it can do anything)")]
     OpenModeExposed(std::net::SocketAddr),

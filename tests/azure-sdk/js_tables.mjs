@@ -297,6 +297,38 @@ if (process.argv[2] === "tls") {
   process.exit(0);
 }
 
+// OAuth bearer tokens through a TokenCredential (over https, which the SDK requires for them).
+if (process.argv[2] === "oauth") {
+  const asked = new Set();
+  const minted = (variable) => ({
+    getToken: async (scopes) => {
+      for (const scope of [scopes].flat()) asked.add(scope);
+      return { token: process.env[variable], expiresOnTimestamp: Date.now() + 3_600_000 };
+    },
+  });
+  const endpoint = process.env.TRESTLE_REST_ENDPOINT;
+  const table = new TableClient(endpoint, "JsOauth", minted("TRESTLE_OAUTH_CONTRIBUTOR"));
+  await table.createTable();
+  await table.createEntity({ partitionKey: "p", rowKey: "r", note: "by token" });
+  assert.deepEqual([...asked], ["https://storage.azure.com/.default"]);
+  const reader = new TableClient(endpoint, "JsOauth", minted("TRESTLE_OAUTH_READER"));
+  assert.equal((await reader.getEntity("p", "r")).note, "by token");
+  const refusedWith = (status, code) => (error) => {
+    assert.equal(error.statusCode, status, String(error));
+    assert.equal(error.response?.headers.get("x-ms-error-code"), code, String(error));
+    return true;
+  };
+  await assert.rejects(
+    () => reader.createEntity({ partitionKey: "p", rowKey: "s" }),
+    refusedWith(403, "AuthorizationPermissionMismatch"),
+  );
+  const expired = new TableClient(endpoint, "JsOauth", minted("TRESTLE_OAUTH_EXPIRED"));
+  await assert.rejects(() => expired.getEntity("p", "r"), refusedWith(401, "InvalidAuthenticationInfo"));
+  await table.deleteTable();
+  console.log("js sdk, oauth: ok");
+  process.exit(0);
+}
+
 if (process.argv[2] === "documents") {
   await documents();
   console.log("js sdk, documents: ok");

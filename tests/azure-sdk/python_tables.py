@@ -10,12 +10,13 @@ import datetime
 import json
 import os
 import sys
+import time
 import uuid
 
 import requests
 
 from azure.core import MatchConditions
-from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.credentials import AccessToken, AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
@@ -418,6 +419,50 @@ ADDRESS = {
 TAGS = ["x", 2, None, []]
 
 
+class MintedToken:
+    """A TokenCredential (azure.core.credentials) handing out a token the test minted, as an
+    Entra ID credential hands out the token it fetched; it records the scopes it was asked for."""
+
+    def __init__(self, variable):
+        self.token = os.environ[variable]
+        self.scopes = set()
+
+    def get_token(self, *scopes, **kwargs):
+        self.scopes.update(scopes)
+        return AccessToken(self.token, int(time.time()) + 3600)
+
+
+def oauth():
+    """OAuth bearer tokens through the SDK's TokenCredential path (over https, which the SDK
+    requires for bearer tokens): a Contributor writes, a Reader reads but cannot write, an expired
+    token is 401 InvalidAuthenticationInfo, and the development key signs nothing here."""
+    # On `localhost` at a port other than 10002 the SDK takes the endpoint for Cosmos DB's and asks
+    # for Cosmos' scope unless told the audience.
+    storage = {"audience": "https://storage.azure.com"}
+    contributor = MintedToken("TRESTLE_OAUTH_CONTRIBUTOR")
+    service = TableServiceClient(endpoint=ENDPOINT, credential=contributor, **storage)
+    table = service.create_table("PyOauth")
+    table.create_entity({"PartitionKey": "p", "RowKey": "r", "Note": "by token"})
+    assert [t.name for t in service.list_tables()] == ["PyOauth"]
+    assert contributor.scopes == {"https://storage.azure.com/.default"}, contributor.scopes
+    reader = TableClient(endpoint=ENDPOINT, table_name="PyOauth",
+                         credential=MintedToken("TRESTLE_OAUTH_READER"), **storage)
+    assert reader.get_entity("p", "r")["Note"] == "by token"
+    refused("AuthorizationPermissionMismatch",
+            lambda: reader.create_entity({"PartitionKey": "p", "RowKey": "s"}))
+    expired = TableClient(endpoint=ENDPOINT, table_name="PyOauth",
+                          credential=MintedToken("TRESTLE_OAUTH_EXPIRED"), **storage)
+    try:
+        expired.get_entity("p", "r")
+        raise AssertionError("an expired token was taken")
+    except HttpResponseError as error:
+        assert error.status_code == 401, (error.status_code, str(error))
+        given = error.response.headers.get("x-ms-error-code")
+        assert given == "InvalidAuthenticationInfo", (given, str(error))
+    refused("AuthenticationFailed", lambda: list(connect().list_tables()))
+    service.delete_table("PyOauth")
+
+
 def documents(service):
     """A document property reads as an Edm.String holding the document's JSON text."""
     table = service.get_table_client("Docs")
@@ -439,6 +484,10 @@ def main():
     if sys.argv[1:] == ["tls"]:
         over_tls(connect())
         print("python sdk, tls: ok")
+        return
+    if sys.argv[1:] == ["oauth"]:
+        oauth()
+        print("python sdk, oauth: ok")
         return
     if sys.argv[1:] == ["keyed"]:
         keyed()

@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod bank;
+pub mod oidc;
 pub mod postgres;
 pub mod rest;
 pub mod skip;

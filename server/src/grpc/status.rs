@@ -153,7 +153,9 @@ fn grpc_code(code: ErrorCode) -> Code {
         | ErrorCode::RequestBodyTooLarge
         | ErrorCode::ServerBusy
         | ErrorCode::InsufficientStorage => Code::ResourceExhausted,
-        ErrorCode::AuthenticationFailed => Code::Unauthenticated,
+        ErrorCode::AuthenticationFailed | ErrorCode::InvalidAuthenticationInfo => {
+            Code::Unauthenticated
+        }
         ErrorCode::AuthorizationPermissionMismatch
         | ErrorCode::AuthorizationResourceTypeMismatch
         | ErrorCode::AuthorizationFailure

@@ -104,6 +104,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         C::UpdateConditionNotSatisfied | C::IndexNotReady => StatusCode::PRECONDITION_FAILED,
         C::ChangeFeedCursorExpired => StatusCode::GONE,
         C::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        C::InvalidAuthenticationInfo => StatusCode::UNAUTHORIZED,
         C::AuthenticationFailed
         | C::AuthorizationPermissionMismatch
         | C::AuthorizationResourceTypeMismatch

@@ -26,6 +26,8 @@ pub(crate) enum AccountKeys {
     Development(hmac::Key),
     /// Keyed mode: every key of the key file (standard base64 of its secret is the `AccountKey`).
     Ring(KeyRing),
+    /// OAuth tokens only (no key file): no signature is the account's.
+    None,
 }
 
 impl AccountKeys {
@@ -33,6 +35,7 @@ impl AccountKeys {
     pub(crate) fn of(authenticator: &Authenticator) -> AccountKeys {
         match authenticator.keys() {
             Some(ring) => AccountKeys::Ring(ring.clone()),
+            None if !authenticator.is_open() => AccountKeys::None,
             None => {
                 let key = STANDARD
                     .decode(DEV_KEY)
@@ -50,6 +53,7 @@ impl AccountKeys {
         match self {
             AccountKeys::Development(key) => hmac::verify(key, message, &signature).is_ok(),
             AccountKeys::Ring(ring) => ring.signed(message, &signature),
+            AccountKeys::None => false,
         }
     }
 }
