@@ -68,6 +68,14 @@ async function entities() {
   const filter = odata`PartitionKey eq ${"q"} and n ge ${5}`;
   for await (const entity of table.listEntities({ queryOptions: { filter } })) found.push(entity.n);
   assert.deepEqual(found, [5, 6, 7, 8, 9, 10, 11]);
+  // As Azure: `select` returns only what it names, not the keys either.
+  const selected = [];
+  const onlyN = { queryOptions: { filter: odata`n eq ${5}`, select: ["n"] } };
+  for await (const entity of table.listEntities(onlyN)) selected.push(entity);
+  assert.equal(selected.length, 1);
+  assert.equal(selected[0].n, 5);
+  assert.equal(selected[0].partitionKey, undefined, JSON.stringify(selected[0]));
+  assert.equal(selected[0].rowKey, undefined, JSON.stringify(selected[0]));
   let pages = 0;
   let total = 0;
   for await (const page of table.listEntities().byPage({ maxPageSize: 5 })) {

@@ -110,6 +110,17 @@ def entities(service):
     got = table.get_entity("p", "1")
     assert got["Name"] == "Ada" and got["Age"] == 36, got
     etag = got.metadata["etag"]
+    # A body over Azure's 4 MiB is answered 413 RequestBodyTooLarge, and nothing is written.
+    big = {"PartitionKey": "p", "RowKey": "big"}
+    big.update({f"P{n}": "x" * 30_000 for n in range(160)})
+    try:
+        table.create_entity(big)
+        raise AssertionError("a body over 4 MiB was taken")
+    except HttpResponseError as error:
+        assert error.status_code == 413, (error.status_code, str(error))
+        given = error.response.headers.get("x-ms-error-code")
+        assert given == "RequestBodyTooLarge", (given, str(error))
+    expect(ResourceNotFoundError, lambda: table.get_entity("p", "big"))
 
     table.update_entity({"PartitionKey": "p", "RowKey": "1", "Age": 37}, mode=UpdateMode.MERGE)
     got = table.get_entity("p", "1")
