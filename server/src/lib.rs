@@ -141,7 +141,7 @@ pub async fn serve(
     }
     housekeeping.abort();
     if let Some(probes) = probes {
-        probes.abort();
+        probes.stop().await;
     }
     served?;
     tracing::info!("stopped accepting; flushing");

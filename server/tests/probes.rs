@@ -61,3 +61,63 @@ async fn probes_follow_the_store_through_a_postgres_outage() {
     tokio::task::block_in_place(|| cluster.restart());
     until(&health, "/readyz", 200, Duration::from_secs(30)).await;
 }
+
+/// Whether the server closes `socket` within `within`.
+async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let closed = async {
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    };
+    tokio::time::timeout(within, closed).await.is_ok()
+}
+
+/// The probes' listener is bounded as the others are: 64 connections at once (one more is closed
+/// on arrival), each closed after 10 s without a request (a half-sent one included), after which
+/// the probes answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_listener_caps_its_connections_and_closes_idle_ones() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let health = free_port();
+    let _server = ServerProcess::start_with(dir.path(), &["--health-listen", &health]);
+    assert_eq!(probe(&health, "/healthz").await, 200);
+    let mut held = Vec::new();
+    for n in 0..64 {
+        let mut socket = tokio::net::TcpStream::connect(&health).await.unwrap();
+        if n % 2 == 0 {
+            socket
+                .write_all(b"GET /healthz HTTP/1.1\r\nHo")
+                .await
+                .unwrap();
+        }
+        held.push(socket);
+    }
+    // Every connection is accepted (and counted) before the next probe's.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut over = tokio::net::TcpStream::connect(&health).await.unwrap();
+    let _ = over
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n")
+        .await;
+    assert!(
+        closed_within(&mut over, Duration::from_secs(2)).await,
+        "over the cap, yet served"
+    );
+    let started = Instant::now();
+    for socket in &mut held {
+        assert!(
+            closed_within(socket, Duration::from_secs(15)).await,
+            "kept past the idle timeout"
+        );
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(8),
+        "closed before the idle timeout"
+    );
+    assert_eq!(probe(&health, "/healthz").await, 200);
+}

@@ -1,36 +1,16 @@
 //! Starting and stopping the endpoint: its listener, the connections it keeps within the limits,
 //! and the app every request goes to ([`super::serve::handle`]).
 
-use std::sync::Arc;
-
 use super::body::{self, BodyLimits};
-use super::connections::{Accepted, Peer};
 use super::reply::header_value;
 use super::serve::handle;
 use super::shared_key::AccountKeys;
 use super::RestApi;
 use crate::auth::Authenticator;
 use crate::config::{Limits, TlsIdentity};
+use crate::connections::http::HttpServer;
 use crate::connections::{ConnectionTimeouts, Connections};
 use crate::executor::Executor;
-
-/// The REST endpoint being served.
-#[derive(Debug)]
-pub(crate) struct RestServer {
-    task: tokio::task::JoinHandle<()>,
-    connections: Arc<Connections>,
-}
-
-impl RestServer {
-    /// Stops accepting, then closes every connection still open and waits until each is gone.
-    pub(crate) async fn stop(self) {
-        self.task.abort();
-        let _ = self.task.await;
-        if let Some(connections) = Arc::into_inner(self.connections) {
-            connections.close_all().await;
-        }
-    }
-}
 
 /// Starts serving the REST endpoint on `listener`, if there is one, within `limits` (open
 /// connections, idle time, request size).
@@ -40,7 +20,7 @@ pub(crate) fn start(
     authenticator: Authenticator,
     limits: &Limits,
     tls: Option<&TlsIdentity>,
-) -> Result<Option<RestServer>, std::io::Error> {
+) -> Result<Option<HttpServer>, std::io::Error> {
     let Some(listener) = listener else {
         return Ok(None);
     };
@@ -62,24 +42,14 @@ pub(crate) fn start(
         scheme: if acceptor.is_some() { "https" } else { "http" },
         keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
     });
-    let connections = Arc::new(Connections::new(
+    let connections = Connections::new(
         limits.max_connections,
         ConnectionTimeouts {
             handshake: None,
             idle: limits.idle_timeout,
         },
-    ));
-    let accepted = Accepted {
-        listener,
-        connections: connections.clone(),
-        tls: acceptor.map(|acceptor| (acceptor, limits.handshake_timeout)),
-        secured: tokio::sync::mpsc::channel(64),
-    };
-    let app = app.into_make_service_with_connect_info::<Peer>();
-    let task = tokio::spawn(async move {
-        if let Err(error) = axum::serve(accepted, app).await {
-            tracing::error!(%error, "the REST endpoint stopped");
-        }
-    });
-    Ok(Some(RestServer { task, connections }))
+    );
+    let tls = acceptor.map(|acceptor| (acceptor, limits.handshake_timeout));
+    let server = HttpServer::start("rest", listener, connections, tls, app);
+    Ok(Some(server))
 }

@@ -21,7 +21,6 @@
 
 mod batch;
 mod body;
-mod connections;
 mod cors;
 mod entities;
 mod failure;

@@ -9,11 +9,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
 use http::{HeaderMap, Method, Uri};
 
-use super::connections::Peer;
 use super::failure::{error_response, Failure};
 use super::reply::{header_value, request_id};
 use super::request::{authenticate, Request};
 use super::{cors, dispatch, paths, version, RestApi};
+use crate::connections::http::Peer;
 use crate::error::ErrorCode;
 
 /// The app's one handler: a request from its line and headers to its answer.
@@ -25,7 +25,6 @@ pub(super) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let _open = peer.begin_request();
     let started = std::time::Instant::now();
     // Named only when metrics are kept: no path parsed twice otherwise.
     let operation = match crate::telemetry::enabled() {

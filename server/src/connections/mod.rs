@@ -10,6 +10,7 @@
 //!
 //! Each connection's [`ConnectionInfo`] reaches every request's extensions (tonic's
 //! [`Connected`]): the service counts open calls on it, and caps streamed scans per connection.
+//! The HTTP/1.1 servers (the REST endpoint, the probes) accept theirs through [`http`].
 
 use std::future::Future;
 use std::io;
@@ -25,6 +26,8 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
+
+pub(crate) mod http;
 
 /// The HTTP/2 client preface every connection starts with.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
