@@ -4,10 +4,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
 use tracing_subscriber::EnvFilter;
 use trestle_proto::access::{self, Grant, KeyBounds, KeyRing, Permissions};
-use trestle_server::config::{Command, LogFormat, ServeArgs, TokenArgs};
+use trestle_server::config::{file, Command, LogFormat, ServeArgs, TokenArgs};
 use trestle_server::{backup, Args};
 
 /// glibc's allocator spent about 40% of the server's CPU on 100-insert transactions (profiled with
@@ -21,8 +20,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MAX_BLOCKING_THREADS: usize = 32;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match parse(std::env::args_os().collect()) {
+        Ok((args, _)) => args,
+        Err(code) => return code,
+    };
     let outcome = match args.command {
+        Some(Command::Config { flags }) => match parse(flags_of_config(flags)) {
+            Ok((args, effective)) => print_config(&args.serve, &effective),
+            Err(code) => return code,
+        },
         Some(Command::Keygen { out }) => keygen(&out),
         Some(Command::Token(token_args)) => token(&token_args),
         Some(Command::ConnectionString { key_file, endpoint }) => {
@@ -44,6 +50,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line `argv` with its configuration file; or, when it is not valid, the exit
+/// code after saying why.
+fn parse(argv: Vec<std::ffi::OsString>) -> Result<(Args, file::Effective), ExitCode> {
+    match file::parse(argv) {
+        Ok(parsed) => Ok(parsed),
+        Err(file::ParseError::Flags(error)) => error.exit(),
+        Err(file::ParseError::File(error)) => {
+            eprintln!("trestle-server: {error}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The command line `config`'s `flags` (serve flags and `--config`) stand for.
+fn flags_of_config(flags: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    std::iter::once("trestle-server".into())
+        .chain(flags)
+        .collect()
+}
+
+/// Prints the configuration `serve` resolves to, once it is known to load.
+fn print_config(serve: &ServeArgs, effective: &file::Effective) -> Result<(), String> {
+    serve.config().map_err(|e| e.to_string())?;
+    write!(std::io::stdout(), "{}", effective.to_toml()).map_err(|e| e.to_string())
 }
 
 /// Writes a new key file, readable by its owner only, never over an existing file.

@@ -1,5 +1,7 @@
-//! Server configuration: the clap arguments of the binary, and the plain `Config` the library
-//! takes (so tests build one without clap).
+//! Server configuration: the clap arguments of the binary (with a configuration file beneath
+//! them: [`file`]), and the plain `Config` the library takes (so tests build one without clap).
+
+pub mod file;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -209,6 +211,14 @@ pub struct Args {
 /// The tools beside serving.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
+    /// Print the configuration the server would serve with (`trestle-server config --config
+    /// trestle.toml [flags]`): every flag's value and where it came from, secrets masked, as a
+    /// configuration file.
+    Config {
+        /// The serve flags (and `--config`) to resolve.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        flags: Vec<std::ffi::OsString>,
+    },
     /// Write a new key file (one random account key) readable only by its owner.
     Keygen {
         /// The file to create; an existing file is never overwritten.
@@ -297,6 +307,10 @@ pub struct TokenArgs {
 /// The flags of the server itself.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// A TOML file of flags by their long names (`rest-listen = "127.0.0.1:10002"`); a flag or
+    /// its environment variable overrides the file's value ([`file`]).
+    #[arg(long = "config", id = "config", env = "TRESTLE_CONFIG")]
+    pub config_file: Option<PathBuf>,
     /// Also serve the Azure Table REST endpoint (path-style, `http://<addr>/devstoreaccount1`)
     /// on this address; off unless given. Open mode needs a loopback address here too.
     #[arg(long, env = "TRESTLE_REST_LISTEN")]
@@ -326,7 +340,7 @@ pub struct ServeArgs {
     pub store_pool_size: usize,
     /// CA certificates (PEM) that verify the `--store` database's certificate when its URL says
     /// `sslmode=require` (default: the system's roots).
-    #[arg(long, env = "TRESTLE_STORE_CA_FILE", requires = "store")]
+    #[arg(long, env = "TRESTLE_STORE_CA_FILE")]
     pub store_ca_file: Option<PathBuf>,
     /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `trestle_server=debug`).
     #[arg(long, env = "TRESTLE_LOG", default_value = "info")]
@@ -351,20 +365,20 @@ pub struct ServeArgs {
     /// OAuth bearer tokens (Entra ID style): the identity provider's JSON Web Key Set, a file or
     /// an `https://` URL (its `jwks_uri`). Requests may then carry a JWT it signed, checked for
     /// issuer, audience, lifetime and roles; with no key file, only such tokens are taken.
-    #[arg(long, env = "TRESTLE_OAUTH_JWKS", requires = "oauth_issuer")]
+    #[arg(long, env = "TRESTLE_OAUTH_JWKS")]
     pub oauth_jwks: Option<String>,
     /// An accepted token issuer (`iss`), such as
     /// `https://login.microsoftonline.com/<tenant>/v2.0`; repeatable.
-    #[arg(long, requires = "oauth_jwks")]
+    #[arg(long)]
     pub oauth_issuer: Vec<String>,
     /// An accepted token audience (`aud`); repeatable. Default: `https://storage.azure.com`
     /// (with or without its trailing slash), what Azure SDKs ask tokens for.
-    #[arg(long, requires = "oauth_jwks")]
+    #[arg(long)]
     pub oauth_audience: Vec<String>,
     /// A token role and the permissions it grants, as `NAME=LETTERS` (`Orders.Writer=rau`);
     /// repeatable. `Storage Table Data Reader` (`rl`) and `Storage Table Data Contributor`
     /// (`raudlc`) are mapped already.
-    #[arg(long, requires = "oauth_jwks", value_parser = parse_role)]
+    #[arg(long, value_parser = parse_role)]
     pub oauth_role: Vec<(String, Permissions)>,
     /// Seconds between two reads of the key set.
     #[arg(long, default_value_t = oidc::DEFAULT_REFRESH.as_secs(),
@@ -377,17 +391,17 @@ pub struct ServeArgs {
     #[arg(long)]
     pub protect_introspection: bool,
     /// Serve TLS with this PEM certificate chain (needs `--tls-key`).
-    #[arg(long, env = "TRESTLE_TLS_CERT", requires = "tls_key")]
+    #[arg(long, env = "TRESTLE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of `--tls-cert`.
-    #[arg(long, env = "TRESTLE_TLS_KEY", requires = "tls_cert")]
+    #[arg(long, env = "TRESTLE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
     /// Serve the REST endpoint (`--rest-listen`) over TLS with this PEM certificate chain
     /// (needs `--rest-tls-key`; may be the same files as `--tls-cert`).
-    #[arg(long, env = "TRESTLE_REST_TLS_CERT", requires = "rest_tls_key")]
+    #[arg(long, env = "TRESTLE_REST_TLS_CERT")]
     pub rest_tls_cert: Option<PathBuf>,
     /// The PEM private key of `--rest-tls-cert`.
-    #[arg(long, env = "TRESTLE_REST_TLS_KEY", requires = "rest_tls_cert")]
+    #[arg(long, env = "TRESTLE_REST_TLS_KEY")]
     pub rest_tls_key: Option<PathBuf>,
     /// Requests in flight at once (long-lived calls have their own class); past it requests get
     /// RESOURCE_EXHAUSTED `ServerBusy`.
@@ -492,6 +506,10 @@ pub enum ConfigError {
     /// The key file's contents.
     #[error("key file: {0}")]
     Keys(#[from] trestle_proto::access::KeyError),
+    /// Flags that do not fit together (given in a configuration file, say, where clap's own
+    /// checks do not reach).
+    #[error("{0}")]
+    Invalid(String),
     /// The OAuth key set (`--oauth-jwks`).
     #[error("--oauth-jwks: {0}")]
     Oauth(#[from] oidc::JwksError),
@@ -517,8 +535,77 @@ pub fn load_key_file(
 }
 
 impl ServeArgs {
+    /// Refuses flags that need another one absent. Checked here rather than by clap, which does
+    /// not count a value from the configuration file as given.
+    fn check_together(&self) -> Result<(), ConfigError> {
+        let pairs = [
+            (
+                self.store_ca_file.is_some(),
+                self.store.is_some(),
+                "--store-ca-file",
+                "--store",
+            ),
+            (
+                self.oauth_jwks.is_some(),
+                !self.oauth_issuer.is_empty(),
+                "--oauth-jwks",
+                "--oauth-issuer",
+            ),
+            (
+                !self.oauth_issuer.is_empty(),
+                self.oauth_jwks.is_some(),
+                "--oauth-issuer",
+                "--oauth-jwks",
+            ),
+            (
+                !self.oauth_audience.is_empty(),
+                self.oauth_jwks.is_some(),
+                "--oauth-audience",
+                "--oauth-jwks",
+            ),
+            (
+                !self.oauth_role.is_empty(),
+                self.oauth_jwks.is_some(),
+                "--oauth-role",
+                "--oauth-jwks",
+            ),
+            (
+                self.tls_cert.is_some(),
+                self.tls_key.is_some(),
+                "--tls-cert",
+                "--tls-key",
+            ),
+            (
+                self.tls_key.is_some(),
+                self.tls_cert.is_some(),
+                "--tls-key",
+                "--tls-cert",
+            ),
+            (
+                self.rest_tls_cert.is_some(),
+                self.rest_tls_key.is_some(),
+                "--rest-tls-cert",
+                "--rest-tls-key",
+            ),
+            (
+                self.rest_tls_key.is_some(),
+                self.rest_tls_cert.is_some(),
+                "--rest-tls-key",
+                "--rest-tls-cert",
+            ),
+        ];
+        match pairs
+            .iter()
+            .find(|(given, needed, _, _)| *given && !*needed)
+        {
+            Some((_, _, flag, needs)) => Err(ConfigError::Invalid(format!("{flag} needs {needs}"))),
+            None => Ok(()),
+        }
+    }
+
     /// The library configuration these arguments describe, with the key and TLS files read.
     pub fn config(&self) -> Result<Config, ConfigError> {
+        self.check_together()?;
         let durability = match self.relaxed_flush_ms {
             Some(flush_every_ms) => Durability::Periodic { flush_every_ms },
             None => Durability::Sync,
@@ -658,12 +745,13 @@ mod tests {
             r#"{"keys":[{"kty":"RSA","kid":"k","n":"AQAB","e":"AQAB"}]}"#,
         )
         .unwrap();
-        let error = serve_args(&["--oauth-jwks", jwks]).unwrap_err().to_string();
-        assert!(error.contains("--oauth-issuer"), "{error}");
-        let error = serve_args(&["--oauth-issuer", "https://i"])
+        let config = |args: &[&str]| serve_args(args).unwrap().config();
+        let error = config(&["--oauth-jwks", jwks]).unwrap_err().to_string();
+        assert_eq!(error, "--oauth-jwks needs --oauth-issuer");
+        let error = config(&["--oauth-issuer", "https://i"])
             .unwrap_err()
             .to_string();
-        assert!(error.contains("--oauth-jwks"), "{error}");
+        assert_eq!(error, "--oauth-issuer needs --oauth-jwks");
         let error = serve_args(&[
             "--oauth-jwks",
             jwks,
