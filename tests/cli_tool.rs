@@ -591,8 +591,8 @@ async fn copy_moves_a_table_out_of_azurite_with_every_type_kept() {
 }
 
 /// An import reads and checks every line before it writes anything: 1,000 good lines and a cut
-/// one, invalid UTF-8, or a key that is not a string change nothing (not even the table is
-/// made), and each refusal names its line.
+/// one, invalid UTF-8, a key that is not a string, or a member the format has not (a property
+/// beside the keys) change nothing (not even the table is made), and each refusal names its line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_with_a_bad_line_anywhere_writes_nothing_and_names_the_line() {
     let server = TestServer::start().await;
@@ -632,6 +632,27 @@ async fn an_import_with_a_bad_line_anywhere_writes_nothing_and_names_the_line() 
             .contains("line 1: PartitionKey must be a string"),
         "{refused}"
     );
+    // A property beside the keys, not inside Properties, would be lost: refused.
+    let beside = "{\"PartitionKey\": \"p\", \"RowKey\": \"r\", \"Age\": 36}\n";
+    let refused = trestle(&server, &["import", "Staged"], beside)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("line 1: unknown member \"Age\""),
+        "{refused}"
+    );
+    let untyped = "{\"PartitionKey\": \"p\", \"RowKey\": \"r\", \"Properties\": 7}\n";
+    let refused = trestle(&server, &["import", "Staged"], untyped)
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("line 1: Properties must be an object"),
+        "{refused}"
+    );
     let tables = ok(&server, &["tables"]).await;
     assert!(!tables.contains("Staged"), "{tables}");
 
@@ -639,4 +660,120 @@ async fn an_import_with_a_bad_line_anywhere_writes_nothing_and_names_the_line() 
         .await
         .unwrap();
     assert_eq!(report, "imported 1000 entities, skipped 0 that existed\n");
+}
+
+/// A loopback proxy to `server` that forwards what its clients send until `budget` bytes have
+/// gone through, then cuts every connection and refuses new ones: a server lost mid-call, as a
+/// client sees it.
+async fn cutting_proxy(server: &TestServer, budget: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = server.addr;
+    let (cut, _) = tokio::sync::watch::channel(false);
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let mut stopped = cut.subscribe();
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopped.wait_for(|cut| *cut) => return,
+            };
+            let Ok((client, _)) = accepted else { return };
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            let (mut from_client, mut to_server) = (client, server);
+            let (cut, sent) = (cut.clone(), sent.clone());
+            tokio::spawn(async move {
+                let (mut client_read, mut client_write) = from_client.split();
+                let (mut server_read, mut server_write) = to_server.split();
+                let mut stopped = cut.subscribe();
+                let upward = async {
+                    let mut buffer = vec![0; 16 * 1024];
+                    loop {
+                        let n = client_read.read(&mut buffer).await?;
+                        if n == 0 {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        server_write.write_all(&buffer[..n]).await?;
+                        let total = sent.fetch_add(n, std::sync::atomic::Ordering::SeqCst) + n;
+                        if total >= budget {
+                            cut.send_replace(true);
+                        }
+                    }
+                };
+                let downward = tokio::io::copy(&mut server_read, &mut client_write);
+                tokio::select! {
+                    _ = upward => {}
+                    _ = downward => {}
+                    _ = stopped.wait_for(|cut| *cut) => {}
+                }
+            });
+        }
+    });
+    endpoint
+}
+
+/// An import whose server is lost midway says how far it got and how to finish; run again once
+/// the server is back, it finishes: the table then holds each line's entity exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_cut_off_midway_says_so_and_a_second_run_finishes_it() {
+    let server = TestServer::start().await;
+    // Fillers that do not compress: the cut comes midway whatever the transport does.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let lines: String = (0..5_000)
+        .map(|n| {
+            let filler: String = (0..25)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    format!("{:08x}", state >> 32)
+                })
+                .collect();
+            format!(
+                "{{\"PartitionKey\": \"p{}\", \"RowKey\": \"r{n:05}\", \"Properties\": \
+                 {{\"N\": {{\"Int32\": {n}}}, \"F\": {{\"String\": \"{filler}\"}}}}}}\n",
+                n % 50
+            )
+        })
+        .collect();
+    let proxy = cutting_proxy(&server, 400_000).await;
+    let line = ["trestle", "--endpoint", &proxy, "import", "Cut"];
+    let mut out = Vec::new();
+    let cut = run(parse(line).unwrap(), &mut lines.as_bytes(), &mut out)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        cut.contains("entities had been written of 5000 read"),
+        "{cut}"
+    );
+    assert!(cut.contains("run the same import again"), "{cut}");
+
+    let report = trestle(&server, &["import", "Cut"], &lines).await.unwrap();
+    let (written, skipped) = report
+        .trim_end()
+        .strip_prefix("imported ")
+        .and_then(|rest| rest.split_once(" entities, skipped "))
+        .and_then(|(written, rest)| Some((written, rest.strip_suffix(" that existed")?)))
+        .unwrap_or_else(|| panic!("{report}"));
+    let (written, skipped): (u64, u64) = (written.parse().unwrap(), skipped.parse().unwrap());
+    assert_eq!(written + skipped, 5_000, "{report}");
+    assert!(
+        written > 0 && skipped > 0,
+        "the cut was not midway: {report}"
+    );
+
+    let exported = ok(&server, &["export", "Cut"]).await;
+    let mut numbers: Vec<u64> = exported
+        .lines()
+        .map(|line| {
+            let entity: serde_json::Value = serde_json::from_str(line).unwrap();
+            entity["Properties"]["N"]["Int32"].as_u64().unwrap()
+        })
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (0..5_000).collect::<Vec<_>>());
 }

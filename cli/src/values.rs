@@ -171,21 +171,39 @@ pub(crate) fn entity_key(json: &Map<String, Json>) -> Result<EntityKey, String> 
     Ok(EntityKey::new(key("PartitionKey")?, key("RowKey")?))
 }
 
-/// The keys and properties of a JSON line (its Timestamp and ETag are ignored).
+/// The members of an entity's JSON line ([`entity_line`]).
+const LINE_MEMBERS: [&str; 5] = ["PartitionKey", "RowKey", "Timestamp", "ETag", "Properties"];
+
+/// The keys and properties of a JSON line (its Timestamp and ETag are ignored). A member the
+/// format does not have is refused, not dropped: a property written beside the keys instead of
+/// inside `Properties` would otherwise be lost without a word.
 pub(crate) fn parse_entity_line(line: &str) -> Result<(EntityKey, Properties), String> {
     let json: Json = serde_json::from_str(line).map_err(|e| e.to_string())?;
-    let key = json
+    let object = json
         .as_object()
-        .ok_or_else(|| "not a JSON object".to_owned())
-        .and_then(entity_key)?;
+        .ok_or_else(|| "not a JSON object".to_owned())?;
+    if let Some(unknown) = object
+        .keys()
+        .find(|name| !LINE_MEMBERS.contains(&name.as_str()))
+    {
+        return Err(format!(
+            "unknown member {unknown:?}: a line has PartitionKey, RowKey and Properties \
+             (typed values, as `trestle export` writes them), Timestamp and ETag"
+        ));
+    }
+    let key = entity_key(object)?;
     let mut properties = Properties::new();
-    if let Some(members) = json.get("Properties").and_then(Json::as_object) {
-        for (name, value) in members {
-            properties.set(
-                name.clone(),
-                from_typed(value).map_err(|e| format!("{name}: {e}"))?,
-            );
+    match object.get("Properties") {
+        None => {}
+        Some(Json::Object(members)) => {
+            for (name, value) in members {
+                properties.set(
+                    name.clone(),
+                    from_typed(value).map_err(|e| format!("{name}: {e}"))?,
+                );
+            }
         }
+        Some(other) => return Err(format!("Properties must be an object, not {other}")),
     }
     Ok((key, properties))
 }

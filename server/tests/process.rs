@@ -205,3 +205,130 @@ async fn sigterm_with_a_reader_that_stopped_exits_after_the_grace_period() {
     assert_eq!(rows.len(), 4000);
     restarted.kill_9();
 }
+
+/// An array of `n` Int64 values, none of them -1.
+fn numbers(n: i64) -> pb::Value {
+    let values = (0..n)
+        .map(|v| pb::Value {
+            kind: Some(pb::value::Kind::Int64Value(v)),
+        })
+        .collect();
+    pb::Value {
+        kind: Some(pb::value::Kind::ArrayValue(pb::ArrayValue { values })),
+    }
+}
+
+/// SIGTERM while the server is busy (queries whose lambdas visit a million elements each,
+/// writers, change-feed followers and a scan whose reader stopped) stops it with exit code 0
+/// within its grace period, and every write it acknowledged is there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_within_the_grace_period_keeping_what_it_acknowledged() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start_with(data_dir.path(), &["--shutdown-grace-secs", "2"]);
+    let mut client = server.client().await;
+    let request = pb::CreateTableRequest {
+        table: TABLE.into(),
+        change_feed: true,
+        ..Default::default()
+    };
+    client.create_table(request).await.unwrap();
+    for chunk in 0..10 {
+        let operations = (0..100)
+            .map(|i| {
+                let mut row = entity("wide", &format!("{chunk}-{i:03}"), &[]);
+                row.properties.insert("A".into(), numbers(1_000));
+                insert_op(row)
+            })
+            .collect();
+        let request = pb::SubmitTransactionRequest {
+            table: TABLE.into(),
+            partition_key: "wide".into(),
+            operations,
+        };
+        client.submit_transaction(request).await.unwrap();
+    }
+    let stalled = support::stalled_scan(&mut client, TABLE).await;
+
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut load = Vec::new();
+    for writer in 0..4 {
+        let (mut client, acked) = (server.client().await, acked.clone());
+        load.push(tokio::spawn(async move {
+            for n in 0u64.. {
+                let row = entity(&format!("w{writer}"), &format!("{n:06}"), &[("V", 1)]);
+                let request = pb::InsertEntityRequest {
+                    table: TABLE.into(),
+                    entity: Some(row),
+                    ..Default::default()
+                };
+                match client.insert_entity(request).await {
+                    Ok(_) => acked.lock().unwrap().push((format!("w{writer}"), n)),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    for _ in 0..4 {
+        let mut client = server.client().await;
+        load.push(tokio::spawn(async move {
+            let request = pb::QueryEntitiesRequest {
+                table: TABLE.into(),
+                partition_key: Some("wide".into()),
+                filter: "A/any(x: x eq -1)".into(),
+                ..Default::default()
+            };
+            while client.query_entities(request.clone()).await.is_ok() {}
+        }));
+    }
+    for _ in 0..4 {
+        let mut client = server.client().await;
+        load.push(tokio::spawn(async move {
+            let request = pb::ReadChangesRequest {
+                table: TABLE.into(),
+                follow: true,
+                ..Default::default()
+            };
+            let Ok(stream) = client.read_changes(request).await else {
+                return;
+            };
+            let mut stream = stream.into_inner();
+            while let Ok(Some(_)) = stream.message().await {}
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        acked.lock().unwrap().len() > 10,
+        "the writers wrote nothing"
+    );
+
+    let started = std::time::Instant::now();
+    let exit = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(exit.code(), Some(0), "exit status {exit:?}");
+    // The grace period, and then the time to close the store.
+    assert!(took < Duration::from_secs(12), "took {took:?} to stop");
+    for task in load {
+        task.await.unwrap();
+    }
+    drop(stalled);
+
+    let restarted = ServerProcess::start(data_dir.path());
+    let mut client = restarted.client().await;
+    let acked = acked.lock().unwrap().clone();
+    for (partition_key, n) in acked {
+        let request = pb::GetEntityRequest {
+            table: TABLE.into(),
+            partition_key,
+            row_key: format!("{n:06}"),
+            select: vec![],
+        };
+        let found = client.get_entity(request).await;
+        assert!(
+            found.is_ok(),
+            "an acknowledged insert is missing: {found:?}"
+        );
+    }
+    restarted.kill_9();
+}
