@@ -724,3 +724,121 @@ async fn select_of_paths_returns_only_those_parts_over_grpc_and_rest() {
     );
     assert!(!answer.contains("Holdings"), "{answer}");
 }
+
+/// Positions in paths (`Variants/0/Stock`) mean what they mean in a patch, wherever a path is
+/// read: a query's filter (gRPC and REST), a patch's condition (so a conditional decrement sells
+/// only the variant it addresses), a select, and an index's path, which follows the patches.
+#[tokio::test]
+async fn positions_in_paths_filter_select_condition_and_index_as_patches_address_them() {
+    let (server, rest) = common::rest::server(|_| {}).await;
+    let mut client = server.client().await;
+    let index = pb::IndexDefinition {
+        name: "ByFirstStock".into(),
+        properties: vec!["Variants/0/Stock".into()],
+        scope: pb::IndexScope::Table as i32,
+        unique: false,
+    };
+    let request = pb::CreateTableRequest {
+        table: "Shop".into(),
+        indexes: vec![index],
+        ..Default::default()
+    };
+    client.create_table(request).await.unwrap();
+    let variant =
+        |sku: &str, stock: i32| object(&[("Sku", string(sku)), ("Stock", common::int32(stock))]);
+    for (row_key, variants) in [
+        ("tee", vec![variant("tee-s", 2), variant("tee-m", 0)]),
+        ("mug", vec![variant("mug", 0)]),
+    ] {
+        let product = entity("p", row_key, &[("Variants", array(variants))]);
+        client
+            .insert_entity(insert_request("Shop", product))
+            .await
+            .unwrap();
+    }
+    let query = |filter: &str, index: &str| pb::QueryEntitiesRequest {
+        table: "Shop".into(),
+        filter: filter.into(),
+        index: index.into(),
+        ..Default::default()
+    };
+    let rows = |answer: pb::QueryEntitiesResponse| -> Vec<String> {
+        answer.entities.into_iter().map(|e| e.row_key).collect()
+    };
+    for (filter, expected) in [
+        ("Variants/0/Stock gt 0", vec!["tee"]),
+        ("Variants/1/Sku eq 'tee-m'", vec!["tee"]),
+        ("Variants/1/Stock eq 0", vec!["tee"]),
+        ("Variants/0/Stock eq 0", vec!["mug"]),
+        ("Variants/5/Stock eq 0", vec![]),
+    ] {
+        let found = client.query_entities(query(filter, "")).await.unwrap();
+        assert_eq!(rows(found.into_inner()), expected, "{filter}");
+    }
+    let refused = client
+        .query_entities(query("Variants/-1/Stock gt 0", ""))
+        .await;
+    let status = assert_error(refused, Code::InvalidArgument, "InvalidInput");
+    assert!(
+        status.message().contains("negative positions"),
+        "{status:?}"
+    );
+
+    // In the index's order, the first variant's stock: mug (0), then tee (2).
+    let found = client
+        .query_entities(query("Variants/0/Stock ge 0", "ByFirstStock"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(found.stats.as_ref().unwrap().plan, "index:ByFirstStock");
+    assert_eq!(rows(found), ["mug", "tee"]);
+
+    // A decrement conditioned on the variant it addresses sells two, then refuses.
+    let sell = pb::PatchEntityRequest {
+        table: "Shop".into(),
+        partition_key: "p".into(),
+        row_key: "tee".into(),
+        operations: vec![pb::PatchStep {
+            step: Some(pb::patch_step::Step::Increment(pb::IncrementStep {
+                property: "Variants/0/Stock".into(),
+                by: Some(common::int32(-1)),
+            })),
+        }],
+        condition: "Variants/0/Stock gt 0".into(),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        client.patch_entity(sell.clone()).await.unwrap();
+    }
+    let sold_out = client.patch_entity(sell).await;
+    assert_error(
+        sold_out,
+        Code::FailedPrecondition,
+        "UpdateConditionNotSatisfied",
+    );
+    let found = client
+        .query_entities(query("Variants/0/Stock eq 0", "ByFirstStock"))
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(found.into_inner()),
+        ["mug", "tee"],
+        "the index follows"
+    );
+
+    // A select through a position shows that element alone.
+    let mut read = get_request("Shop", "p", "tee");
+    read.select = vec!["Variants/1/Sku".into()];
+    let shown = client.get_entity(read).await.unwrap().into_inner();
+    assert_eq!(
+        shown.properties.get("Variants"),
+        Some(&array(vec![object(&[("Sku", string("tee-m"))])]))
+    );
+
+    let mut socket = tokio::net::TcpStream::connect(rest).await.unwrap();
+    let path = "/devstoreaccount1/Shop()?$filter=Variants/1/Sku%20eq%20'tee-m'";
+    let (status, answer) = common::rest::exchange(&mut socket, "GET", path, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""RowKey":"tee""#), "{answer}");
+    assert!(!answer.contains(r#""RowKey":"mug""#), "{answer}");
+}

@@ -255,7 +255,7 @@ impl IndexDefinition {
 }
 
 /// The values `path` reaches from the entity's properties (`value` looks one up by name):
-/// members of objects by name, every element of an array at a `*`.
+/// members of objects by name, every element of an array at a `*`, one element at a position.
 fn path_values<'a>(path: &str, value: &impl Fn(&str) -> Option<ValueRef<'a>>) -> Vec<ValueRef<'a>> {
     let mut steps = path.split('/');
     let Some(first) = value(steps.next().unwrap_or_default()) else {
@@ -272,6 +272,10 @@ fn path_values<'a>(path: &str, value: &impl Fn(&str) -> Option<ValueRef<'a>>) ->
                     }
                     ValueRef::Document(object) if step != "*" && !object.is_array() => {
                         Box::new(object.member(step).into_iter())
+                    }
+                    // A position, as filters and patches read it.
+                    ValueRef::Document(array) if step != "*" => {
+                        Box::new(step.parse().ok().and_then(|n| array.element(n)).into_iter())
                     }
                     _ => Box::new(std::iter::empty()),
                 }

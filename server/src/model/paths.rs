@@ -191,8 +191,9 @@ pub fn selected<'s>(select: &'s [String], name: &str) -> Selected<'s> {
     }
 }
 
-/// The parts of `value` at `paths` (member names; through an array, in each element the paths
-/// reach a value in), or `None` when no path reaches a value.
+/// The parts of `value` at `paths` (member names, or positions in arrays; through an array, the
+/// elements the paths reach a value in, in their order: a path through a position reaches only
+/// that element, any other path every element), or `None` when no path reaches a value.
 pub fn prune(value: ValueRef<'_>, paths: &[Vec<&str>]) -> Option<Value> {
     if paths.iter().any(|path| path.is_empty()) {
         return Some(value.to_value());
@@ -201,9 +202,24 @@ pub fn prune(value: ValueRef<'_>, paths: &[Vec<&str>]) -> Option<Value> {
         return None;
     };
     if document.is_array() {
+        // A path whose first step is a position reaches into that element only; the others
+        // into every element.
         let elements: Vec<Value> = document
             .elements()
-            .filter_map(|element| prune(element, paths))
+            .enumerate()
+            .filter_map(|(at, element)| {
+                let here: Vec<Vec<&str>> = paths
+                    .iter()
+                    .filter_map(|path| match path[0].parse::<usize>() {
+                        Ok(position) => (position == at).then(|| path[1..].to_vec()),
+                        Err(_) => Some(path.clone()),
+                    })
+                    .collect();
+                match here.is_empty() {
+                    true => None,
+                    false => prune(element, &here),
+                }
+            })
             .collect();
         if elements.is_empty() {
             return None;

@@ -140,6 +140,8 @@ fn resolve<'e, R: Record + ?Sized>(
     };
     path.iter().try_fold(start, |value, step| match value {
         ValueRef::Document(object) if !object.is_array() => object.member(step),
+        // Bounded as a member lookup is: an array holds at most MAX_DOCUMENT_VALUES elements.
+        ValueRef::Document(array) => array.element(step.parse().ok()?),
         _ => None,
     })
 }

@@ -243,7 +243,8 @@ impl Parser {
         }
     }
 
-    /// A property, a path from it (`Address/City`), or a lambda over one (`Tags/any(t: …)`);
+    /// A property, a path from it (`Address/City`, `Variants/0/Stock`), or a lambda over one
+    /// (`Tags/any(t: …)`);
     /// `first` (at `offset`) was just read.
     fn path(&mut self, first: String, offset: usize) -> Result<Operand, FilterError> {
         let mut steps = Vec::new();
@@ -255,10 +256,25 @@ impl Parser {
                     token: Token::Word(step),
                     ..
                 }) if !KEYWORDS.contains(&step.as_str()) => step.clone(),
+                // A position in an array (`Variants/0/Stock`), as patches take it; in an object,
+                // the member of that name.
+                Some(Spanned {
+                    token: Token::Literal(Value::Int32(position)),
+                    ..
+                }) => match *position >= 0 {
+                    true => position.to_string(),
+                    false => {
+                        return Err(FilterError::new(
+                            step_offset,
+                            "a position in an array counts from 0 at its start; negative \
+                             positions are not taken",
+                        ))
+                    }
+                },
                 _ => {
                     return Err(FilterError::new(
                         step_offset,
-                        "expected a member name after '/'",
+                        "expected a member name or an array position after '/'",
                     ))
                 }
             };

@@ -429,6 +429,26 @@ fn matches(filter: &str) -> bool {
 }
 
 #[test]
+fn positions_in_paths_read_one_element_of_an_array() {
+    assert!(matches("Holdings/0/Symbol eq 'zaza'"));
+    assert!(matches("Holdings/1/NumberHeld eq 10L"));
+    assert!(!matches("Holdings/1/Symbol eq 'zaza'"));
+    assert!(matches("Books/1 eq 'b2'"));
+    assert!(
+        !matches("Books/2 eq 'b3'") && !matches("Books/2 ne 'b3'"),
+        "past the end is a missing property"
+    );
+    assert!(
+        !matches("Address/0 eq 'Seattle'"),
+        "in an object, a position is a member name"
+    );
+    assert!(matches(
+        "Holdings/any(h: h/NumberHeld gt 50L) and Books/0 eq 'b1'"
+    ));
+    assert!(matches("Books/00 eq 'b1'"), "written as patches read it");
+}
+
+#[test]
 fn paths_and_lambdas_read_documents() {
     assert!(matches("Address/City eq 'Seattle'"));
     assert!(!matches("Address/City ne 'Seattle'"));
@@ -523,7 +543,19 @@ fn malformed_paths_and_lambdas_point_at_the_offending_byte() {
     );
     assert_eq!(
         error_at("Address/ eq 'a'").1,
-        "expected a member name after '/'"
+        "expected a member name or an array position after '/'"
+    );
+    assert_eq!(
+        error_at("Variants/-1/Stock gt 0"),
+        (
+            9,
+            "a position in an array counts from 0 at its start; negative positions are not taken"
+                .into()
+        )
+    );
+    assert_eq!(
+        error_at("Variants/1.5 gt 0").1,
+        "expected a member name or an array position after '/'"
     );
     assert_eq!(
         error_at("Tags/all()").1,
