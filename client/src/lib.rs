@@ -81,6 +81,7 @@
 
 mod access;
 mod across;
+mod aggregate;
 mod changes;
 mod client;
 mod convert;
@@ -99,6 +100,7 @@ mod value;
 
 pub use access::AccessPolicy;
 pub use across::{CrossTransaction, Snapshot};
+pub use aggregate::{Aggregate, AggregateGroup};
 pub use changes::{Change, ChangeFeed, ChangeKind, FeedCursor, FeedSettings};
 pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};

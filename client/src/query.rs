@@ -482,6 +482,26 @@ impl<T: DeserializeOwned> Query<T> {
         self.stream().try_collect().await
     }
 
+    /// Aggregates of the matching entities, computed by the server ([`crate::Aggregate`]).
+    pub fn aggregate(self) -> crate::Aggregate {
+        crate::Aggregate::new(Query {
+            client: self.client,
+            request: self.request,
+            skip_undecodable: false,
+            _entity: PhantomData,
+        })
+    }
+
+    /// The query's request as built.
+    pub(crate) fn request(&self) -> &pb::QueryEntitiesRequest {
+        &self.request
+    }
+
+    /// The client the query runs on.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The number of matching entities, counted by the server.
     pub async fn count(&self) -> Result<u64> {
         let request = self.request.clone();

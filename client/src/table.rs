@@ -300,6 +300,13 @@ impl TableClient {
         Query::new(self.client.clone(), self.name.clone())
     }
 
+    /// Aggregates over this table's entities, computed by the server: narrow them with
+    /// [`crate::Aggregate::partition`] and [`crate::Aggregate::filter`] (or start from a query:
+    /// [`Query::aggregate`]).
+    pub fn aggregate(&self) -> crate::Aggregate {
+        self.entities().aggregate()
+    }
+
     /// A query over this table whose entities are read as dynamic [`Properties`]: for counting
     /// and for existence checks, which need no type (`table.entities().partition("p").count()`).
     ///

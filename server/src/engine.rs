@@ -59,12 +59,19 @@ pub trait MatchSink {
     fn reader_waiting(&self) -> bool {
         true
     }
+
+    /// Whether the sink wants nothing more (a reader of the whole query may stop early).
+    fn finished(&self) -> bool {
+        false
+    }
 }
 
 /// A streamed query between chunks: its plan, and where the next chunk starts.
 #[derive(Debug)]
 pub struct ScanCursor {
     scan: Scan,
+    /// Entities examined by the chunks read so far.
+    examined: u64,
 }
 
 impl ScanCursor {
@@ -86,8 +93,19 @@ impl ScanCursor {
         self.scan.spec.page_size = u32::MAX;
     }
 
+    /// The query's plan (for its stats): as [`crate::query::PlanKind`] names it, or `index:<name>`.
+    pub fn plan_name(&self) -> String {
+        self.scan.plan_name()
+    }
+
+    /// The entities the chunks read so far examined, matching or not.
+    pub fn examined(&self) -> u64 {
+        self.examined
+    }
+
     /// Moves past `chunk`; whether the query has more to read.
     fn advance(&mut self, chunk: Chunk) -> bool {
+        self.examined += chunk.examined as u64;
         match chunk.resume_at {
             Some(key) => {
                 self.scan.resume_at(key);
@@ -591,7 +609,7 @@ impl Engine {
         let (table, mut snapshot) = read_snapshot(awaited, table).await?;
         snapshot.end().await?;
         let scan = Scan::prepare(table, query, continuation, &self.seal)?;
-        Ok(Attempt::Done(ScanCursor { scan }))
+        Ok(Attempt::Done(ScanCursor { scan, examined: 0 }))
     }
 
     /// [`ScanCursor::read_chunk`] in a snapshot begun for it, awaited, where the store serves
@@ -625,7 +643,7 @@ impl Engine {
         continuation: &str,
     ) -> Result<ScanCursor, TableError> {
         let scan = self.prepare(table, spec, continuation)?;
-        Ok(ScanCursor { scan })
+        Ok(ScanCursor { scan, examined: 0 })
     }
 
     /// Streams every match of a query in order to `sink`, ending a batch after at most

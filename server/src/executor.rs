@@ -34,7 +34,8 @@ use crate::across::{CrossCommit, TableEntityKey};
 use crate::admission::{Credential, StreamPermit, StreamRefusal, Streams};
 use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting};
 use crate::error::{ErrorCode, TableError};
-use crate::model::{EntityKey, Operation, StoredEntity};
+use crate::model::{EntityKey, Operation, StoredEntity, ValidationError};
+use crate::query::aggregate::{AggregateSpec, Aggregator, Group};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Ticket};
 
@@ -293,14 +294,59 @@ impl Executor {
         continuation: String,
     ) -> Result<u64, WorkError> {
         spec.select.clear();
+        let (_, counter) = self
+            .read_to_end(table, spec, continuation, Counter(0))
+            .await?;
+        Ok(counter.0)
+    }
+
+    /// Aggregates the matches of a query ([`Aggregator`]) as [`Executor::count`] counts them: its
+    /// scan, showing only the properties the aggregation reads, read to the end a chunk at a
+    /// time. Its memory is bounded by the aggregator's bounds on groups; a refusal (a bound
+    /// passed, an overflow) stops the scan after the chunk it happened in.
+    pub async fn aggregate(
+        &self,
+        table: String,
+        mut spec: QuerySpec,
+        continuation: String,
+        aggregate: AggregateSpec,
+    ) -> Result<Aggregated, WorkError> {
+        spec.select = aggregate.properties();
+        let sink = Aggregating {
+            aggregator: Aggregator::new(aggregate),
+            refused: None,
+        };
+        let (cursor, sink) = self.read_to_end(table, spec, continuation, sink).await?;
+        if let Some(refused) = sink.refused {
+            return Err(TableError::Invalid(refused).into());
+        }
+        Ok(Aggregated {
+            groups: sink.aggregator.finish(),
+            plan: cursor.plan_name(),
+            examined: cursor.examined(),
+        })
+    }
+
+    /// Reads a query's scan to its end into `sink` a chunk at a time ([`Executor::read_chunk`]),
+    /// so that no thread is held between chunks; stops early once the sink is
+    /// [`MatchSink::finished`]. The cursor (its plan, what it examined) and the sink.
+    async fn read_to_end<S>(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+        mut sink: S,
+    ) -> Result<(ScanCursor, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
         let mut cursor = self.open_scan(table, spec, continuation).await?;
         cursor.unbounded_chunks();
-        let mut counter = Counter(0);
         loop {
             let more;
-            (cursor, counter, more) = self.read_chunk(cursor, counter, usize::MAX).await?;
-            if !more {
-                return Ok(counter.0);
+            (cursor, sink, more) = self.read_chunk(cursor, sink, usize::MAX).await?;
+            if !more || sink.finished() {
+                return Ok((cursor, sink));
             }
         }
     }
@@ -523,6 +569,47 @@ fn finish<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, WorkError>
 
 /// A [`MatchSink`] that only counts the matches it is given.
 struct Counter(u64);
+
+/// What [`Executor::aggregate`] answers: the groups, and the plan and entities examined.
+#[derive(Debug)]
+pub struct Aggregated {
+    pub groups: Vec<Group>,
+    pub plan: String,
+    pub examined: u64,
+}
+
+/// The matches of an aggregate's scan, added to its aggregator; the first refusal is kept and
+/// ends the scan.
+struct Aggregating {
+    aggregator: Aggregator,
+    refused: Option<ValidationError>,
+}
+
+impl MatchSink for Aggregating {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
+        if self.refused.is_some() {
+            return Ok(0);
+        }
+        let corrupt = std::cell::Cell::new(None);
+        let added = self.aggregator.add(|name| {
+            entity.property(name).unwrap_or_else(|error| {
+                corrupt.set(Some(error));
+                None
+            })
+        });
+        if let Some(error) = corrupt.into_inner() {
+            return Err(error);
+        }
+        if let Err(refused) = added {
+            self.refused = Some(refused);
+        }
+        Ok(0)
+    }
+
+    fn finished(&self) -> bool {
+        self.refused.is_some()
+    }
+}
 
 impl MatchSink for Counter {
     fn take(&mut self, _: &EntityView<'_>) -> Result<usize, StorageError> {

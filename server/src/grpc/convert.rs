@@ -9,6 +9,7 @@ use crate::model::{
     IndexScope, IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties, Spend,
     StoredEntity, Ticks, UpsertMode, ValidationError, Value, ValueRef, MAX_PROPERTIES,
 };
+use crate::query::aggregate::{AggregateSpec, Aggregation, Function, Group};
 
 /// A request's entity, validated.
 pub(crate) fn new_entity(entity: Option<pb::Entity>) -> Result<NewEntity, ValidationError> {
@@ -432,6 +433,43 @@ pub(crate) fn policy(policy: pb::AccessPolicy) -> Result<AccessPolicy, Validatio
 fn timestamp(ticks: Ticks) -> Timestamp {
     let (seconds, nanos) = ticks.to_unix();
     Timestamp { seconds, nanos }
+}
+
+/// An `AggregateEntities` request's aggregations and groups, checked.
+pub(crate) fn aggregate_spec(
+    aggregations: Vec<pb::Aggregation>,
+    group_by: Vec<String>,
+) -> Result<AggregateSpec, ValidationError> {
+    let aggregations = aggregations
+        .into_iter()
+        .map(|aggregation| {
+            let function = match pb::AggregateFunction::try_from(aggregation.function) {
+                Ok(pb::AggregateFunction::Count) => Function::Count,
+                Ok(pb::AggregateFunction::Sum) => Function::Sum,
+                Ok(pb::AggregateFunction::Avg) => Function::Avg,
+                Ok(pb::AggregateFunction::Min) => Function::Min,
+                Ok(pb::AggregateFunction::Max) => Function::Max,
+                _ => {
+                    return Err(ValidationError::Argument(format!(
+                        "aggregation function {} is not COUNT, SUM, AVG, MIN or MAX",
+                        aggregation.function
+                    )))
+                }
+            };
+            let path = (!aggregation.path.is_empty()).then_some(aggregation.path);
+            Ok(Aggregation { function, path })
+        })
+        .collect::<Result<_, _>>()?;
+    AggregateSpec::new(aggregations, group_by)
+}
+
+/// An aggregate's group on the wire.
+pub(crate) fn group_to_pb(group: Group) -> pb::AggregateGroup {
+    pb::AggregateGroup {
+        keys: group.keys.into_iter().map(value_into_pb).collect(),
+        values: group.values.into_iter().map(value_into_pb).collect(),
+        entities: group.entities,
+    }
 }
 
 #[cfg(test)]

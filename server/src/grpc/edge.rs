@@ -109,6 +109,7 @@ const METHODS: &[&str] = &[
     "ScanEntities",
     "DeleteEntities",
     "CountEntities",
+    "AggregateEntities",
     "SubmitTransaction",
     "TransactWrite",
     "GetEntities",

@@ -586,6 +586,33 @@ impl service::table_service_server::TableService for TableApi {
         Ok(Response::new(pb::CountEntitiesResponse { count }))
     }
 
+    #[instrument(level = "debug", skip_all)]
+    async fn aggregate_entities(
+        &self,
+        request: Request<pb::AggregateEntitiesRequest>,
+    ) -> Result<Response<pb::AggregateEntitiesResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        let aggregate =
+            convert::aggregate_spec(request.aggregations, request.group_by).map_err(invalid)?;
+        let query = request.query.unwrap_or_default();
+        let (table, spec, continuation) = scoped_query(&admitted, query)?;
+        let aggregated = (self.executor)
+            .aggregate(table, spec, continuation, aggregate)
+            .await?;
+        Ok(Response::new(pb::AggregateEntitiesResponse {
+            groups: aggregated
+                .groups
+                .into_iter()
+                .map(convert::group_to_pb)
+                .collect(),
+            stats: Some(pb::QueryStats {
+                plan: aggregated.plan,
+                entities_examined: aggregated.examined,
+            }),
+        }))
+    }
+
     async fn delete_entities(
         &self,
         request: Request<pb::DeleteEntitiesRequest>,

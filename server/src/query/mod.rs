@@ -1,6 +1,7 @@
 //! Queries: what a `QueryEntities` request asks for, the key range it covers, and the opaque
 //! continuation tokens of its pages.
 
+pub mod aggregate;
 pub mod filter;
 pub mod index_plan;
 pub mod plan;
