@@ -487,6 +487,39 @@ pub(crate) async fn filter_scan(client: &Client, plan: &Plan) -> Measurement {
     .await
 }
 
+/// `AggregateEntities` over the whole main table: the sum of `L1` for each value of `V` (1,000
+/// groups, the most a call keeps), two calls at once as `filter_scan` runs its scans. Counts the
+/// entities examined (as `extra`) and the groups answered.
+pub(crate) async fn aggregate_group(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move {
+            let request = pb::AggregateEntitiesRequest {
+                query: Some(pb::QueryEntitiesRequest {
+                    table: MAIN_TABLE.into(),
+                    ..Default::default()
+                }),
+                aggregations: vec![pb::Aggregation {
+                    function: pb::AggregateFunction::Sum as i32,
+                    path: INT64_PROPERTIES[1].into(),
+                }],
+                group_by: vec!["V".into()],
+            };
+            let answer = client
+                .aggregate_entities(request)
+                .await
+                .expect("aggregate")
+                .into_inner();
+            OpResult {
+                entities: answer.groups.len() as u64,
+                extra: answer.stats.map_or(0, |s| s.entities_examined),
+            }
+        }
+    })
+    .await
+}
+
 /// A scan of 10 partitions' range with a non-key predicate matching 10% of them.
 pub(crate) async fn partition_range_scan(client: &Client, plan: &Plan) -> Measurement {
     let client = client.clone();

@@ -9,7 +9,7 @@
 //! the call is refused, never answered in part.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use crate::model::{put_value, quoted, type_tag, Path, ValidationError, Value, ValueRef};
 
@@ -114,13 +114,14 @@ fn check_path(path: &str) -> Result<(), ValidationError> {
 /// The value at `path` (a property, then members or positions), `value` looking a property up;
 /// a null is no value.
 fn at<'a>(path: &str, value: &impl Fn(&str) -> Option<ValueRef<'a>>) -> Option<ValueRef<'a>> {
-    let mut steps = path.split('/');
-    let start = value(steps.next().unwrap_or_default())?;
-    let steps: Vec<&str> = steps.collect();
-    let found = match (start, steps.is_empty()) {
-        (start, true) => Some(start),
-        (ValueRef::Document(document), false) => document.at(steps),
-        (_, false) => None,
+    let (property, steps) = match path.split_once('/') {
+        Some((property, steps)) => (property, Some(steps)),
+        None => (path, None),
+    };
+    let found = match (value(property)?, steps) {
+        (start, None) => Some(start),
+        (ValueRef::Document(document), Some(steps)) => document.at(steps.split('/')),
+        (_, Some(_)) => None,
     };
     found.filter(|found| !matches!(found, ValueRef::Null))
 }
@@ -316,9 +317,11 @@ struct Running {
 #[derive(Debug)]
 pub struct Aggregator {
     spec: AggregateSpec,
-    /// The groups by their keys' index encoding (their order in the answer).
-    groups: BTreeMap<Vec<u8>, Running>,
+    /// The groups by their keys' index encoding (sorted by it for the answer).
+    groups: HashMap<Vec<u8>, Running>,
     key_bytes: usize,
+    /// The key of the entity being added (kept to spare an allocation per entity).
+    key: Vec<u8>,
 }
 
 impl Aggregator {
@@ -326,8 +329,9 @@ impl Aggregator {
     pub fn new(spec: AggregateSpec) -> Aggregator {
         Aggregator {
             spec,
-            groups: BTreeMap::new(),
+            groups: HashMap::new(),
             key_bytes: 0,
+            key: Vec::new(),
         }
     }
 
@@ -337,45 +341,37 @@ impl Aggregator {
         &mut self,
         value: impl Fn(&str) -> Option<ValueRef<'a>>,
     ) -> Result<(), ValidationError> {
-        let found: Vec<Option<ValueRef<'a>>> = self
-            .spec
-            .group_by
-            .iter()
-            .map(|path| at(path, &value))
-            .collect();
-        let mut key = Vec::new();
-        for found in &found {
-            put_value(&mut key, found.unwrap_or(ValueRef::Null));
+        self.key.clear();
+        for path in &self.spec.group_by {
+            put_value(&mut self.key, at(path, &value).unwrap_or(ValueRef::Null));
         }
-        if !self.groups.contains_key(&key) {
-            if self.groups.len() == MAX_GROUPS {
-                return Err(ValidationError::Argument(format!(
-                    "the entities make more than {MAX_GROUPS} groups; group by fewer values or \
-                     filter the entities"
-                )));
+        let group = match self.groups.get_mut(&self.key) {
+            Some(group) => group,
+            None => {
+                if self.groups.len() == MAX_GROUPS {
+                    return Err(ValidationError::Argument(format!(
+                        "the entities make more than {MAX_GROUPS} groups; group by fewer values \
+                         or filter the entities"
+                    )));
+                }
+                self.key_bytes += self.key.len();
+                if self.key_bytes > MAX_GROUP_KEY_BYTES {
+                    return Err(ValidationError::Argument(format!(
+                        "the groups' keys pass {MAX_GROUP_KEY_BYTES} bytes; group by shorter values"
+                    )));
+                }
+                let running = Running {
+                    keys: (self.spec.group_by.iter())
+                        .map(|path| at(path, &value).map_or(Value::Null, |v| v.to_value()))
+                        .collect(),
+                    states: (self.spec.aggregations.iter())
+                        .map(|a| State::new(a.function))
+                        .collect(),
+                    entities: 0,
+                };
+                self.groups.entry(self.key.clone()).or_insert(running)
             }
-            self.key_bytes += key.len();
-            if self.key_bytes > MAX_GROUP_KEY_BYTES {
-                return Err(ValidationError::Argument(format!(
-                    "the groups' keys pass {MAX_GROUP_KEY_BYTES} bytes; group by shorter values"
-                )));
-            }
-            let running = Running {
-                keys: found
-                    .iter()
-                    .map(|found| found.map_or(Value::Null, |v| v.to_value()))
-                    .collect(),
-                states: self
-                    .spec
-                    .aggregations
-                    .iter()
-                    .map(|a| State::new(a.function))
-                    .collect(),
-                entities: 0,
-            };
-            self.groups.insert(key.clone(), running);
-        }
-        let group = self.groups.get_mut(&key).expect("inserted above");
+        };
         group.entities += 1;
         for (state, aggregation) in group.states.iter_mut().zip(&self.spec.aggregations) {
             let found = aggregation
@@ -390,10 +386,11 @@ impl Aggregator {
     /// The groups in their keys' order; one group of nothing when none was met and there are no
     /// group_by paths.
     pub fn finish(self) -> Vec<Group> {
-        let mut groups: Vec<Group> = self
-            .groups
-            .into_values()
-            .map(|group| Group {
+        let mut sorted: Vec<(Vec<u8>, Running)> = self.groups.into_iter().collect();
+        sorted.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        let mut groups: Vec<Group> = sorted
+            .into_iter()
+            .map(|(_, group)| Group {
                 keys: group.keys,
                 values: group.states.into_iter().map(State::result).collect(),
                 entities: group.entities,
