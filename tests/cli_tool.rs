@@ -777,3 +777,41 @@ async fn an_import_cut_off_midway_says_so_and_a_second_run_finishes_it() {
     numbers.sort_unstable();
     assert_eq!(numbers, (0..5_000).collect::<Vec<_>>());
 }
+
+/// `trestle aggregate` prints one aligned row per group: the group_by values, each aggregation in
+/// the order named, and the entities; a misspelt aggregation is refused naming the forms.
+#[tokio::test]
+async fn aggregate_prints_a_row_per_group_in_the_order_asked() {
+    let server = TestServer::start().await;
+    ok(&server, &["create", "Sales"]).await;
+    for (rk, region, amount) in [("a", "east", "5"), ("b", "west", "2"), ("c", "east", "4")] {
+        let region = format!("Region={region}");
+        let amount = format!("Amount:int32={amount}");
+        ok(&server, &["put", "Sales", "p", rk, &region, &amount]).await;
+    }
+    let shown = ok(
+        &server,
+        &[
+            "aggregate",
+            "Sales",
+            "--partition",
+            "p",
+            "--group-by",
+            "Region",
+            "sum:Amount",
+            "count",
+            "max:Amount",
+        ],
+    )
+    .await;
+    assert_eq!(
+        shown,
+        "Region  sum:Amount  count  max:Amount  entities\n\
+         east    9           2      5           2\n\
+         west    2           1      2           1\n"
+    );
+    let refused = trestle(&server, &["aggregate", "Sales", "total:Amount"], "")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("sum:Amount"), "{refused}");
+}

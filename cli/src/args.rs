@@ -88,6 +88,19 @@ pub enum Command {
         #[command(flatten)]
         query: QueryArgs,
     },
+    /// Aggregates the entities a query finds, computed by the server: each of `count`,
+    /// `count:PATH`, `sum:PATH`, `avg:PATH`, `min:PATH`, `max:PATH`, a column each, per group of
+    /// the --group-by paths' values.
+    Aggregate {
+        #[command(flatten)]
+        query: QueryArgs,
+        /// The aggregations, in the order of their columns (e.g. `count sum:Amount`).
+        #[arg(required = true)]
+        aggregations: Vec<String>,
+        /// Paths whose values make a group (comma-separated; at most 4).
+        #[arg(long, value_delimiter = ',')]
+        group_by: Vec<String>,
+    },
     /// Writes a table's entities (those --filter matches) as JSON lines that keep every type.
     Export {
         table: String,

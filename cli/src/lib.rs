@@ -101,6 +101,28 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             let count = transfer::while_counting(query_of(&client, &query).count()).await?;
             writeln!(out, "{count}")?;
         }
+        Command::Aggregate {
+            query,
+            aggregations,
+            group_by,
+        } => {
+            let mut aggregate = query_of(&client, &query).aggregate();
+            for aggregation in &aggregations {
+                aggregate = with_aggregation(aggregate, aggregation)?;
+            }
+            for path in &group_by {
+                aggregate = aggregate.group_by(path.clone());
+            }
+            let groups = transfer::while_counting(aggregate.run()).await?;
+            let mut header = group_by.clone();
+            header.extend(aggregations.iter().cloned());
+            header.push("entities".to_owned());
+            let rows = groups.iter().map(|group| {
+                let cells = group.keys.iter().chain(&group.values).map(values::cell);
+                cells.chain([group.entities.to_string()]).collect()
+            });
+            output::columns(out, header, rows.collect())?;
+        }
         Command::Export { table, filter } => {
             transfer::export(&client.table(table), filter, out).await?
         }
@@ -174,6 +196,27 @@ async fn put(client: &Client, write: args::Write, mode: UpsertMode) -> Result<St
 }
 
 /// The query `args` describes, of every property.
+/// `aggregate` with the aggregation `text` names (`count`, or `<function>:<path>`) added.
+fn with_aggregation(
+    aggregate: trestle_client::Aggregate,
+    text: &str,
+) -> Result<trestle_client::Aggregate, CliError> {
+    Ok(match text.split_once(':') {
+        None if text == "count" => aggregate.count(),
+        Some(("count", path)) => aggregate.count_of(path),
+        Some(("sum", path)) => aggregate.sum(path),
+        Some(("avg", path)) => aggregate.avg(path),
+        Some(("min", path)) => aggregate.min(path),
+        Some(("max", path)) => aggregate.max(path),
+        _ => {
+            return Err(CliError::Usage(format!(
+                "aggregation {text:?}: write count, or count:, sum:, avg:, min: or max: then a \
+                 path (sum:Amount)"
+            )))
+        }
+    })
+}
+
 fn query_of(client: &Client, args: &args::QueryArgs) -> Query<Properties> {
     let mut query = client.table(args.table.clone()).entities();
     if let Some(partition) = &args.partition {

@@ -1,4 +1,4 @@
-//! Entities printed: aligned columns, typed JSON lines, or CSV.
+//! Entities printed: aligned columns, typed JSON lines, or CSV; aggregates in columns.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -55,6 +55,15 @@ fn rows(entities: &[Entity<Properties>]) -> (Vec<String>, Vec<Vec<String>>) {
 
 fn table(entities: &[Entity<Properties>], out: &mut dyn Write) -> std::io::Result<()> {
     let (header, rows) = rows(entities);
+    columns(out, header, rows)
+}
+
+/// Prints `header` and `rows` in aligned columns.
+pub(crate) fn columns(
+    out: &mut dyn Write,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+) -> std::io::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
