@@ -24,8 +24,11 @@ pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(5);
 /// servers over the same PostgreSQL database, the expiry sweep's records).
 pub(crate) const LOOK_AT_LEAST_EVERY: Duration = Duration::from_millis(25);
 
-/// What a follower is woken by: the last record the watcher has seen readable (`None` before it
-/// found one; a failed look wakes followers too, for their reads to meet the failure).
+/// What a follower is woken by: the last record the watcher has found readable (`None` before it
+/// found one; a failed look wakes followers too, for their reads to meet the failure). A follower
+/// whose read, woken, does not reach that record yet (over PostgreSQL the feed's horizon may dip
+/// for a moment as unrelated transactions end) reads again shortly ([`LOOK_EVERY`]) instead of
+/// waiting for a record after it, which may never come.
 pub(crate) type FeedChanges = watch::Receiver<Option<FeedPosition>>;
 
 /// The watchers of the tables that have followers.
@@ -91,15 +94,18 @@ async fn watch_table(
             let next = engine.read_changes(&name, seen, FeedBatch::records(1))?;
             match next.first() {
                 // Past everything readable now, so that the next look finds only what is new.
-                Some(found) => Ok(Some(found.position.max(engine.feed_end(&name)?.readable))),
+                Some(found) => {
+                    let past = found.position.max(engine.feed_end(&name)?.readable);
+                    Ok(Some((found.position, past)))
+                }
                 None => Ok(None),
             }
         });
         match look.await {
             Ok(None) => {}
-            Ok(Some(position)) => {
+            Ok(Some((found, position))) => {
                 seen = Some(position);
-                watcher.send_replace(seen);
+                watcher.send_replace(Some(found));
             }
             // The followers' next reads meet the failure (the table deleted, the store down).
             Err(_) => {

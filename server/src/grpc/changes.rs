@@ -131,8 +131,17 @@ impl Reader {
                     {
                         return;
                     }
+                    let behind = commits.as_ref().is_some_and(|commits| {
+                        let found = *commits.borrow();
+                        found.is_some_and(|found| self.after.is_none_or(|after| after < found))
+                    });
                     let woken = async {
                         match commits.as_mut() {
+                            // Woken for a record this read did not reach yet: read again soon.
+                            Some(_) if behind => {
+                                tokio::time::sleep(crate::feed_watch::LOOK_EVERY).await;
+                                true
+                            }
                             Some(commits) => commits.changed().await.is_ok(),
                             None => {
                                 tokio::time::sleep(SETTLE_EVERY).await;
