@@ -665,6 +665,9 @@ impl Engine {
                 matched = true;
                 sink.take(entity)
             })?;
+            if matched {
+                self.settle_read()?;
+            }
             let reader_left = if matched {
                 !sink.end_batch()
             } else {
@@ -687,6 +690,17 @@ impl Engine {
     /// The highest durable ticket.
     pub fn durable(&self) -> Ticket {
         self.store.durable()
+    }
+
+    /// The ticket a read that has just read `partitions` (`None`: anything) waits to see durable
+    /// before it answers ([`Store::read_fence`]): no one is shown a write a crash could lose.
+    pub fn read_fence(&self, partitions: Option<&[&str]>) -> Ticket {
+        self.store.read_fence(partitions)
+    }
+
+    /// Blocks until every write a read that has just read may have seen is durable.
+    fn settle_read(&self) -> Result<(), TableError> {
+        Ok(self.store.wait_for(self.store.read_fence(None))?)
     }
 
     /// Registers the listener called with each new durable ticket.

@@ -22,7 +22,9 @@
 //! Every mode finishes the same way (`finish`): a failure is logged once (faults as errors,
 //! refusals of bad input at debug level); a panic is [`WorkError::Panicked`] and takes nothing
 //! else down. A write is acknowledged once the group commit has made it durable
-//! ([`Executor::durable`]), awaited without holding a thread.
+//! ([`Executor::durable`]), awaited without holding a thread; and a read answers only once
+//! every write it may have seen is durable ([`Executor::settled`]), so that a crash never takes
+//! back what someone was shown.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -197,15 +199,16 @@ impl Executor {
         F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send + 'static,
     {
         let awaited = (table.clone(), key.clone(), select.clone());
-        self.awaited_or_short(
+        let partition = [key.partition_key.clone()];
+        let read = self.awaited_or_short(
             read,
             move |engine, read| async move {
                 let (table, key, select) = awaited;
                 engine.get_awaited(&table, &key, &select, read).await
             },
             move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
-        )
-        .await
+        );
+        self.settled(read.await?, Some(&partition)).await
     }
 
     /// Reads many keys at one instant ([`Engine::get_many`]): awaited where the store serves such
@@ -221,7 +224,8 @@ impl Executor {
         F: Fn(&EntityView<'_>) -> Result<R, StorageError> + Send + Sync + Clone + 'static,
     {
         let (awaited_select, awaited_read) = (select.clone(), read.clone());
-        self.awaited_or_short(
+        let partitions: Vec<String> = keys.iter().map(|k| k.key.partition_key.clone()).collect();
+        let read = self.awaited_or_short(
             keys,
             move |engine, keys| async move {
                 engine
@@ -229,8 +233,8 @@ impl Executor {
                     .await
             },
             move |engine, keys, waiting| engine.get_many(keys, &select, &read, waiting),
-        )
-        .await
+        );
+        self.settled(read.await?, Some(&partitions)).await
     }
 
     /// Reads one page of a query into `sink` ([`Engine::query`]): awaited where the store serves
@@ -246,7 +250,12 @@ impl Executor {
         S: MatchSink + Send + 'static,
     {
         let awaited = (table.clone(), continuation.clone());
-        self.awaited_or_blocking(
+        // A page of one partition's rows read in key order has read nothing else.
+        let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty()) {
+            (Some(partition), true) => Some([partition.clone()]),
+            _ => None,
+        };
+        let read = self.awaited_or_blocking(
             (spec, sink),
             |engine, (spec, mut sink)| async move {
                 let (table, continuation) = awaited;
@@ -260,8 +269,9 @@ impl Executor {
                 let page = engine.query(&table, spec, &continuation, &mut sink)?;
                 Ok((page, sink))
             },
-        )
-        .await
+        );
+        self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
+            .await
     }
 
     /// Plans a streamed query ([`Engine::open_scan`]): the table looked up awaited where the
@@ -363,7 +373,7 @@ impl Executor {
     where
         S: MatchSink + Send + 'static,
     {
-        self.awaited_or_blocking(
+        let read = self.awaited_or_blocking(
             (cursor, sink),
             move |engine, (mut cursor, mut sink)| async move {
                 let mut on_match = |entity: &EntityView<'_>| sink.take(entity);
@@ -377,8 +387,8 @@ impl Executor {
                 let more = cursor.read_chunk(byte_budget, &mut |entity| sink.take(entity))?;
                 Ok((cursor, sink, more))
             },
-        )
-        .await
+        );
+        self.settled(read.await?, None).await
     }
 
     /// Applies one write ([`Engine::write`]): awaited where the store can commit it so, else in
@@ -534,16 +544,35 @@ impl Executor {
     /// a thread.
     pub async fn durable<T>(&self, pending: Pending<T>) -> Result<T, WorkError> {
         if let Some(ticket) = pending.ticket {
-            let mut durable = self.durable.clone();
-            durable
-                .wait_for(|durable| *durable >= ticket)
-                .await
-                .map_err(|_| WorkError::ShuttingDown)?;
+            self.durable_at(ticket).await?;
         }
         if self.acknowledged.receiver_count() > 0 {
             self.acknowledged.send_modify(|count| *count += 1);
         }
         Ok(pending.value)
+    }
+
+    /// The answer of a read that has just read `partitions` (their keys; `None`: anything), once
+    /// every write it may have seen is durable ([`Engine::read_fence`]); at once when no write
+    /// it may have seen waits for a flush. Every read of entities answers through here: point
+    /// reads, reads of many keys, query pages and the chunks of streamed queries, counts and
+    /// aggregates.
+    async fn settled<T>(&self, answer: T, partitions: Option<&[String]>) -> Result<T, WorkError> {
+        let keys: Option<Vec<&str>> =
+            partitions.map(|keys| keys.iter().map(String::as_str).collect());
+        let fence = self.engine.read_fence(keys.as_deref());
+        self.durable_at(fence).await?;
+        Ok(answer)
+    }
+
+    /// Waits, holding no thread, until `ticket` is durable.
+    async fn durable_at(&self, ticket: Ticket) -> Result<(), WorkError> {
+        let mut durable = self.durable.clone();
+        durable
+            .wait_for(|durable| *durable >= ticket)
+            .await
+            .map_err(|_| WorkError::ShuttingDown)?;
+        Ok(())
     }
 }
 

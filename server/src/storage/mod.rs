@@ -417,6 +417,14 @@ pub trait Store: Send + Sync + Debug {
         0
     }
 
+    /// The ticket a read that has just read `partitions` (their keys; `None`: anything) must see
+    /// durable before it answers: the store may show a write before it is durable, and a crash
+    /// must not lose a write someone was shown. `0` for a store that shows a commit only once it
+    /// is durable.
+    fn read_fence(&self, _partitions: Option<&[&str]>) -> Ticket {
+        0
+    }
+
     /// Registers the listener called with each new durable ticket, so that async callers can
     /// wait for durability without holding a thread.
     fn on_durable(&self, _listener: DurableListener) {}

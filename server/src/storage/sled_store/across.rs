@@ -163,6 +163,8 @@ impl SledStore {
             })
             .collect();
         let writing = self.shared.snapshots.writing();
+        let partitions = parts.iter().map(|part| part.batch.partition_key.as_bytes());
+        let applying = self.shared.applying(partitions);
         for group in &groups {
             let keys = group.changes.iter().map(|change| change.key.as_slice());
             writing.preserve(group.table_id, group.tree, keys)?;
@@ -177,7 +179,7 @@ impl SledStore {
             first.batch.partition_key.as_bytes(),
             &groups,
         )?;
-        let ticket = self.shared.written(turn);
+        let ticket = self.shared.written(applying, turn);
         place_results(&parts, planned, &mut stored);
         Ok(Ok(Ok(Committed { stored, ticket })))
     }

@@ -112,10 +112,9 @@ impl SledTable {
 
     /// Writes `catalog` durably and makes it the table's (under `index_catalog_writes`).
     fn store_catalog(&self, catalog: IndexCatalog) -> Result<(), StorageError> {
+        let applying = self.shared.applying([]);
         self.tree.insert(key::INDEX_CATALOG, catalog.encode())?;
-        if let Some(ticket) = self.shared.durability.record_write() {
-            self.shared.durability.wait_durable(ticket)?;
-        }
+        applying.wait_durable()?;
         *self.indexes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(catalog);
         Ok(())
     }

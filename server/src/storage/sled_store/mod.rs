@@ -87,10 +87,24 @@ struct Shared {
 }
 
 impl Shared {
+    /// A commit is about to change rows of `partitions` (none: a catalog or a setting):
+    /// announced to group commit, so that reads wait for it
+    /// ([`durability::GroupCommit::read_fence`]). Take it before the first change.
+    fn applying<'p>(
+        &self,
+        partitions: impl IntoIterator<Item = &'p [u8]>,
+    ) -> durability::Applying<'_> {
+        self.durability.applying(partitions)
+    }
+
     /// A commit's rows are applied: records the write for group commit, and lets its feed turn
     /// (if it took one) be read once the write is durable. The ticket to wait for.
-    fn written(&self, turn: Option<feed::Turn<'_>>) -> Option<Ticket> {
-        let ticket = self.durability.record_write();
+    fn written(
+        &self,
+        applying: durability::Applying<'_>,
+        turn: Option<feed::Turn<'_>>,
+    ) -> Option<Ticket> {
+        let ticket = applying.written();
         if let Some(turn) = turn {
             turn.written(ticket);
         }
@@ -197,13 +211,6 @@ impl SledStore {
         })
     }
 
-    fn wait_durable(&self) -> Result<(), StorageError> {
-        match self.shared.durability.record_write() {
-            Some(ticket) => self.shared.durability.wait_durable(ticket),
-            None => Ok(()),
-        }
-    }
-
     /// The live sled table called `name` (ignoring case), if any.
     fn sled_table(&self, name: &TableName) -> Option<Arc<SledTable>> {
         let tables = self.tables.read().unwrap_or_else(PoisonError::into_inner);
@@ -253,14 +260,18 @@ impl Store for SledStore {
         Ok(value.map(|value| value.to_vec()))
     }
 
-    /// Written to sled's default tree and flushed at once: settings change seldom.
+    /// Written to sled's default tree and flushed at once (in either durability mode): settings
+    /// change seldom.
     fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError> {
         let key = format!("{SETTING_PREFIX}{name}");
+        let applying = self.shared.applying([]);
         match value {
             Some(value) => self.db.insert(key, value)?,
             None => self.db.remove(key)?,
         };
         self.db.flush()?;
+        // Flushed already: the ticket is only for readers that may have seen it.
+        let _ = applying.written();
         Ok(())
     }
 
@@ -297,8 +308,9 @@ impl Store for SledStore {
             self.shared.clone(),
         )?);
         table.declare_at_creation(indexes)?;
+        let applying = self.shared.applying([]);
         self.catalog.insert(name.folded(), record.encode())?;
-        self.wait_durable()?;
+        applying.wait_durable()?;
         self.tables
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -319,8 +331,9 @@ impl Store for SledStore {
             state: TableState::Deleting,
             name: table.name().clone(),
         };
+        let applying = self.shared.applying([]);
         self.catalog.insert(name.folded(), record.encode())?;
-        self.wait_durable()?;
+        applying.wait_durable()?;
         self.tables
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -362,6 +375,12 @@ impl Store for SledStore {
 
     fn durable(&self) -> Ticket {
         self.shared.durability.durable()
+    }
+
+    fn read_fence(&self, partitions: Option<&[&str]>) -> Ticket {
+        let keys: Option<Vec<&[u8]>> =
+            partitions.map(|keys| keys.iter().map(|key| key.as_bytes()).collect());
+        self.shared.durability.read_fence(keys.as_deref())
     }
 
     fn on_durable(&self, listener: DurableListener) {

@@ -185,6 +185,7 @@ impl SledTable {
             unreachable!("an insert where no row is stores its entity");
         };
         let value = codec::encode(entity.timestamp, &entity.properties);
+        let applying = self.shared.applying([partition_key.as_bytes()]);
         writing.preserve(self.id, &self.tree, [encoded_key.as_slice()])?;
         let turn = catalog.change_feed.map(|_| self.shared.feed.take());
         let record = turn
@@ -209,7 +210,7 @@ impl SledTable {
                 },
             }));
         }
-        let ticket = self.shared.written(turn);
+        let ticket = self.shared.written(applying, turn);
         Ok(Ok(Committed {
             stored: plan.results,
             ticket,
@@ -343,6 +344,7 @@ impl SledTable {
             Err(rejection) => return Ok(Err(rejection)),
         };
         let keys = changes.iter().map(|change| change.key.as_slice());
+        let applying = self.shared.applying([partition_key.as_bytes()]);
         writing.preserve(self.id, &self.tree, keys)?;
         // The change records go with the rows, under the same undo record.
         let turn = catalog.change_feed.map(|_| self.shared.feed.take());
@@ -357,7 +359,7 @@ impl SledTable {
             changes.extend(entries);
             self.apply(partition, partition_key, changes)?;
         }
-        let ticket = self.shared.written(turn);
+        let ticket = self.shared.written(applying, turn);
         Ok(Ok(Committed {
             stored: plan.results,
             ticket,
