@@ -251,6 +251,17 @@ async fn a_table_exports_to_json_lines_and_imports_into_another_exactly_and_agai
         .contains("line 1: no RowKey"));
     let filtered = ok(&server, &["export", "Source", "--filter", "N ge 248L"]).await;
     assert_eq!(filtered.lines().count(), 2);
+
+    // Read as segments at once: the same lines, interleaved.
+    let sorted = |text: &str| {
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let parallel = ok(&server, &["export", "Source", "--parallel", "3"]).await;
+    assert_eq!(sorted(&parallel), sorted(&exported));
+    let refused = trestle(&server, &["export", "Source", "--parallel", "0"], "").await;
+    assert!(refused.unwrap_err().to_string().contains("--parallel"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

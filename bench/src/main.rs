@@ -63,6 +63,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "hot_counter",
     "scan_paged",
     "scan_stream",
+    "scan_segments_4",
     "filter_scan",
     "aggregate_group",
     "partition_range_scan",
@@ -609,6 +610,7 @@ async fn run_workloads(
                 | "ttl_expire"
                 | "filter_scan"
                 | "aggregate_group"
+                | "scan_segments_4"
                 | "partition_range_scan"
                 | "mixed"
                 | "feed_followers_idle"
@@ -653,6 +655,8 @@ async fn run_workloads(
     let mut rows = Vec::new();
     // What filter_scan examined per second, for the workloads measured against it.
     let mut filter_scan_examined: Option<f64> = None;
+    // What scan_stream returned per second, for scan_segments_4.
+    let mut scan_stream_rate: Option<f64> = None;
     for &workload in selected {
         announce(&named(workload), plan);
         // The CPU and memory of the process serving this workload: the echo's for the baseline.
@@ -676,11 +680,27 @@ async fn run_workloads(
                 true,
                 true,
             ),
-            "scan_stream" => (
-                workloads::scan_stream(&target.framed, plan).await,
-                true,
-                true,
-            ),
+            "scan_stream" => {
+                let m = workloads::scan_stream(&target.framed, plan).await;
+                scan_stream_rate = Some(m.entities_per_s());
+                (m, true, true)
+            }
+            "scan_segments_4" => {
+                let m = workloads::table_scan_segments(&target.framed, plan, 4).await;
+                let server = before.zip(sample());
+                let one = workloads::table_scan_segments(&target.framed, plan, 1).await;
+                let mut row = row_of(&named(workload), m.clone(), server, ceilings.stream, true);
+                let against_stream = scan_stream_rate
+                    .map(|rate| format!(", {:.2}x scan_stream's", m.entities_per_s() / rate))
+                    .unwrap_or_default();
+                row.note = format!(
+                    "the main table as 4 segments streamed at once: {:.2}x one stream of it ({:.0}/s){against_stream}",
+                    m.entities_per_s() / one.entities_per_s(),
+                    one.entities_per_s()
+                );
+                rows.push(row);
+                continue;
+            }
             "filter_scan" | "partition_range_scan" => {
                 let m = if workload == "filter_scan" {
                     let m = workloads::filter_scan(client, plan).await;

@@ -445,6 +445,46 @@ pub(crate) async fn scan_stream(framed: &Framed, plan: &Plan) -> Measurement {
     .await
 }
 
+/// Passes over the whole main table, each read as `segments` segments streamed at once
+/// (`ScanEntities` with `segment`/`total_segments`; one plain stream for 1), one pass at a time.
+pub(crate) async fn table_scan_segments(
+    framed: &Framed,
+    plan: &Plan,
+    segments: u32,
+) -> Measurement {
+    let framed = framed.clone();
+    drive(1, plan.warmup, plan.duration, move |_, _| {
+        let framed = framed.clone();
+        async move {
+            let streams: Vec<_> = (0..segments)
+                .map(|segment| {
+                    let framed = framed.clone();
+                    tokio::spawn(async move {
+                        let request = pb::QueryEntitiesRequest {
+                            table: MAIN_TABLE.into(),
+                            segment,
+                            total_segments: if segments > 1 { segments } else { 0 },
+                            ..Default::default()
+                        };
+                        let mut stream = framed.scan(request).await;
+                        let mut entities = 0;
+                        while let Some(batch) = stream.message().await.expect("batch") {
+                            entities += batch.entities.len() as u64;
+                        }
+                        entities
+                    })
+                })
+                .collect();
+            let mut entities = 0;
+            for stream in streams {
+                entities += stream.await.expect("a segment's task");
+            }
+            OpResult { entities, extra: 0 }
+        }
+    })
+    .await
+}
+
 /// The whole scan partition.
 fn scan_request() -> pb::QueryEntitiesRequest {
     pb::QueryEntitiesRequest {

@@ -106,6 +106,10 @@ pub enum Command {
         table: String,
         #[arg(long)]
         filter: Option<String>,
+        /// Reads the table as this many segments at once (1 to 1024), each in key order, their
+        /// lines interleaved as they come.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        parallel: u32,
     },
     /// Reads JSON lines (as `export` writes them, in any order) into a table, created if missing:
     /// transactions of up to 100 entities of one partition, 8 at once. Run again after an

@@ -123,9 +123,11 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             });
             output::columns(out, header, rows.collect())?;
         }
-        Command::Export { table, filter } => {
-            transfer::export(&client.table(table), filter, out).await?
-        }
+        Command::Export {
+            table,
+            filter,
+            parallel,
+        } => transfer::export(&client.table(table), filter, parallel, out).await?,
         Command::Import { table, mode } => {
             let report = transfer::import(&client.table(table), mode, input).await?;
             writeln!(out, "{report}")?;

@@ -48,18 +48,25 @@ pub(crate) async fn while_counting<T>(work: impl std::future::Future<Output = T>
     outcome
 }
 
-/// Writes every entity of `table` (that `filter` matches) to `out`, one JSON line each, in key
-/// order.
+/// Writes every entity of `table` (that `filter` matches) to `out`, one JSON line each: in key
+/// order, or read as `parallel` segments at once, each in key order, their lines interleaved.
 pub(crate) async fn export(
     table: &TableClient,
     filter: Option<String>,
+    parallel: u32,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let mut query = table.entities();
     if let Some(filter) = filter {
         query = query.filter(Filter::raw(filter));
     }
-    let mut entities = query.stream();
+    let mut entities = match parallel {
+        0 | 1 => query.stream(),
+        total => {
+            let segments = (0..total).map(|segment| query.clone().segment(segment, total).stream());
+            Box::pin(futures_util::stream::select_all(segments))
+        }
+    };
     let bar = progress("exported");
     while let Some(entity) = entities.try_next().await? {
         writeln!(out, "{}", entity_line(&entity))?;

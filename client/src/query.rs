@@ -342,6 +342,40 @@ impl<T: DeserializeOwned> Query<T> {
         self
     }
 
+    /// Only segment `segment` (from 0) of `total` (1..=1024): the table's partitions split by a
+    /// fixed hash of their PartitionKey, disjoint, together exactly the query's answer, each in
+    /// the query's order, a partition never split. Give each worker one:
+    /// [`Query::scan_parallel`] does.
+    pub fn segment(mut self, segment: u32, total: u32) -> Self {
+        self.request.segment = segment;
+        self.request.total_segments = total;
+        self
+    }
+
+    /// The query split into `total` segments ([`Query::segment`]), each read over a server
+    /// stream of its own ([`Query::scan`]): read them concurrently for a whole-table export or
+    /// batch job. Together they yield every matching entity once.
+    ///
+    /// ```
+    /// # async fn example(logs: trestle_client::TableClient) -> trestle_client::Result<()> {
+    /// use futures_util::TryStreamExt;
+    /// let segments = logs.query::<trestle_client::Properties>().scan_parallel(4);
+    /// let counts = futures_util::future::try_join_all(
+    ///     segments.into_iter().map(|segment| segment.try_fold(0u64, |n, _| async move { Ok(n + 1) })),
+    /// )
+    /// .await?;
+    /// println!("{} entities", counts.iter().sum::<u64>());
+    /// # Ok(()) }
+    /// ```
+    pub fn scan_parallel(self, total: u32) -> Vec<EntityStream<Entity<T>>>
+    where
+        T: Send + 'static,
+    {
+        (0..total)
+            .map(|segment| self.clone().segment(segment, total).scan())
+            .collect()
+    }
+
     /// Resumes a query where an earlier page's continuation left off.
     pub fn continue_from(mut self, continuation: impl Into<String>) -> Self {
         self.request.continuation_token = continuation.into();

@@ -300,6 +300,15 @@ impl TableClient {
         Query::new(self.client.clone(), self.name.clone())
     }
 
+    /// Every entity of the table as `T`, split into `total` segments read concurrently over
+    /// streams of their own ([`Query::scan_parallel`]).
+    pub fn scan_parallel<T: DeserializeOwned + Send + 'static>(
+        &self,
+        total: u32,
+    ) -> Vec<crate::EntityStream<crate::Entity<T>>> {
+        self.query::<T>().scan_parallel(total)
+    }
+
     /// Aggregates over this table's entities, computed by the server: narrow them with
     /// [`crate::Aggregate::partition`] and [`crate::Aggregate::filter`] (or start from a query:
     /// [`Query::aggregate`]).

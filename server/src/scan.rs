@@ -299,6 +299,8 @@ struct ChunkReader<'s, M> {
     bytes: usize,
     partition: String,
     examined_in_partition: usize,
+    /// Whether the query's segment (if any) holds `partition`.
+    partition_in_segment: bool,
 }
 
 impl<'s, M> ChunkReader<'s, M>
@@ -324,6 +326,7 @@ where
             bytes: 0,
             partition: String::new(),
             examined_in_partition: 0,
+            partition_in_segment: true,
         })
     }
 
@@ -335,12 +338,15 @@ where
             self.timed_out = self.scan.past_deadline(now);
             over_time = self.timed_out || now - self.started > CHUNK_TIME_BUDGET;
         }
+        let spec = &self.scan.spec;
         if entity.partition_key != self.partition {
             self.partition.clear();
             self.partition.push_str(entity.partition_key);
             self.examined_in_partition = 0;
+            self.partition_in_segment = spec
+                .segment
+                .is_none_or(|segment| segment.holds(entity.partition_key));
         }
-        let spec = &self.scan.spec;
         if self.matches >= spec.page_size as usize
             || self.bytes >= self.byte_budget
             || self.examined >= MAX_EXAMINED_PER_CHUNK
@@ -351,6 +357,10 @@ where
         }
         self.examined += 1;
         self.examined_in_partition += 1;
+        // Another segment's partition: a scan by key seeks past it, an index scan goes on.
+        if !self.partition_in_segment {
+            return Ok(Visit::SkipPartition);
+        }
         // An index query's range may span partitions the request's partition_key excludes.
         if (spec.partition_key.as_deref()).is_some_and(|pk| pk != entity.partition_key) {
             return Ok(Visit::Next);

@@ -48,7 +48,7 @@ use crate::engine::Pending;
 use crate::error::TableError;
 use crate::executor::Executor;
 use crate::feed_watch::FeedWatch;
-use crate::model::{ChangeFeed, IfMatch, Operation};
+use crate::model::{ChangeFeed, IfMatch, Operation, Segment};
 use crate::query::QuerySpec;
 use stream::{Holds, ScanSlot, StreamLimits};
 use writes::{Write, WriteRequest};
@@ -194,8 +194,10 @@ pub fn introspection_guard(
     }
 }
 
-/// The query a `QueryEntitiesRequest` describes: table, spec and continuation token.
-fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
+/// The query a `QueryEntitiesRequest` describes: table, spec and continuation token; refused if
+/// its segment is not one of its total.
+fn query_spec(req: pb::QueryEntitiesRequest) -> Result<(String, QuerySpec, String), Status> {
+    let segment = Segment::of(req.segment, req.total_segments).map_err(invalid)?;
     let spec = QuerySpec {
         partition_key: req.partition_key,
         row_key_start: req.row_key_start,
@@ -208,8 +210,9 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> (String, QuerySpec, String) {
         scope: None,
         deadline: None,
         index: req.index,
+        segment,
     };
-    (req.table, spec, req.continuation_token)
+    Ok((req.table, spec, req.continuation_token))
 }
 
 fn invalid(error: crate::model::ValidationError) -> Status {
@@ -221,7 +224,7 @@ fn scoped_query<P>(
     admitted: &Admitted<P>,
     request: pb::QueryEntitiesRequest,
 ) -> Result<(String, QuerySpec, String), Status> {
-    let (table, mut spec, continuation) = query_spec(request);
+    let (table, mut spec, continuation) = query_spec(request)?;
     admitted.access.query(&table, &mut spec)?;
     spec.deadline = admitted.deadline;
     Ok((table, spec, continuation))

@@ -17,6 +17,7 @@ mod paths;
 mod plan;
 mod quote;
 mod range;
+mod segment;
 mod time;
 mod ttl;
 mod value;
@@ -53,6 +54,7 @@ pub use plan::{
 };
 pub use quote::{quoted, Quoted, MAX_QUOTED_CHARS};
 pub use range::{partition_end, partition_start, tighter, KeyPosition, KeyRange, RowPosition};
+pub use segment::{Segment, MAX_TOTAL_SEGMENTS};
 pub use time::{Ticks, TICKS_PER_SECOND};
 pub use ttl::{default_ttl, validate_own_ttl, TimeToLive, MAX_TTL_SECONDS, TTL_PROPERTY};
 pub use value::{utf16_bytes, Value, ValueRef};

@@ -15,7 +15,7 @@ pub use token::{ContinuationToken, ResumeAt, TablesToken, TokenSeal};
 use crate::model::{
     quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,
 };
-use crate::model::{KeyRange, Spend, WorkBudget};
+use crate::model::{KeyRange, Segment, Spend, WorkBudget};
 
 /// A validated entity query.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,6 +43,8 @@ pub struct QuerySpec {
     pub deadline: Option<std::time::Instant>,
     /// The declared index to read in its order; empty = key order.
     pub index: String,
+    /// Only the partitions of this segment of the table ([`Segment`]), when set.
+    pub segment: Option<Segment>,
 }
 
 impl QuerySpec {
@@ -115,6 +117,10 @@ impl QuerySpec {
             .field(&[u8::from(self.reverse)])
             .field(self.filter.as_bytes())
             .field(self.index.to_ascii_lowercase().as_bytes());
+        if let Some(segment) = self.segment {
+            hash.field(&segment.index().to_le_bytes())
+                .field(&segment.total().to_le_bytes());
+        }
         hash.0
     }
 }

@@ -77,6 +77,10 @@ pub enum Visit {
     Next,
     /// Stop before this entity: the scan resumes here next time.
     Stop,
+    /// Go on past the rest of this entity's partition: none of its rows is wanted. A hint: a
+    /// store may show them all the same (the visitor then says this again for each); a scan by
+    /// key seeks past them ([`Table::visit`]).
+    SkipPartition,
 }
 
 /// Sees each entity of a scan, read in place, and says whether to go on.

@@ -4,13 +4,17 @@
 //! each appended key replaced if its ETag is unchanged (inserted if it was absent), each other key
 //! checked the same way, so that a write that commits read what it appends after. Transactions go
 //! across partitions and tables (`TransactWrite`), within a partition (`SubmitTransaction`), or
-//! to one key (`UpdateEntity`/`InsertEntity`); some only read.
+//! to one key (`UpdateEntity`/`InsertEntity`); some only read. Some reads of one partition's keys
+//! are a page of a segmented query instead (`QueryEntities` with `segment`/`total_segments`),
+//! which must read one snapshot of the partition, in the segment that holds it, and nothing in
+//! another segment.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use tonic::Code;
 use trestle_proto::pb;
+use trestle_server::model::Segment;
 
 use super::elle::{Element, Key, Outcome, Transaction};
 use super::rng::Rng;
@@ -120,7 +124,11 @@ pub(crate) async fn run_client(
                     .collect()
             }
         };
-        let Some(reads) = read(&mut client, &chosen).await else {
+        let reads = match kind {
+            6..=8 if rng.below(3) == 0 => read_segment(&mut client, &chosen).await,
+            _ => read(&mut client, &chosen).await,
+        };
+        let Some(reads) = reads else {
             continue;
         };
         history.push(Transaction::read(
@@ -195,6 +203,55 @@ async fn read(
                 rk: rk.clone(),
                 list: found.entity.as_ref().map(list_of).unwrap_or_default(),
                 etag: found.entity.map(|e| e.etag),
+            })
+            .collect(),
+    )
+}
+
+/// Segments the segmented reads split a table into.
+const SEGMENTS: u32 = 3;
+
+/// Reads `keys` (of one partition) as a page of a query of their partition in the segment that
+/// holds it; checks that the segment after it holds none of the partition's rows. `None` if a
+/// read failed (a server down).
+async fn read_segment(
+    client: &mut super::servers::Client,
+    keys: &[&(&'static str, String, String)],
+) -> Option<Vec<Read>> {
+    let (table, pk, _) = keys[0];
+    let holder = Segment::index_of(pk, SEGMENTS);
+    let query = |segment: u32| pb::QueryEntitiesRequest {
+        table: (*table).into(),
+        partition_key: Some(pk.clone()),
+        segment,
+        total_segments: SEGMENTS,
+        ..Default::default()
+    };
+    let page = client
+        .query_entities(query(holder))
+        .await
+        .ok()?
+        .into_inner();
+    assert!(page.continuation_token.is_empty(), "a page of 4 rows ends");
+    let elsewhere = query((holder + 1) % SEGMENTS);
+    let other = client.query_entities(elsewhere).await.ok()?.into_inner();
+    assert!(other.entities.is_empty(), "{table}/{pk} in two segments");
+    let mut rows: BTreeMap<String, pb::Entity> = page
+        .entities
+        .into_iter()
+        .map(|entity| (entity.row_key.clone(), entity))
+        .collect();
+    Some(
+        keys.iter()
+            .map(|(table, pk, rk)| {
+                let found = rows.remove(rk);
+                Read {
+                    table,
+                    pk: pk.clone(),
+                    rk: rk.clone(),
+                    list: found.as_ref().map(list_of).unwrap_or_default(),
+                    etag: found.map(|e| e.etag),
+                }
             })
             .collect(),
     )

@@ -430,8 +430,12 @@ impl SledTable {
                 let (encoded_key, value) = item?;
                 let (partition_key, row_key) = key::split(&encoded_key)?;
                 let entity = EntityView::parse(partition_key, row_key, &value)?;
-                if visitor(&entity)? == Visit::Stop {
-                    return Ok(Some(KeyPosition::row(entity.partition_key, entity.row_key)));
+                match visitor(&entity)? {
+                    Visit::Next => {}
+                    Visit::Stop => {
+                        return Ok(Some(KeyPosition::row(entity.partition_key, entity.row_key)))
+                    }
+                    Visit::SkipPartition => break,
                 }
             }
             if reverse {
