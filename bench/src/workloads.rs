@@ -517,6 +517,36 @@ pub(crate) async fn filtered_pass(client: &mut Client, table: &str, filter: &str
     }
 }
 
+/// The top 100 of the whole main table by `L1` descending (not indexed), two queries at once as
+/// `filter_scan` runs its scans: `entities` = returned, `extra` = examined.
+pub(crate) async fn orderby_topk(client: &Client, plan: &Plan) -> Measurement {
+    let client = client.clone();
+    drive(2, plan.warmup, plan.duration, move |_, _| {
+        let mut client = client.clone();
+        async move {
+            let request = pb::QueryEntitiesRequest {
+                table: MAIN_TABLE.into(),
+                page_size: 100,
+                order_by: vec![pb::OrderTerm {
+                    path: "L1".into(),
+                    descending: true,
+                }],
+                ..Default::default()
+            };
+            let page = client
+                .query_entities(request)
+                .await
+                .expect("a sorted page")
+                .into_inner();
+            OpResult {
+                entities: page.entities.len() as u64,
+                extra: page.stats.map_or(0, |s| s.entities_examined),
+            }
+        }
+    })
+    .await
+}
+
 /// A full-table scan with a non-key predicate matching 0.1% of the entities.
 pub(crate) async fn filter_scan(client: &Client, plan: &Plan) -> Measurement {
     let client = client.clone();

@@ -342,6 +342,30 @@ impl<T: DeserializeOwned> Query<T> {
         self
     }
 
+    /// Sorts the matches by `path` ascending (then by the terms added after it; at most 4):
+    /// a property, `PartitionKey`, `RowKey`, `Timestamp`, or a path into a document
+    /// (`Address/City`, `Variants/0/Stock`), in the EDM type order indexes use, entities lacking
+    /// the value first; ties by the keys. Each page reads every match (the server refuses past
+    /// 1,000,000 matches, naming the index to declare); [`Query::stream`] and [`Query::pages`]
+    /// follow the pages, [`Query::scan`] does not sort.
+    pub fn order_by(mut self, path: impl Into<String>) -> Self {
+        self.request.order_by.push(pb::OrderTerm {
+            path: path.into(),
+            descending: false,
+        });
+        self
+    }
+
+    /// Sorts the matches by `path` descending (greatest first, entities lacking the value
+    /// last), as [`Query::order_by`] does.
+    pub fn order_by_desc(mut self, path: impl Into<String>) -> Self {
+        self.request.order_by.push(pb::OrderTerm {
+            path: path.into(),
+            descending: true,
+        });
+        self
+    }
+
     /// Only segment `segment` (from 0) of `total` (1..=1024): the table's partitions split by a
     /// fixed hash of their PartitionKey, disjoint, together exactly the query's answer, each in
     /// the query's order, a partition never split. Give each worker one:

@@ -8,7 +8,7 @@ use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
     StoredEntity, TableName, Ticks, TimeToLive, ValidationError, WorkBudget, MAX_INDEXES_PER_TABLE,
 };
-use crate::query::{self, QuerySpec, TablesToken, TokenSeal};
+use crate::query::{self, QuerySpec, ResumeAt, TablesToken, TokenSeal};
 use crate::scan::{Chunk, Scan};
 use crate::storage::{
     self, build_in_background, AwaitedCalls, CommitOutcome, Committed, CreateRefusal,
@@ -101,6 +101,21 @@ impl ScanCursor {
     /// The entities the chunks read so far examined, matching or not.
     pub fn examined(&self) -> u64 {
         self.examined
+    }
+
+    /// The query as requested.
+    pub fn spec(&self) -> &QuerySpec {
+        &self.scan.spec
+    }
+
+    /// Where a sorted query's `continuation` resumes: after this sort key (`None`: at the start).
+    pub fn sorted_resume(&self, continuation: &str) -> Result<Option<Vec<u8>>, TableError> {
+        self.scan.sorted_resume(continuation)
+    }
+
+    /// The token that resumes a sorted query after the match with sort key `last`.
+    pub fn sorted_token(&self, last: Vec<u8>) -> String {
+        self.scan.token(ResumeAt::Sort(last))
     }
 
     /// Moves past `chunk`; whether the query has more to read.

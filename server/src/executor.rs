@@ -34,10 +34,13 @@ use futures_util::FutureExt;
 
 use crate::across::{CrossCommit, TableEntityKey};
 use crate::admission::{Credential, StreamPermit, StreamRefusal, Streams};
-use crate::engine::{Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting};
+use crate::engine::{
+    Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting, PAGE_BYTE_BUDGET,
+};
 use crate::error::{ErrorCode, TableError};
-use crate::model::{EntityKey, Operation, StoredEntity, ValidationError};
+use crate::model::{EntityKey, Operation, StoredEntity, ValidationError, ValueRef};
 use crate::query::aggregate::{AggregateSpec, Aggregator, Group};
+use crate::query::order::{OrderBy, TopK, MAX_SORTED_MATCHES};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Ticket};
 
@@ -249,6 +252,9 @@ impl Executor {
     where
         S: MatchSink + Send + 'static,
     {
+        if !spec.order_by.is_empty() {
+            return self.query_sorted(table, spec, continuation, sink).await;
+        }
         let awaited = (table.clone(), continuation.clone());
         // A page of one partition's rows read in key order has read nothing else.
         let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty()) {
@@ -272,6 +278,54 @@ impl Executor {
         );
         self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
             .await
+    }
+
+    /// A page of a sorted query ([`crate::query::order`]): its scan read to the end a chunk at a
+    /// time, as counts are, keeping the best `page_size` matches after the continuation's
+    /// position within the page's byte budget ([`TopK`]); they go to `sink` in order, each
+    /// showing only what the query selects. Past [`MAX_SORTED_MATCHES`] matches it is refused.
+    async fn query_sorted<S: MatchSink>(
+        &self,
+        table: String,
+        mut spec: QuerySpec,
+        continuation: String,
+        mut sink: S,
+    ) -> Result<(PageInfo, S), WorkError> {
+        // The sort keys read any property: the selection applies to the page only.
+        let select = std::mem::take(&mut spec.select);
+        let order = spec.order_by.clone();
+        let cursor = self.open_scan(table, spec, String::new()).await?;
+        let after = cursor.sorted_resume(&continuation)?;
+        let limit = cursor.spec().page_size as usize;
+        let sorting = Sorting {
+            order,
+            top: TopK::new(after, limit, PAGE_BYTE_BUDGET),
+            matched: 0,
+            refused: None,
+        };
+        let (cursor, sorting) = self.read_cursor_to_end(cursor, sorting).await?;
+        if let Some(refused) = sorting.refused {
+            return Err(TableError::Invalid(refused).into());
+        }
+        let (page, more) = sorting.top.finish();
+        let mut last = None;
+        for (sort_key, row) in page {
+            let view = EntityView::parse(&row.partition_key, &row.row_key, &row.record)
+                .map_err(TableError::from)?;
+            sink.take(&view.selecting(&select))
+                .map_err(TableError::from)?;
+            last = Some(sort_key);
+        }
+        let continuation_token = match (more, last) {
+            (true, Some(last)) => Some(cursor.sorted_token(last)),
+            _ => None,
+        };
+        let page = PageInfo {
+            continuation_token,
+            plan: cursor.plan_name(),
+            examined: cursor.examined() as usize,
+        };
+        Ok((page, sink))
     }
 
     /// Plans a streamed query ([`Engine::open_scan`]): the table looked up awaited where the
@@ -345,12 +399,24 @@ impl Executor {
         table: String,
         spec: QuerySpec,
         continuation: String,
+        sink: S,
+    ) -> Result<(ScanCursor, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let cursor = self.open_scan(table, spec, continuation).await?;
+        self.read_cursor_to_end(cursor, sink).await
+    }
+
+    /// [`Executor::read_to_end`] of a scan opened already.
+    async fn read_cursor_to_end<S>(
+        &self,
+        mut cursor: ScanCursor,
         mut sink: S,
     ) -> Result<(ScanCursor, S), WorkError>
     where
         S: MatchSink + Send + 'static,
     {
-        let mut cursor = self.open_scan(table, spec, continuation).await?;
         cursor.unbounded_chunks();
         loop {
             let more;
@@ -596,8 +662,77 @@ fn finish<T>(outcome: Result<Result<T, TableError>, ()>) -> Result<T, WorkError>
     }
 }
 
+/// What `read` makes of `entity`, given a look-up of its properties by name; the first corrupt
+/// property the look-up meets fails it instead.
+fn reading_properties<'a, T>(
+    entity: &EntityView<'a>,
+    read: impl FnOnce(&dyn Fn(&str) -> Option<ValueRef<'a>>) -> T,
+) -> Result<T, StorageError> {
+    let corrupt = std::cell::Cell::new(None);
+    let property = |name: &str| {
+        entity.property(name).unwrap_or_else(|error| {
+            corrupt.set(Some(error));
+            None
+        })
+    };
+    let value = read(&property);
+    match corrupt.into_inner() {
+        Some(error) => Err(error),
+        None => Ok(value),
+    }
+}
+
 /// A [`MatchSink`] that only counts the matches it is given.
 struct Counter(u64);
+
+/// A match a sorted page keeps: its keys and stored bytes.
+struct SortedRow {
+    partition_key: String,
+    row_key: String,
+    record: Vec<u8>,
+}
+
+/// The matches of a sorted query's scan, offered to its [`TopK`]; past [`MAX_SORTED_MATCHES`]
+/// the refusal is kept and ends the scan.
+struct Sorting {
+    order: OrderBy,
+    top: TopK<SortedRow>,
+    matched: u64,
+    refused: Option<ValidationError>,
+}
+
+impl MatchSink for Sorting {
+    fn take(&mut self, entity: &EntityView<'_>) -> Result<usize, StorageError> {
+        if self.refused.is_some() {
+            return Ok(0);
+        }
+        self.matched += 1;
+        if self.matched > MAX_SORTED_MATCHES {
+            self.refused = Some(self.order.too_many_matches());
+            return Ok(0);
+        }
+        let order = &self.order;
+        let sort_key = reading_properties(entity, |property| {
+            order.sort_key(
+                entity.partition_key,
+                entity.row_key,
+                entity.timestamp,
+                property,
+            )
+        })?;
+        let record = entity.record();
+        self.top.offer(sort_key, record.len(), || SortedRow {
+            partition_key: entity.partition_key.to_owned(),
+            row_key: entity.row_key.to_owned(),
+            record: record.to_vec(),
+        });
+        Ok(0)
+    }
+
+    fn finished(&self) -> bool {
+        self.refused.is_some()
+    }
+}
 
 /// What [`Executor::aggregate`] answers: the groups, and the plan and entities examined.
 #[derive(Debug)]
@@ -619,16 +754,8 @@ impl MatchSink for Aggregating {
         if self.refused.is_some() {
             return Ok(0);
         }
-        let corrupt = std::cell::Cell::new(None);
-        let added = self.aggregator.add(|name| {
-            entity.property(name).unwrap_or_else(|error| {
-                corrupt.set(Some(error));
-                None
-            })
-        });
-        if let Some(error) = corrupt.into_inner() {
-            return Err(error);
-        }
+        let aggregator = &mut self.aggregator;
+        let added = reading_properties(entity, |property| aggregator.add(property))?;
         if let Err(refused) = added {
             self.refused = Some(refused);
         }
@@ -674,6 +801,40 @@ mod tests {
             .blocking(|engine| engine.create_table("After"))
             .await;
         assert!(created.is_ok());
+    }
+
+    #[test]
+    fn a_sort_past_its_bound_of_matches_is_refused_naming_the_index_to_declare() {
+        use crate::model::{EntityKey, Properties, StoredEntity, Ticks, Value};
+        use crate::query::order::OrderTerm;
+        let mut properties = Properties::new();
+        properties.insert("Age".into(), Value::Int32(7));
+        let record = crate::storage::StoredRecord::of(&StoredEntity {
+            key: EntityKey::new("p".into(), "r".into()).unwrap(),
+            properties,
+            timestamp: Ticks(1),
+        });
+        let view = record.view().unwrap();
+        let order = OrderBy::new(vec![OrderTerm {
+            path: "Age".into(),
+            descending: false,
+        }])
+        .unwrap();
+        let mut sorting = Sorting {
+            order,
+            top: TopK::new(None, 10, PAGE_BYTE_BUDGET),
+            matched: 0,
+            refused: None,
+        };
+        for _ in 0..MAX_SORTED_MATCHES {
+            sorting.take(&view).unwrap();
+        }
+        assert!(!sorting.finished(), "the bound itself is sorted");
+        sorting.take(&view).unwrap();
+        assert!(sorting.finished());
+        let refused = sorting.refused.unwrap().to_string();
+        assert!(refused.contains("at most 1000000 matches"), "{refused}");
+        assert!(refused.contains("index on [Age]"), "{refused}");
     }
 
     #[tokio::test]

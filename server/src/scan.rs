@@ -193,6 +193,27 @@ impl Scan {
         }
     }
 
+    /// Where a sorted query's `continuation` (empty: none) resumes: after this sort key. A token
+    /// of another query, or of a query in key or index order, is refused.
+    pub(crate) fn sorted_resume(&self, continuation: &str) -> Result<Option<Vec<u8>>, TableError> {
+        if continuation.is_empty() {
+            return Ok(None);
+        }
+        let token = ContinuationToken::decode(
+            continuation,
+            &self.seal,
+            self.table.id(),
+            self.spec.shape(),
+        )?;
+        match token.resume_at {
+            ResumeAt::Sort(after) => Ok(Some(after)),
+            ResumeAt::Key(_) => Err(ValidationError::Argument(
+                "continuation token is not one of this sorted query's".into(),
+            )
+            .into()),
+        }
+    }
+
     /// The continuation token that resumes this query at `key`.
     pub(crate) fn token(&self, key: ResumeAt) -> String {
         ContinuationToken {

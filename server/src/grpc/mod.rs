@@ -49,6 +49,7 @@ use crate::error::TableError;
 use crate::executor::Executor;
 use crate::feed_watch::FeedWatch;
 use crate::model::{ChangeFeed, IfMatch, Operation, Segment};
+use crate::query::order::{OrderBy, OrderTerm};
 use crate::query::QuerySpec;
 use stream::{Holds, ScanSlot, StreamLimits};
 use writes::{Write, WriteRequest};
@@ -198,6 +199,11 @@ pub fn introspection_guard(
 /// its segment is not one of its total.
 fn query_spec(req: pb::QueryEntitiesRequest) -> Result<(String, QuerySpec, String), Status> {
     let segment = Segment::of(req.segment, req.total_segments).map_err(invalid)?;
+    let terms = req.order_by.into_iter().map(|term| OrderTerm {
+        path: term.path,
+        descending: term.descending,
+    });
+    let order_by = OrderBy::new(terms.collect()).map_err(invalid)?;
     let spec = QuerySpec {
         partition_key: req.partition_key,
         row_key_start: req.row_key_start,
@@ -211,6 +217,7 @@ fn query_spec(req: pb::QueryEntitiesRequest) -> Result<(String, QuerySpec, Strin
         deadline: None,
         index: req.index,
         segment,
+        order_by,
     };
     Ok((req.table, spec, req.continuation_token))
 }
@@ -561,6 +568,12 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit_long(&request)?;
         let slot = self.scan_slot(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
+        if !spec.order_by.is_empty() {
+            return Err(invalid(crate::model::ValidationError::Argument(
+                "ScanEntities streams in key or index order: sort with QueryEntities' order_by,                  page by page"
+                    .into(),
+            )));
+        }
         let cursor = self.executor.open_scan(table, spec, continuation).await?;
         let holds = Holds {
             _in_flight: admitted.permit,

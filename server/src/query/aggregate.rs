@@ -11,6 +11,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use super::paths::{check_path, value_at};
 use crate::model::{put_value, quoted, type_tag, Path, ValidationError, Value, ValueRef};
 
 /// The most aggregations of one call.
@@ -76,11 +77,11 @@ impl AggregateSpec {
                 (None, function) => {
                     return invalid(format!("{function:?} needs the path of a property"))
                 }
-                (Some(path), _) => check_path(path)?,
+                (Some(path), _) => check_path(path, "aggregate")?,
             }
         }
         for path in &group_by {
-            check_path(path)?;
+            check_path(path, "aggregate")?;
         }
         Ok(AggregateSpec {
             aggregations,
@@ -99,31 +100,6 @@ impl AggregateSpec {
         names.dedup();
         names
     }
-}
-
-fn check_path(path: &str) -> Result<(), ValidationError> {
-    Path::parse(path).map(drop).map_err(|_| {
-        ValidationError::Argument(format!(
-            "aggregate path {} is invalid: a property name, then member names or array \
-             positions separated by '/'",
-            quoted(path)
-        ))
-    })
-}
-
-/// The value at `path` (a property, then members or positions), `value` looking a property up;
-/// a null is no value.
-fn at<'a>(path: &str, value: &impl Fn(&str) -> Option<ValueRef<'a>>) -> Option<ValueRef<'a>> {
-    let (property, steps) = match path.split_once('/') {
-        Some((property, steps)) => (property, Some(steps)),
-        None => (path, None),
-    };
-    let found = match (value(property)?, steps) {
-        (start, None) => Some(start),
-        (ValueRef::Document(document), Some(steps)) => document.at(steps.split('/')),
-        (_, Some(_)) => None,
-    };
-    found.filter(|found| !matches!(found, ValueRef::Null))
 }
 
 /// A sum so far: of integers while only integers were met, then of Doubles in the order met.
@@ -343,7 +319,10 @@ impl Aggregator {
     ) -> Result<(), ValidationError> {
         self.key.clear();
         for path in &self.spec.group_by {
-            put_value(&mut self.key, at(path, &value).unwrap_or(ValueRef::Null));
+            put_value(
+                &mut self.key,
+                value_at(path, &value).unwrap_or(ValueRef::Null),
+            );
         }
         let group = match self.groups.get_mut(&self.key) {
             Some(group) => group,
@@ -362,7 +341,7 @@ impl Aggregator {
                 }
                 let running = Running {
                     keys: (self.spec.group_by.iter())
-                        .map(|path| at(path, &value).map_or(Value::Null, |v| v.to_value()))
+                        .map(|path| value_at(path, &value).map_or(Value::Null, |v| v.to_value()))
                         .collect(),
                     states: (self.spec.aggregations.iter())
                         .map(|a| State::new(a.function))
@@ -377,7 +356,7 @@ impl Aggregator {
             let found = aggregation
                 .path
                 .as_deref()
-                .and_then(|path| at(path, &value));
+                .and_then(|path| value_at(path, &value));
             state.add(aggregation, found)?;
         }
         Ok(())

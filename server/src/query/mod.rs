@@ -4,6 +4,8 @@
 pub mod aggregate;
 pub mod filter;
 pub mod index_plan;
+pub mod order;
+mod paths;
 pub mod plan;
 mod token;
 
@@ -16,6 +18,7 @@ use crate::model::{
     quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,
 };
 use crate::model::{KeyRange, Segment, Spend, WorkBudget};
+use order::OrderBy;
 
 /// A validated entity query.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -45,6 +48,8 @@ pub struct QuerySpec {
     pub index: String,
     /// Only the partitions of this segment of the table ([`Segment`]), when set.
     pub segment: Option<Segment>,
+    /// The order of the matches; empty = key order (or the index's).
+    pub order_by: OrderBy,
 }
 
 impl QuerySpec {
@@ -75,6 +80,11 @@ impl QuerySpec {
         if !self.row_key_prefix.is_empty() && has_range {
             return Err(ValidationError::Argument(
                 "row_key_prefix cannot be combined with row_key_start or row_key_end".into(),
+            ));
+        }
+        if self.reverse && !self.order_by.is_empty() {
+            return Err(ValidationError::Argument(
+                "reverse cannot be combined with order_by: make its terms descending".into(),
             ));
         }
         self.page_size = page_size(self.page_size)?;
@@ -117,6 +127,9 @@ impl QuerySpec {
             .field(&[u8::from(self.reverse)])
             .field(self.filter.as_bytes())
             .field(self.index.to_ascii_lowercase().as_bytes());
+        if !self.order_by.is_empty() {
+            hash.field(&self.order_by.shape_bytes());
+        }
         if let Some(segment) = self.segment {
             hash.field(&segment.index().to_le_bytes())
                 .field(&segment.total().to_le_bytes());

@@ -92,6 +92,8 @@ pub struct EntityView<'a> {
     count: u16,
     /// The properties shown (all when empty).
     select: &'a [String],
+    /// The stored bytes, whole.
+    record: &'a [u8],
 }
 
 impl<'a> EntityView<'a> {
@@ -111,7 +113,14 @@ impl<'a> EntityView<'a> {
             body: stored.reader.rest(),
             count: stored.remaining,
             select: &[],
+            record: value,
         })
+    }
+
+    /// The stored bytes, whole (whatever the selection shows): [`EntityView::parse`] reads
+    /// them again.
+    pub fn record(&self) -> &'a [u8] {
+        self.record
     }
 
     /// Whether the entity has expired at `now` under the table's time to live `ttl` (never

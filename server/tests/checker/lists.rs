@@ -5,9 +5,9 @@
 //! checked the same way, so that a write that commits read what it appends after. Transactions go
 //! across partitions and tables (`TransactWrite`), within a partition (`SubmitTransaction`), or
 //! to one key (`UpdateEntity`/`InsertEntity`); some only read. Some reads of one partition's keys
-//! are a page of a segmented query instead (`QueryEntities` with `segment`/`total_segments`),
-//! which must read one snapshot of the partition, in the segment that holds it, and nothing in
-//! another segment.
+//! are a page of a query of the partition instead, segmented (`segment`/`total_segments`) and
+//! sorted (`order_by` RowKey descending) at random, which must read one snapshot of the
+//! partition, in the segment that holds it (and nothing in another), in its order.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -125,7 +125,10 @@ pub(crate) async fn run_client(
             }
         };
         let reads = match kind {
-            6..=8 if rng.below(3) == 0 => read_segment(&mut client, &chosen).await,
+            6..=8 if rng.below(3) == 0 => {
+                let sorted = rng.below(2) == 0;
+                read_partition_page(&mut client, &chosen, sorted).await
+            }
             _ => read(&mut client, &chosen).await,
         };
         let Some(reads) = reads else {
@@ -212,19 +215,28 @@ async fn read(
 const SEGMENTS: u32 = 3;
 
 /// Reads `keys` (of one partition) as a page of a query of their partition in the segment that
-/// holds it; checks that the segment after it holds none of the partition's rows. `None` if a
-/// read failed (a server down).
-async fn read_segment(
+/// holds it (`sorted`: by RowKey descending); checks the page's order, and that the segment after
+/// it holds none of the partition's rows. `None` if a read failed (a server down).
+async fn read_partition_page(
     client: &mut super::servers::Client,
     keys: &[&(&'static str, String, String)],
+    sorted: bool,
 ) -> Option<Vec<Read>> {
     let (table, pk, _) = keys[0];
     let holder = Segment::index_of(pk, SEGMENTS);
+    let order_by = match sorted {
+        true => vec![pb::OrderTerm {
+            path: "RowKey".into(),
+            descending: true,
+        }],
+        false => vec![],
+    };
     let query = |segment: u32| pb::QueryEntitiesRequest {
         table: (*table).into(),
         partition_key: Some(pk.clone()),
         segment,
         total_segments: SEGMENTS,
+        order_by: order_by.clone(),
         ..Default::default()
     };
     let page = client
@@ -233,6 +245,13 @@ async fn read_segment(
         .ok()?
         .into_inner();
     assert!(page.continuation_token.is_empty(), "a page of 4 rows ends");
+    let row_keys: Vec<&str> = page.entities.iter().map(|e| e.row_key.as_str()).collect();
+    let mut ordered = row_keys.clone();
+    ordered.sort_unstable();
+    if sorted {
+        ordered.reverse();
+    }
+    assert_eq!(row_keys, ordered, "{table}/{pk}'s page in its order");
     let elsewhere = query((holder + 1) % SEGMENTS);
     let other = client.query_entities(elsewhere).await.ok()?.into_inner();
     assert!(other.entities.is_empty(), "{table}/{pk} in two segments");
