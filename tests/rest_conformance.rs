@@ -3,7 +3,8 @@
 //! as Azure does (minimal metadata no system property's type), one table is read by name, a
 //! shared access signature giving a field twice is refused, the filter and ETag leniencies Azure
 //! has (or not), `$top=0`, `$format`, Atom, `$select=*`, a byte order mark, a `+` in the query, a
-//! body naming other keys than its URL, CORS rules, preflights and their answers.
+//! body naming other keys than its URL, CORS rules, preflights and their answers; and Trestle's
+//! own `$orderby`.
 
 mod common;
 
@@ -643,4 +644,52 @@ async fn a_null_property_typed_or_not_is_left_out() {
         !answer.contains(r#""U""#) && !answer.contains(r#""V"#),
         "{answer}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orderby_sorts_a_query_and_pages_follow_it() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let entities: Vec<String> = [(1, 30), (2, 10), (3, 20), (4, 10)]
+        .iter()
+        .map(|(n, age)| format!(r#"{{"PartitionKey":"p","RowKey":"r{n}","Age":{age}}}"#))
+        .collect();
+    create_with_entities(&mut socket, "Ordered", &entities).await;
+    let row_keys = |answer: &str| -> Vec<String> {
+        let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+        let body = &body[body.find('{').unwrap()..];
+        let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+        json["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["RowKey"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let path = "/devstoreaccount1/Ordered()?$orderby=Age%20desc,RowKey";
+    let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(row_keys(&answer), ["r1", "r3", "r2", "r4"]);
+    // Two at a time, following the continuation.
+    let first = "/devstoreaccount1/Ordered()?$orderby=Age&$top=2";
+    let (status, answer) = exchange(&mut socket, "GET", first, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(row_keys(&answer), ["r2", "r4"]);
+    let token = answer
+        .lines()
+        .find_map(|line| {
+            line.to_ascii_lowercase()
+                .strip_prefix("x-ms-continuation-nextpartitionkey: ")
+                .map(|_| line.split_once(": ").unwrap().1.to_owned())
+        })
+        .expect("a continuation");
+    let next = format!("{first}&NextPartitionKey={token}&NextRowKey=next");
+    let (status, answer) = exchange(&mut socket, "GET", &next, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(row_keys(&answer), ["r3", "r1"]);
+    for bad in ["Age%20down", "", "A,B,C,D,E"] {
+        let path = format!("/devstoreaccount1/Ordered()?$orderby={bad}");
+        let answer = exchange(&mut socket, "GET", &path, b"").await;
+        assert_refused(&answer, 400, "InvalidInput");
+    }
 }

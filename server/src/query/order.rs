@@ -54,6 +54,33 @@ impl OrderBy {
         Ok(OrderBy { terms })
     }
 
+    /// The ordering OData's `$orderby` writes (`Age desc, Address/City`): terms separated by
+    /// commas, each a path, then optionally `asc` or `desc` after a space.
+    pub fn parse_odata(text: &str) -> Result<OrderBy, ValidationError> {
+        let terms = text.split(',').map(|term| {
+            let mut words = term.split_whitespace();
+            let path = words.next().unwrap_or_default().to_owned();
+            let descending = match words.next() {
+                None | Some("asc") => false,
+                Some("desc") => true,
+                Some(other) => {
+                    return Err(ValidationError::Argument(format!(
+                        "$orderby term {:?} ends in {other:?}; after a path, only asc or desc",
+                        term.trim()
+                    )))
+                }
+            };
+            if path.is_empty() || words.next().is_some() {
+                return Err(ValidationError::Argument(format!(
+                    "$orderby term {:?} is not a path followed by asc or desc",
+                    term.trim()
+                )));
+            }
+            Ok(OrderTerm { path, descending })
+        });
+        OrderBy::new(terms.collect::<Result<_, _>>()?)
+    }
+
     /// Whether there is no ordering (the query comes in key or index order).
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
@@ -298,6 +325,23 @@ mod tests {
         let mut huge = TopK::new(None, 3, 5);
         huge.offer(vec![1], 100, || 1);
         assert_eq!(huge.finish().0.len(), 1, "one match always fits");
+    }
+
+    #[test]
+    fn odata_orderby_reads_paths_with_their_directions() {
+        let order = OrderBy::parse_odata("Age desc, Address/City,RowKey asc").unwrap();
+        let read: Vec<_> = order
+            .terms()
+            .iter()
+            .map(|t| (t.path.as_str(), t.descending))
+            .collect();
+        assert_eq!(
+            read,
+            [("Age", true), ("Address/City", false), ("RowKey", false)]
+        );
+        for bad in ["", "Age down", "Age desc x", "Age,,Name", "A,B,C,D,E"] {
+            assert!(OrderBy::parse_odata(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

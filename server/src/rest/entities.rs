@@ -19,6 +19,7 @@ use crate::executor::WorkError;
 use crate::model::{
     EntityKey, IfMatch, NewEntity, Operation, StoredEntity, UpsertMode, ValidationError,
 };
+use crate::query::order::OrderBy;
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError};
 
@@ -236,10 +237,16 @@ impl MatchSink for JsonPage {
 pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
     let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
     let top = request.top()?;
+    // `$orderby` is Trestle's own extension: Azure has none.
+    let order_by = match request.param("$orderby") {
+        Some(text) => OrderBy::parse_odata(&text).map_err(Failure::invalid)?,
+        None => OrderBy::default(),
+    };
     let mut spec = QuerySpec {
         filter: request.param("$filter").unwrap_or_default(),
         select: selection(request),
         page_size: top.unwrap_or(0),
+        order_by,
         ..QuerySpec::default()
     };
     access.query(&table, &mut spec)?;
