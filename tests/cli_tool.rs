@@ -98,6 +98,34 @@ async fn commands_write_read_query_and_count_with_every_type_kept() {
     assert!(lines[1].starts_with("uk            alan"), "{table}");
     assert!(lines[2].starts_with("us            grace"), "{table}");
 
+    // Sorted by age, oldest first, and the first two only.
+    let oldest = ok(
+        &server,
+        &[
+            "query",
+            "People",
+            "--order-by",
+            "Age desc",
+            "--limit",
+            "2",
+            "--format",
+            "csv",
+        ],
+    )
+    .await;
+    let keys: Vec<&str> = oldest
+        .split("\r\n")
+        .skip(1)
+        .filter(|r| !r.is_empty())
+        .collect();
+    assert_eq!(keys.len(), 2, "{oldest}");
+    assert!(
+        keys[0].starts_with("us,grace,") && keys[1].starts_with("uk,alan,"),
+        "{oldest}"
+    );
+    let refused = trestle(&server, &["query", "People", "--order-by", "Age down"], "").await;
+    assert!(refused.unwrap_err().to_string().contains("order_by path"));
+
     let csv = ok(
         &server,
         &[

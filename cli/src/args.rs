@@ -77,6 +77,10 @@ pub enum Command {
         /// Newest first: in reverse key order.
         #[arg(long)]
         reverse: bool,
+        /// Sorted by these paths, each optionally followed by `desc` (comma-separated; at most 4):
+        /// `--order-by "Age desc,Name"`.
+        #[arg(long)]
+        order_by: Option<String>,
         /// At most this many.
         #[arg(long)]
         limit: Option<usize>,

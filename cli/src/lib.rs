@@ -91,10 +91,16 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             query,
             select,
             reverse,
+            order_by,
             limit,
             format,
         } => {
-            let entities = find(&client, &query, select, reverse, limit).await?;
+            let order = Order {
+                reverse,
+                order_by,
+                limit,
+            };
+            let entities = find(&client, &query, select, order).await?;
             output::print(format, &entities, out)?;
         }
         Command::Count { query } => {
@@ -161,16 +167,42 @@ async fn connect(endpoint: String, token: Option<String>) -> Result<Client, CliE
 
 /// The entities `query` finds, with the properties `select` names (all if empty), in reverse
 /// order if asked, at most `limit`.
+/// The order and number of a query's results (`trestle query`).
+struct Order {
+    reverse: bool,
+    /// Terms as `$orderby` writes them: `Age desc,Name`.
+    order_by: Option<String>,
+    limit: Option<usize>,
+}
+
 async fn find(
     client: &Client,
     query: &args::QueryArgs,
     select: Vec<String>,
-    reverse: bool,
-    limit: Option<usize>,
+    order: Order,
 ) -> Result<Vec<Entity<Properties>>, CliError> {
+    let Order {
+        reverse,
+        order_by,
+        limit,
+    } = order;
     let mut found = query_of(client, query).select(select);
     if reverse {
         found = found.reverse();
+    }
+    for term in order_by.iter().flat_map(|terms| terms.split(',')) {
+        let mut words = term.split_whitespace();
+        let path = words.next().unwrap_or_default().to_owned();
+        found = match words.next() {
+            Some("desc") => found.order_by_desc(path),
+            None | Some("asc") => found.order_by(path),
+            // Anything else the server refuses as a path, naming the term.
+            Some(_) => found.order_by(term.trim()),
+        };
+    }
+    if let Some(limit) = limit {
+        // A sorted page reads every match: let the first page hold what is asked.
+        found = found.page_size(limit.clamp(1, 1000) as u32);
     }
     let mut stream = found.stream();
     let mut entities = Vec::new();
