@@ -396,3 +396,94 @@ pub(crate) async fn final_lists(servers: &Servers) -> BTreeMap<Key, Vec<Element>
     }
     panic!("no server answered the final read");
 }
+
+/// Checks the queries that read the lists as a whole against `finals` (the lists as stored now,
+/// read by `GetEntities`): per table, `AggregateEntities`' count; the union of `SEGMENTS`
+/// segments read page by page (each key once); and a query sorted by RowKey descending, paged.
+pub(crate) async fn check_whole_table_reads(
+    servers: &Servers,
+    finals: &BTreeMap<Key, Vec<Element>>,
+) {
+    let mut client = servers.each().remove(0);
+    for table in TABLES {
+        let mut present: Vec<(String, String)> = keys()
+            .into_iter()
+            .filter(|(t, pk, rk)| *t == table && !finals[&key_name(t, pk, rk)].is_empty())
+            .map(|(_, pk, rk)| (pk, rk))
+            .collect();
+        let query = pb::QueryEntitiesRequest {
+            table: table.into(),
+            page_size: 2,
+            ..Default::default()
+        };
+        let aggregate = pb::AggregateEntitiesRequest {
+            query: Some(query.clone()),
+            aggregations: vec![pb::Aggregation {
+                function: pb::AggregateFunction::Count as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let counted = client
+            .aggregate_entities(aggregate)
+            .await
+            .unwrap()
+            .into_inner();
+        let count: u64 = counted.groups.iter().map(|group| group.entities).sum();
+        assert_eq!(
+            count,
+            present.len() as u64,
+            "{table}: the aggregate's count"
+        );
+
+        let mut segmented = Vec::new();
+        for segment in 0..SEGMENTS {
+            let request = pb::QueryEntitiesRequest {
+                segment,
+                total_segments: SEGMENTS,
+                ..query.clone()
+            };
+            segmented.extend(read_pages(&mut client, request).await);
+        }
+        segmented.sort();
+        assert_eq!(
+            segmented, present,
+            "{table}: the segments together, each key once"
+        );
+
+        let sorted = pb::QueryEntitiesRequest {
+            order_by: vec![pb::OrderTerm {
+                path: "RowKey".into(),
+                descending: true,
+            }],
+            ..query
+        };
+        present.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let read = read_pages(&mut client, sorted).await;
+        assert_eq!(read, present, "{table}: sorted by RowKey descending, paged");
+    }
+}
+
+/// The keys of every page of `request`, in order.
+async fn read_pages(
+    client: &mut super::servers::Client,
+    mut request: pb::QueryEntitiesRequest,
+) -> Vec<(String, String)> {
+    let mut keys = Vec::new();
+    loop {
+        let page = client
+            .query_entities(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        keys.extend(
+            page.entities
+                .into_iter()
+                .map(|e| (e.partition_key, e.row_key)),
+        );
+        if page.continuation_token.is_empty() {
+            return keys;
+        }
+        request.continuation_token = page.continuation_token;
+    }
+}

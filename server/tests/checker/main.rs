@@ -3,8 +3,10 @@
 //! Elle does (`elle.rs`): no G0, G1a, G1c, G-single or G2 cycle, as writes are serializable and
 //! each `GetEntities` reads one snapshot. Feed completeness (`feed.rs`): followers resuming from
 //! their saved cursor after every batch see every committed change exactly once, in commit order,
-//! and nothing of a write that did not commit. Faults: SIGKILL of the server (embedded store);
-//! SIGKILL of one of two servers and an immediate stop of PostgreSQL (PostgreSQL store).
+//! and nothing of a write that did not commit. At the end, the lists as a whole through an
+//! aggregate's count, scan segments and a sorted query (`lists::check_whole_table_reads`).
+//! Faults: SIGKILL of the server (embedded store); SIGKILL of one of two servers and an
+//! immediate stop of PostgreSQL (PostgreSQL store).
 //!
 //! A run lasts [`SECONDS`] seconds of workload; `TRESTLE_CHECK_SECONDS=600` runs longer, by
 //! hand (docs/semantics.md).
@@ -136,6 +138,7 @@ async fn check_system(system: System) {
         writes.len(),
     );
     assert!(anomalies.is_empty(), "anomalies: {anomalies:#?}");
+    lists::check_whole_table_reads(servers, &finals).await;
     assert!(
         count(elle::Outcome::Committed) > 100,
         "too few transactions committed to check anything"
