@@ -32,6 +32,7 @@ mod probes;
 pub mod query;
 pub mod rest;
 mod routes;
+mod scrape;
 pub mod scan;
 mod settings;
 mod shutdown;
@@ -116,6 +117,10 @@ pub async fn serve(
         )?),
         None => None,
     };
+    let scrape = match config.metrics_listen.as_ref().map(|l| l.try_clone()) {
+        Some(listener) => Some(scrape::Scrape::serve(listener?)?),
+        None => None,
+    };
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
@@ -142,6 +147,9 @@ pub async fn serve(
     housekeeping.abort();
     if let Some(probes) = probes {
         probes.stop().await;
+    }
+    if let Some(scrape) = scrape {
+        scrape.stop().await;
     }
     served?;
     tracing::info!("stopped accepting; flushing");

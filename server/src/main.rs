@@ -203,9 +203,12 @@ async fn run(args: ServeArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     if let Some(metrics_addr) = args.metrics_listen {
-        if let Err(error) = trestle_server::telemetry::serve(metrics_addr) {
-            tracing::error!(addr = %metrics_addr, %error, "cannot serve metrics");
-            return ExitCode::FAILURE;
+        match std::net::TcpListener::bind(metrics_addr) {
+            Ok(listener) => config.metrics_listen = Some(std::sync::Arc::new(listener)),
+            Err(error) => {
+                tracing::error!(addr = %metrics_addr, %error, "cannot listen for metrics");
+                return ExitCode::FAILURE;
+            }
         }
     }
     if let Some(health_addr) = args.health_listen {

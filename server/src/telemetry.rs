@@ -1,13 +1,13 @@
 //! The server's metrics, named in one place: what both protocols, the query layer and the stores
-//! record through the `metrics` facade. Nothing is kept unless `--metrics-listen` installs the
-//! Prometheus recorder (then served as text at `/metrics`); docs/operations.md lists them with
-//! alerts. It names nothing of the crate, so that every layer may record (it sits at the bottom).
+//! record through the `metrics` facade. Nothing is kept unless `--metrics-listen` (or the
+//! console) installs the Prometheus recorder; `crate::scrape` serves them as text at `/metrics`;
+//! docs/operations.md lists them with alerts. It names nothing of the crate, so that every layer may record (it sits at the bottom).
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use trestle_proto::ErrorCode;
 
@@ -53,16 +53,37 @@ const BUCKETS: &[f64] = &[
 /// `--metrics-listen` builds no label (no allocation on the request path).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// Installs the Prometheus recorder and serves `/metrics` on `addr` (on the current runtime).
-pub fn serve(addr: SocketAddr) -> Result<(), BuildError> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// The recorder's handle, once [`install`]ed: what `/metrics` renders.
+static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder (once; later calls do nothing): from then on metrics are
+/// kept, and [`render`] gives them. Serving them is the caller's (`crate::scrape`).
+pub fn install() -> Result<(), BuildError> {
+    if RECORDER.get().is_some() {
+        return Ok(());
+    }
+    let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(LATENCY.to_owned()), BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(FLUSH_LATENCY.to_owned()), BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(GROUP_WRITES.to_owned()), GROUP_BUCKETS)?
-        .install()?;
-    ENABLED.store(true, Ordering::Relaxed);
+        .install_recorder()?;
+    if RECORDER.set(handle).is_ok() {
+        ENABLED.store(true, Ordering::Relaxed);
+    }
     Ok(())
+}
+
+/// The metrics in Prometheus' text format, if a recorder is installed.
+pub fn render() -> Option<String> {
+    RECORDER.get().map(PrometheusHandle::render)
+}
+
+/// Folds the histograms' recent samples into their buckets, which keeps the recorder's memory
+/// bounded: to be called every few seconds while a recorder is installed.
+pub fn run_upkeep() {
+    if let Some(handle) = RECORDER.get() {
+        handle.run_upkeep();
+    }
 }
 
 /// Whether metrics are kept: callers skip naming a request's operation otherwise.

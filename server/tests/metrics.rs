@@ -178,6 +178,60 @@ async fn names_a_client_invents_add_no_metric_label() {
     server.terminate();
 }
 
+/// The metrics listener keeps what every HTTP listener of the server keeps: 64 idle connections
+/// held open by a client leave the 65th closed at once (no socket or task past the cap), a
+/// request on one of the 64 is still answered, and once one is let go a new scrape is answered.
+#[tokio::test]
+async fn the_metrics_listener_caps_its_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let data_dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _server = ServerProcess::start_with(data_dir.path(), &["--metrics-listen", &metrics]);
+    assert!(scrape(&metrics).await.starts_with("HTTP/1.1 200"));
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(tokio::net::TcpStream::connect(&metrics).await.unwrap());
+    }
+    // The 65th is accepted and closed without an answer.
+    let mut over = tokio::net::TcpStream::connect(&metrics).await.unwrap();
+    let _ = over
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        over.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the connection over the cap is closed");
+    assert!(answer.is_empty(), "{read:?} {}", String::from_utf8_lossy(&answer));
+    // One of those held is served.
+    let mut first = held.remove(0);
+    first
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    first.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    drop(first);
+    // With one let go, a new scrape gets in (the server may take a moment to count it gone).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut socket = tokio::net::TcpStream::connect(&metrics).await.unwrap();
+        let _ = socket
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut answer = Vec::new();
+        let _ = socket.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 200") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no scrape let in");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Scrapes until the sample of `name` with `labels` is `value` (background work ends when it
 /// ends), for at most 20 s.
 async fn until(addr: &str, name: &str, labels: &[&str], value: f64) {

@@ -76,6 +76,8 @@ pub struct Config {
     pub rest_tls: Option<TlsIdentity>,
     /// Serve the HTTP probes (`/healthz`, `/readyz`) on this listener.
     pub health_listen: Option<Arc<std::net::TcpListener>>,
+    /// Serve Prometheus metrics (`/metrics`) on this listener.
+    pub metrics_listen: Option<Arc<std::net::TcpListener>>,
     /// Request limits.
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
@@ -98,6 +100,7 @@ impl Config {
             tls: None,
             rest_tls: None,
             health_listen: None,
+            metrics_listen: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -670,6 +673,7 @@ impl ServeArgs {
             tls,
             rest_tls,
             health_listen: None,
+            metrics_listen: None,
             limits: Limits {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,
