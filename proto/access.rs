@@ -80,7 +80,7 @@ pub enum TokenError {
 
 /// Whether two slices of the same length hold the same bytes, reading every byte whatever they
 /// hold (no early exit that would time how long a prefix matched).
-fn same_bytes_in_constant_time(a: &[u8], b: &[u8]) -> bool {
+pub fn same_bytes_in_constant_time(a: &[u8], b: &[u8]) -> bool {
     let difference = a
         .iter()
         .zip(b)

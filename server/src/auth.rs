@@ -198,6 +198,11 @@ impl Access {
         self.account_key_only("changes the service's settings")
     }
 
+    /// Reading the server's metrics (every table's traffic): an account key (or open mode) only.
+    pub fn read_metrics(&self) -> Result<(), AuthError> {
+        self.account_key_only("reads the server's metrics")
+    }
+
     /// Taking a backup (every entity of every table): an account key (or open mode) only.
     pub fn back_up(&self) -> Result<(), AuthError> {
         self.account_key_only("takes a backup")

@@ -20,6 +20,7 @@ pub mod backup;
 pub mod bulk_delete;
 pub mod config;
 mod connections;
+mod console;
 pub mod engine;
 pub mod error;
 pub mod executor;
@@ -32,8 +33,8 @@ mod probes;
 pub mod query;
 pub mod rest;
 mod routes;
-mod scrape;
 pub mod scan;
+mod scrape;
 mod settings;
 mod shutdown;
 mod startup;
@@ -121,6 +122,15 @@ pub async fn serve(
         Some(listener) => Some(scrape::Scrape::serve(listener?)?),
         None => None,
     };
+    let console = match config.console_listen.as_ref().map(|l| l.try_clone()) {
+        Some(listener) => Some(console::serve(
+            listener?,
+            executor.clone(),
+            config.authenticator.clone(),
+            &config.limits,
+        )?),
+        None => None,
+    };
     let routes = routes::routes(executor, &config).await?;
     let connections = connections::Connections::for_limits(&config.limits, config.tls.is_some());
     let incoming = connections.accept(listener);
@@ -150,6 +160,9 @@ pub async fn serve(
     }
     if let Some(scrape) = scrape {
         scrape.stop().await;
+    }
+    if let Some(console) = console {
+        console.stop().await;
     }
     served?;
     tracing::info!("stopped accepting; flushing");

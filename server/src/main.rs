@@ -220,6 +220,19 @@ async fn run(args: ServeArgs) -> ExitCode {
             }
         }
     }
+    if let Some(console_addr) = args.console_listen {
+        if let Err(error) = trestle_server::check_exposure(console_addr, &config) {
+            tracing::error!(%error, "not serving");
+            return ExitCode::FAILURE;
+        }
+        match std::net::TcpListener::bind(console_addr) {
+            Ok(listener) => config.console_listen = Some(std::sync::Arc::new(listener)),
+            Err(error) => {
+                tracing::error!(addr = %console_addr, %error, "cannot listen for the console");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut rest = None;
     if let Some(rest_addr) = args.rest_listen {
         if let Err(error) = trestle_server::check_exposure(rest_addr, &config) {

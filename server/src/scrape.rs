@@ -63,11 +63,7 @@ impl Scrape {
 /// `GET /metrics`.
 async fn metrics() -> axum::response::Response {
     match crate::telemetry::render() {
-        Some(text) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            text,
-        )
-            .into_response(),
+        Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "metrics are not kept\n").into_response(),
     }
 }

@@ -59,6 +59,11 @@ static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
 /// Installs the Prometheus recorder (once; later calls do nothing): from then on metrics are
 /// kept, and [`render`] gives them. Serving them is the caller's (`crate::scrape`).
 pub fn install() -> Result<(), BuildError> {
+    // Two servers of one process (tests) may start at once: one installs, the other finds it.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALLING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if RECORDER.get().is_some() {
         return Ok(());
     }

@@ -204,7 +204,11 @@ async fn the_metrics_listener_caps_its_connections() {
     )
     .await
     .expect("the connection over the cap is closed");
-    assert!(answer.is_empty(), "{read:?} {}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.is_empty(),
+        "{read:?} {}",
+        String::from_utf8_lossy(&answer)
+    );
     // One of those held is served.
     let mut first = held.remove(0);
     first

@@ -78,6 +78,8 @@ pub struct Config {
     pub health_listen: Option<Arc<std::net::TcpListener>>,
     /// Serve Prometheus metrics (`/metrics`) on this listener.
     pub metrics_listen: Option<Arc<std::net::TcpListener>>,
+    /// Serve the web console on this listener.
+    pub console_listen: Option<Arc<std::net::TcpListener>>,
     /// Request limits.
     pub limits: Limits,
     /// How long a shutdown waits for open calls to finish before closing their connections.
@@ -101,6 +103,7 @@ impl Config {
             rest_tls: None,
             health_listen: None,
             metrics_listen: None,
+            console_listen: None,
             limits: Limits::default(),
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
@@ -326,6 +329,10 @@ pub struct ServeArgs {
     /// store answers and the server is not shutting down), for Kubernetes; off unless given.
     #[arg(long, env = "TRESTLE_HEALTH_LISTEN")]
     pub health_listen: Option<SocketAddr>,
+    /// Also serve the web console (`http://<addr>/`) on this address: sign in with an account
+    /// key or a token; off unless given. Open mode needs a loopback address here too.
+    #[arg(long, env = "TRESTLE_CONSOLE_LISTEN")]
+    pub console_listen: Option<SocketAddr>,
     /// Address to listen on.
     #[arg(long, env = "TRESTLE_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -674,6 +681,7 @@ impl ServeArgs {
             rest_tls,
             health_listen: None,
             metrics_listen: None,
+            console_listen: None,
             limits: Limits {
                 max_message_bytes: self.max_message_mib * 1024 * 1024,
                 max_in_flight: self.max_in_flight,

@@ -282,6 +282,13 @@ pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
     let mut body = page.body;
     body.push_str("]}");
     let mut response = json_text_response(StatusCode::OK, metadata, body);
+    // Trestle's own, as gRPC's `QueryEntitiesResponse` carries them: how the page was read.
+    let headers = response.headers_mut();
+    headers.insert("x-trestle-plan", header_value(&info.plan));
+    headers.insert(
+        "x-trestle-examined",
+        header_value(&info.examined.to_string()),
+    );
     if let Some(token) = info.continuation_token {
         let headers = response.headers_mut();
         headers.insert("x-ms-continuation-nextpartitionkey", header_value(&token));

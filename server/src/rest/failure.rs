@@ -17,7 +17,7 @@ use crate::storage::StorageError;
 /// What a request failed with: Azure's code, an HTTP status and a message (capped as gRPC's are),
 /// and whether the connection closes after the answer (a body left unread).
 #[derive(Debug)]
-pub(super) struct Failure {
+pub(crate) struct Failure {
     pub(super) status: StatusCode,
     pub(super) code: ErrorCode,
     pub(super) message: String,
@@ -26,7 +26,7 @@ pub(super) struct Failure {
 
 impl Failure {
     /// `code` with the HTTP status Azure answers it with.
-    pub(super) fn of(code: ErrorCode, message: impl Into<String>) -> Failure {
+    pub(crate) fn of(code: ErrorCode, message: impl Into<String>) -> Failure {
         Failure::new(status_of(code), code, message)
     }
 
@@ -139,7 +139,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
 
 /// Azure's error answer: its JSON body, `x-ms-error-code`, and `Connection: close` when the
 /// request's body was left unread.
-pub(super) fn error_response(metadata: Metadata, failure: Failure) -> Response {
+pub(crate) fn error_response(metadata: Metadata, failure: Failure) -> Response {
     let body = json!({
         "odata.error": {
             "code": failure.code.as_str(),

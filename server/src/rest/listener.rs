@@ -28,20 +28,7 @@ pub(crate) fn start(
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     tracing::info!(rest_endpoint = %listener.local_addr()?, tls = acceptor.is_some(), "serving the Azure Table REST endpoint");
-    let keys = AccountKeys::of(&authenticator);
-    let app = axum::Router::new().fallback(handle).with_state(RestApi {
-        executor,
-        authenticator,
-        keys,
-        bodies: BodyLimits::new(
-            limits.max_message_bytes.min(body::AZURE_MAX_BODY_BYTES),
-            limits.rest_body_buffer_bytes,
-            limits.body_timeout,
-        ),
-        max_clock_skew: limits.max_clock_skew,
-        scheme: if acceptor.is_some() { "https" } else { "http" },
-        keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
-    });
+    let app = app(executor, authenticator, limits, acceptor.is_some());
     let connections = Connections::new(
         limits.max_connections,
         ConnectionTimeouts {
@@ -52,4 +39,28 @@ pub(crate) fn start(
     let tls = acceptor.map(|acceptor| (acceptor, limits.handshake_timeout));
     let server = HttpServer::start("rest", listener, connections, tls, app);
     Ok(Some(server))
+}
+
+/// The endpoint's app: every request through [`handle`], within `limits`' body bounds; `secure`
+/// when its answers' links are `https`. The console serves the same app under `/api`.
+pub(crate) fn app(
+    executor: Executor,
+    authenticator: Authenticator,
+    limits: &Limits,
+    secure: bool,
+) -> axum::Router {
+    let keys = AccountKeys::of(&authenticator);
+    axum::Router::new().fallback(handle).with_state(RestApi {
+        executor,
+        authenticator,
+        keys,
+        bodies: BodyLimits::new(
+            limits.max_message_bytes.min(body::AZURE_MAX_BODY_BYTES),
+            limits.rest_body_buffer_bytes,
+            limits.body_timeout,
+        ),
+        max_clock_skew: limits.max_clock_skew,
+        scheme: if secure { "https" } else { "http" },
+        keep_alive: header_value(&format!("timeout={}", limits.idle_timeout.as_secs())),
+    })
 }

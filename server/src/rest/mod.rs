@@ -23,9 +23,9 @@ mod batch;
 mod body;
 mod cors;
 mod entities;
-mod failure;
+pub(crate) mod failure;
 mod listener;
-mod odata;
+pub(crate) mod odata;
 mod paths;
 mod reply;
 mod request;
@@ -38,7 +38,7 @@ mod tls;
 mod version;
 mod xml;
 
-pub(crate) use self::listener::start;
+pub(crate) use self::listener::{app, start};
 
 use axum::response::Response;
 use http::Method;
