@@ -31,6 +31,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
+use tracing::Instrument;
 
 use crate::across::{CrossCommit, TableEntityKey};
 use crate::admission::{Credential, StreamPermit, StreamRefusal, Streams};
@@ -43,6 +44,7 @@ use crate::query::aggregate::{AggregateSpec, Aggregator, Group};
 use crate::query::order::{OrderBy, TopK, MAX_SORTED_MATCHES};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Ticket};
+use crate::traces;
 
 /// How many times a commit across partitions runs inline on a local store before it waits for a
 /// busy partition on the blocking pool. Its partitions are held only by work running inline on
@@ -173,7 +175,8 @@ impl Executor {
         if self.engine.calls_are_local() {
             for attempt in 1..=attempts {
                 let inline = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    op(&self.engine, input, Waiting::NotAllowed)
+                    let store = traces::store_span("inline");
+                    store.in_scope(|| op(&self.engine, input, Waiting::NotAllowed))
                 }));
                 match finish(inline.map_err(drop))? {
                     Attempt::Done(value) => return Ok(value),
@@ -201,17 +204,22 @@ impl Executor {
         R: Send + 'static,
         F: FnOnce(&EntityView<'_>) -> Result<R, StorageError> + Send + 'static,
     {
-        let awaited = (table.clone(), key.clone(), select.clone());
-        let partition = [key.partition_key.clone()];
-        let read = self.awaited_or_short(
-            read,
-            move |engine, read| async move {
-                let (table, key, select) = awaited;
-                engine.get_awaited(&table, &key, &select, read).await
-            },
-            move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
-        );
-        self.settled(read.await?, Some(&partition)).await
+        let span = traces::engine_span("get", &table);
+        async move {
+            let awaited = (table.clone(), key.clone(), select.clone());
+            let partition = [key.partition_key.clone()];
+            let read = self.awaited_or_short(
+                read,
+                move |engine, read| async move {
+                    let (table, key, select) = awaited;
+                    engine.get_awaited(&table, &key, &select, read).await
+                },
+                move |engine, read, waiting| engine.get(&table, &key, &select, read, waiting),
+            );
+            self.settled(read.await?, Some(&partition)).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// Reads many keys at one instant ([`Engine::get_many`]): awaited where the store serves such
@@ -226,18 +234,24 @@ impl Executor {
         R: Send + 'static,
         F: Fn(&EntityView<'_>) -> Result<R, StorageError> + Send + Sync + Clone + 'static,
     {
-        let (awaited_select, awaited_read) = (select.clone(), read.clone());
-        let partitions: Vec<String> = keys.iter().map(|k| k.key.partition_key.clone()).collect();
-        let read = self.awaited_or_short(
-            keys,
-            move |engine, keys| async move {
-                engine
-                    .get_many_awaited(keys, &awaited_select, awaited_read)
-                    .await
-            },
-            move |engine, keys, waiting| engine.get_many(keys, &select, &read, waiting),
-        );
-        self.settled(read.await?, Some(&partitions)).await
+        let span = traces::engine_span("get_many", "");
+        async move {
+            let (awaited_select, awaited_read) = (select.clone(), read.clone());
+            let partitions: Vec<String> =
+                keys.iter().map(|k| k.key.partition_key.clone()).collect();
+            let read = self.awaited_or_short(
+                keys,
+                move |engine, keys| async move {
+                    engine
+                        .get_many_awaited(keys, &awaited_select, awaited_read)
+                        .await
+                },
+                move |engine, keys, waiting| engine.get_many(keys, &select, &read, waiting),
+            );
+            self.settled(read.await?, Some(&partitions)).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// Reads one page of a query into `sink` ([`Engine::query`]): awaited where the store serves
@@ -252,32 +266,38 @@ impl Executor {
     where
         S: MatchSink + Send + 'static,
     {
-        if !spec.order_by.is_empty() {
-            return self.query_sorted(table, spec, continuation, sink).await;
+        let span = traces::engine_span("query", &table);
+        async move {
+            if !spec.order_by.is_empty() {
+                return self.query_sorted(table, spec, continuation, sink).await;
+            }
+            let awaited = (table.clone(), continuation.clone());
+            // A page of one partition's rows read in key order has read nothing else.
+            let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty())
+            {
+                (Some(partition), true) => Some([partition.clone()]),
+                _ => None,
+            };
+            let read = self.awaited_or_blocking(
+                (spec, sink),
+                |engine, (spec, mut sink)| async move {
+                    let (table, continuation) = awaited;
+                    let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
+                    Ok(match page.await? {
+                        Attempt::Done(page) => Attempt::Done((page, sink)),
+                        Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
+                    })
+                },
+                move |engine, (spec, mut sink)| {
+                    let page = engine.query(&table, spec, &continuation, &mut sink)?;
+                    Ok((page, sink))
+                },
+            );
+            self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
+                .await
         }
-        let awaited = (table.clone(), continuation.clone());
-        // A page of one partition's rows read in key order has read nothing else.
-        let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty()) {
-            (Some(partition), true) => Some([partition.clone()]),
-            _ => None,
-        };
-        let read = self.awaited_or_blocking(
-            (spec, sink),
-            |engine, (spec, mut sink)| async move {
-                let (table, continuation) = awaited;
-                let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
-                Ok(match page.await? {
-                    Attempt::Done(page) => Attempt::Done((page, sink)),
-                    Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
-                })
-            },
-            move |engine, (spec, mut sink)| {
-                let page = engine.query(&table, spec, &continuation, &mut sink)?;
-                Ok((page, sink))
-            },
-        );
-        self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
-            .await
+        .instrument(span)
+        .await
     }
 
     /// A page of a sorted query ([`crate::query::order`]): its scan read to the end a chunk at a
@@ -336,15 +356,20 @@ impl Executor {
         spec: QuerySpec,
         continuation: String,
     ) -> Result<ScanCursor, WorkError> {
-        let awaited = (table.clone(), continuation.clone());
-        self.awaited_or_blocking(
-            spec,
-            |engine, spec| async move {
-                let (table, continuation) = awaited;
-                engine.open_scan_awaited(&table, spec, &continuation).await
-            },
-            move |engine, spec| engine.open_scan(&table, spec, &continuation),
-        )
+        let span = traces::engine_span("open_scan", &table);
+        async move {
+            let awaited = (table.clone(), continuation.clone());
+            self.awaited_or_blocking(
+                spec,
+                |engine, spec| async move {
+                    let (table, continuation) = awaited;
+                    engine.open_scan_awaited(&table, spec, &continuation).await
+                },
+                move |engine, spec| engine.open_scan(&table, spec, &continuation),
+            )
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -357,11 +382,16 @@ impl Executor {
         mut spec: QuerySpec,
         continuation: String,
     ) -> Result<u64, WorkError> {
-        spec.select.clear();
-        let (_, counter) = self
-            .read_to_end(table, spec, continuation, Counter(0))
-            .await?;
-        Ok(counter.0)
+        let span = traces::engine_span("count", &table);
+        async move {
+            spec.select.clear();
+            let (_, counter) = self
+                .read_to_end(table, spec, continuation, Counter(0))
+                .await?;
+            Ok(counter.0)
+        }
+        .instrument(span)
+        .await
     }
 
     /// Aggregates the matches of a query ([`Aggregator`]) as [`Executor::count`] counts them: its
@@ -375,20 +405,25 @@ impl Executor {
         continuation: String,
         aggregate: AggregateSpec,
     ) -> Result<Aggregated, WorkError> {
-        spec.select = aggregate.properties();
-        let sink = Aggregating {
-            aggregator: Aggregator::new(aggregate),
-            refused: None,
-        };
-        let (cursor, sink) = self.read_to_end(table, spec, continuation, sink).await?;
-        if let Some(refused) = sink.refused {
-            return Err(TableError::Invalid(refused).into());
+        let span = traces::engine_span("aggregate", &table);
+        async move {
+            spec.select = aggregate.properties();
+            let sink = Aggregating {
+                aggregator: Aggregator::new(aggregate),
+                refused: None,
+            };
+            let (cursor, sink) = self.read_to_end(table, spec, continuation, sink).await?;
+            if let Some(refused) = sink.refused {
+                return Err(TableError::Invalid(refused).into());
+            }
+            Ok(Aggregated {
+                groups: sink.aggregator.finish(),
+                plan: cursor.plan_name(),
+                examined: cursor.examined(),
+            })
         }
-        Ok(Aggregated {
-            groups: sink.aggregator.finish(),
-            plan: cursor.plan_name(),
-            examined: cursor.examined(),
-        })
+        .instrument(span)
+        .await
     }
 
     /// Reads a query's scan to its end into `sink` a chunk at a time ([`Executor::read_chunk`]),
@@ -439,22 +474,27 @@ impl Executor {
     where
         S: MatchSink + Send + 'static,
     {
-        let read = self.awaited_or_blocking(
-            (cursor, sink),
-            move |engine, (mut cursor, mut sink)| async move {
-                let mut on_match = |entity: &EntityView<'_>| sink.take(entity);
-                let read = engine.read_chunk_awaited(&mut cursor, byte_budget, &mut on_match);
-                Ok(match read.await? {
-                    Some(more) => Attempt::Done((cursor, sink, more)),
-                    None => Attempt::WouldWait((cursor, sink)),
-                })
-            },
-            move |_, (mut cursor, mut sink)| {
-                let more = cursor.read_chunk(byte_budget, &mut |entity| sink.take(entity))?;
-                Ok((cursor, sink, more))
-            },
-        );
-        self.settled(read.await?, None).await
+        let span = traces::engine_span("read_chunk", "");
+        async move {
+            let read = self.awaited_or_blocking(
+                (cursor, sink),
+                move |engine, (mut cursor, mut sink)| async move {
+                    let mut on_match = |entity: &EntityView<'_>| sink.take(entity);
+                    let read = engine.read_chunk_awaited(&mut cursor, byte_budget, &mut on_match);
+                    Ok(match read.await? {
+                        Some(more) => Attempt::Done((cursor, sink, more)),
+                        None => Attempt::WouldWait((cursor, sink)),
+                    })
+                },
+                move |_, (mut cursor, mut sink)| {
+                    let more = cursor.read_chunk(byte_budget, &mut |entity| sink.take(entity))?;
+                    Ok((cursor, sink, more))
+                },
+            );
+            self.settled(read.await?, None).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// Applies one write ([`Engine::write`]): awaited where the store can commit it so, else in
@@ -464,12 +504,17 @@ impl Executor {
         table: String,
         operation: Operation,
     ) -> Result<Pending<Option<StoredEntity>>, WorkError> {
-        let awaited = table.clone();
-        self.awaited_or_short(
-            operation,
-            move |engine, operation| async move { engine.write_awaited(&awaited, operation).await },
-            move |engine, operation, waiting| engine.write(&table, operation, waiting),
-        )
+        let span = traces::engine_span("write", &table);
+        async move {
+            let awaited = table.clone();
+            self.awaited_or_short(
+                operation,
+                move |engine, operation| async move { engine.write_awaited(&awaited, operation).await },
+                move |engine, operation, waiting| engine.write(&table, operation, waiting),
+            )
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -482,19 +527,24 @@ impl Executor {
         operations: Vec<Operation>,
         request_bytes: usize,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
-        let awaited = (table.clone(), partition_key.clone());
-        self.awaited_or_short(
-            operations,
-            move |engine, operations| async move {
-                let (table, partition_key) = awaited;
-                let commit =
-                    engine.transact_awaited(&table, &partition_key, operations, request_bytes);
-                commit.await
-            },
-            move |engine, operations, waiting| {
-                engine.transact(&table, &partition_key, operations, request_bytes, waiting)
-            },
-        )
+        let span = traces::engine_span("transact", &table);
+        async move {
+            let awaited = (table.clone(), partition_key.clone());
+            self.awaited_or_short(
+                operations,
+                move |engine, operations| async move {
+                    let (table, partition_key) = awaited;
+                    let commit =
+                        engine.transact_awaited(&table, &partition_key, operations, request_bytes);
+                    commit.await
+                },
+                move |engine, operations, waiting| {
+                    engine.transact(&table, &partition_key, operations, request_bytes, waiting)
+                },
+            )
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -506,20 +556,25 @@ impl Executor {
         &self,
         commit: CrossCommit,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
-        let commit = match self
-            .awaited_first(commit, |engine, commit| async move {
-                engine.commit_across_awaited(commit).await
-            })
-            .await?
-        {
-            Attempt::Done(pending) => return Ok(pending),
-            Attempt::WouldWait(commit) => commit,
-        };
-        self.short_attempts(
-            commit,
-            |engine, commit, waiting| engine.commit_across(commit, waiting),
-            ACROSS_INLINE_ATTEMPTS,
-        )
+        let span = traces::engine_span("transact_across", "");
+        async move {
+            let commit = match self
+                .awaited_first(commit, |engine, commit| async move {
+                    engine.commit_across_awaited(commit).await
+                })
+                .await?
+            {
+                Attempt::Done(pending) => return Ok(pending),
+                Attempt::WouldWait(commit) => commit,
+            };
+            self.short_attempts(
+                commit,
+                |engine, commit, waiting| engine.commit_across(commit, waiting),
+                ACROSS_INLINE_ATTEMPTS,
+            )
+            .await
+        }
+        .instrument(span)
         .await
     }
 
@@ -559,7 +614,8 @@ impl Executor {
         if !self.engine.serves_awaited() {
             return Ok(Attempt::WouldWait(input));
         }
-        let attempt = AssertUnwindSafe(awaited(self.engine.clone(), input))
+        let store = traces::store_span("awaited");
+        let attempt = AssertUnwindSafe(awaited(self.engine.clone(), input).instrument(store))
             .catch_unwind()
             .await;
         finish(attempt.map_err(drop))
@@ -584,7 +640,8 @@ impl Executor {
         F: FnOnce(&Engine, I) -> Result<T, TableError> + Send + 'static,
     {
         let input = if self.engine.serves_awaited() {
-            let task = tokio::spawn(awaited(self.engine.clone(), input));
+            let store = traces::store_span("awaited");
+            let task = tokio::spawn(awaited(self.engine.clone(), input).instrument(store));
             match finish(task.await.map_err(drop))? {
                 Attempt::Done(value) => return Ok(value),
                 Attempt::WouldWait(input) => input,
@@ -602,7 +659,8 @@ impl Executor {
         F: FnOnce(&Engine) -> Result<T, TableError> + Send + 'static,
     {
         let engine = self.engine.clone();
-        let outcome = tokio::task::spawn_blocking(move || op(&engine)).await;
+        let store = traces::store_span("blocking");
+        let outcome = tokio::task::spawn_blocking(move || store.in_scope(|| op(&engine))).await;
         finish(outcome.map_err(drop))
     }
 

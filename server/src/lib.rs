@@ -40,6 +40,7 @@ mod shutdown;
 mod startup;
 pub mod storage;
 pub mod telemetry;
+pub mod traces;
 pub mod transaction;
 
 use std::future::Future;
@@ -85,6 +86,11 @@ pub async fn serve(
     config.authenticator.start().await?;
     if config.authenticator.is_open() {
         tracing::warn!(%addr, "OPEN MODE: no key file, every request has full access; fine for local development only");
+    }
+    // Before the store opens, so that every use of it is counted (a connection lent before
+    // would be returned uncounted).
+    if config.metrics_listen.is_some() || config.console_listen.is_some() {
+        telemetry::install().map_err(std::io::Error::other)?;
     }
     let engine = {
         let store = config.store.clone();

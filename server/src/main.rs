@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 use trestle_proto::access::{self, Grant, KeyBounds, KeyRing, Permissions};
 use trestle_server::config::{file, Command, LogFormat, ServeArgs, TokenArgs};
-use trestle_server::{backup, Args};
+use trestle_server::{backup, traces, Args};
 
 /// glibc's allocator spent about 40% of the server's CPU on 100-insert transactions (profiled with
 /// `perf`); mimalloc's thread-local free lists remove most of that.
@@ -170,14 +170,61 @@ fn prefer_small_pages() {
 }
 
 async fn run(args: ServeArgs) -> ExitCode {
-    let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    match args.log_format {
-        LogFormat::Text => subscriber.init(),
-        LogFormat::Json => subscriber.json().init(),
+    let exporting = match set_up_logs_and_traces(&args) {
+        Ok(exporting) => exporting,
+        Err(error) => {
+            tracing::error!(%error, "cannot export traces");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = serve_until_stopped(args).await;
+    if let Some(exporting) = exporting {
+        let _ = tokio::task::spawn_blocking(move || exporting.shutdown()).await;
     }
+    served
+}
+
+/// The log (`--log-level`, `--log-format`) and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the
+/// export of the request spans ([`traces`]): the log never shows those spans, and without the
+/// variable nothing makes them.
+fn set_up_logs_and_traces(args: &ServeArgs) -> Result<Option<traces::Exporting>, String> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let quiet_spans = format!("{}=off", traces::TARGET);
+    let filter = EnvFilter::try_new(format!("{},{quiet_spans}", args.log_level))
+        .unwrap_or_else(|_| EnvFilter::new(format!("info,{quiet_spans}")));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let log = match args.log_format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_filter(filter)
+            .boxed(),
+    };
+    let subscriber = tracing_subscriber::registry().with(log);
+    match traces::otlp_layer() {
+        Ok(Some((export, exporting))) => {
+            subscriber.with(export).init();
+            let endpoint = std::env::var(traces::ENDPOINT_VARIABLE).unwrap_or_default();
+            tracing::info!(%endpoint, "exporting traces over OTLP");
+            Ok(Some(exporting))
+        }
+        Ok(None) => {
+            subscriber.init();
+            Ok(None)
+        }
+        Err(error) => {
+            subscriber.init();
+            Err(error)
+        }
+    }
+}
+
+async fn serve_until_stopped(args: ServeArgs) -> ExitCode {
     let mut config = match args.config() {
         Ok(config) => config,
         Err(error) => {

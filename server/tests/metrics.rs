@@ -245,7 +245,8 @@ async fn until(addr: &str, name: &str, labels: &[&str], value: f64) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    panic!("{name}{labels:?} never became {value}");
+    let last = sample(&scrape(addr).await, name, labels);
+    panic!("{name}{labels:?} never became {value}: {last}");
 }
 
 async fn background_work_and_open_streams(client: &mut support::Client, metrics: &str) {

@@ -17,7 +17,8 @@ use tonic::{Code, Status};
 use super::status;
 use crate::connections::{ConnectionInfo, OpenCall};
 use crate::error::ErrorCode;
-use crate::telemetry;
+use crate::{telemetry, traces};
+use tracing::Instrument;
 
 /// The layer that wraps every service of the server in [`Edge`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,8 +58,9 @@ where
         let operation = operation_label(path);
         let started = std::time::Instant::now();
         telemetry::begun("grpc");
-        let response = self.inner.call(request);
-        Box::pin(async move {
+        let span = traces::request_span("grpc", operation, request.headers());
+        let response = span.in_scope(|| self.inner.call(request));
+        let answered = async move {
             let response = map_refusal(response.await?);
             // A refusal comes as a head alone, with its status; an answer's status follows its
             // body (`OK` unless a stream fails later).
@@ -81,7 +83,8 @@ where
                 }),
                 _ => body,
             }))
-        })
+        };
+        Box::pin(answered.instrument(span))
     }
 }
 

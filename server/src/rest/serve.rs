@@ -8,6 +8,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
 use http::{HeaderMap, Method, Uri};
+use tracing::Instrument;
 
 use super::failure::{error_response, Failure};
 use super::reply::{header_value, request_id};
@@ -25,12 +26,27 @@ pub(super) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = std::time::Instant::now();
-    // Named only when metrics are kept: no path parsed twice otherwise.
-    let operation = match crate::telemetry::enabled() {
+    // Named only when metrics are kept or spans exported: no path parsed twice otherwise.
+    let operation = match crate::telemetry::enabled() || crate::traces::enabled() {
         true => operation_name(&method, uri.path()),
         false => crate::telemetry::OTHER,
     };
+    let span = crate::traces::request_span("rest", operation, &headers);
+    let answer = answer(api, peer, operation, method, uri, headers, body);
+    answer.instrument(span).await
+}
+
+/// [`handle`]'s answer to the request it named `operation`.
+async fn answer(
+    api: RestApi,
+    peer: Peer,
+    operation: &'static str,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = std::time::Instant::now();
     crate::telemetry::begun("rest");
     let mut request = Request {
         peer: peer.address.ip(),

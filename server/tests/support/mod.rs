@@ -41,7 +41,13 @@ impl ServerProcess {
     /// Starts the binary on `data_dir` with `extra` flags, and reads the address it bound from its
     /// log.
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> ServerProcess {
+        ServerProcess::start_with_env(data_dir, extra, &[])
+    }
+
+    /// [`ServerProcess::start_with`] with `env` in the server's environment.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let mut child = command(data_dir, extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
