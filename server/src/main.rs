@@ -1,5 +1,6 @@
 //! The `trestle-server` binary: parse flags, set up logging, serve until SIGINT or SIGTERM; or
-//! run one of its tools (`keygen`, `token`, `connection-string`, `backup`, `restore`).
+//! run one of its tools (`config`, `probe`, `keygen`, `token`, `connection-string`, `backup`,
+//! `restore`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
             Ok((args, effective)) => print_config(&args.serve, &effective),
             Err(code) => return code,
         },
+        Some(Command::Probe { url }) => probe(&url),
         Some(Command::Keygen { out }) => keygen(&out),
         Some(Command::Token(token_args)) => token(&token_args),
         Some(Command::ConnectionString { key_file, endpoint }) => {
@@ -76,6 +78,44 @@ fn flags_of_config(flags: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 fn print_config(serve: &ServeArgs, effective: &file::Effective) -> Result<(), String> {
     serve.config().map_err(|e| e.to_string())?;
     write!(std::io::stdout(), "{}", effective.to_toml()).map_err(|e| e.to_string())
+}
+
+/// How long `probe` waits for the server to connect and answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Asks the probe at `url` (`http://host:port/path`): `Ok` on `200`, else what it answered.
+fn probe(url: &str) -> Result<(), String> {
+    use std::io::Read;
+    use std::net::ToSocketAddrs;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: a probe URL is http://host:port/path"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let address = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("{authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority}: no address"))?;
+    let mut socket = std::net::TcpStream::connect_timeout(&address, PROBE_TIMEOUT)
+        .map_err(|e| format!("{address}: {e}"))?;
+    socket
+        .set_read_timeout(Some(PROBE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    socket
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("{address}: {e}"))?;
+    let mut answer = Vec::new();
+    let _ = socket.take(4096).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or("no answer");
+    if status.split_whitespace().nth(1) == Some("200") {
+        Ok(())
+    } else {
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").trim();
+        Err(format!("{url}: {status} {body}"))
+    }
 }
 
 /// Writes a new key file, readable by its owner only, never over an existing file.

@@ -41,7 +41,23 @@ async fn probes_follow_the_store_through_a_postgres_outage() {
     assert_eq!(probe(&health, "/healthz").await, 200);
     assert_eq!(probe(&health, "/readyz").await, 200);
     assert_eq!(probe(&health, "/elsewhere").await, 404);
+    // `trestle-server probe`, a container's HEALTHCHECK: exit 0 on 200 only.
+    let probe_tool = |path: &str| {
+        let url = format!("http://{health}{path}");
+        tokio::task::block_in_place(|| support::run_tool(&["probe", &url]))
+    };
+    let (ready, _, _) = probe_tool("/readyz");
+    assert!(ready.success());
+    let (elsewhere, _, said) = probe_tool("/elsewhere");
+    assert!(!elsewhere.success());
+    assert!(said.contains("404"), "{said}");
     embedded.kill_9();
+    let (gone, _, said) = probe_tool("/readyz");
+    assert!(!gone.success(), "a server that is gone is not healthy");
+    assert!(said.contains("trestle-server:"), "{said}");
+    let (bad, _, said) = tokio::task::block_in_place(|| support::run_tool(&["probe", "ftp://x/"]));
+    assert!(!bad.success());
+    assert!(said.contains("http://host:port/path"), "{said}");
 
     let Some(cluster) = tokio::task::block_in_place(postgres_cluster::Postgres::start) else {
         return;
@@ -53,6 +69,10 @@ async fn probes_follow_the_store_through_a_postgres_outage() {
     assert_eq!(probe(&health, "/readyz").await, 200);
     tokio::task::block_in_place(|| cluster.kill());
     until(&health, "/readyz", 503, Duration::from_secs(15)).await;
+    let url = format!("http://{health}/readyz");
+    let (down, _, said) = tokio::task::block_in_place(|| support::run_tool(&["probe", &url]));
+    assert!(!down.success(), "not ready while the store is down");
+    assert!(said.contains("503"), "{said}");
     assert_eq!(
         probe(&health, "/healthz").await,
         200,

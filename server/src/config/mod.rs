@@ -225,6 +225,13 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         flags: Vec<std::ffi::OsString>,
     },
+    /// Ask an HTTP probe of a server (`--health-listen`) and exit 0 only if it answers 200: a
+    /// container's `HEALTHCHECK` with nothing but this binary in the image.
+    Probe {
+        /// The probe's URL (`http://127.0.0.1:8081/readyz`).
+        #[arg(default_value = "http://127.0.0.1:8081/readyz")]
+        url: String,
+    },
     /// Write a new key file (one random account key) readable only by its owner.
     Keygen {
         /// The file to create; an existing file is never overwritten.
