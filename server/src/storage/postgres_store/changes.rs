@@ -11,6 +11,12 @@
 //! at the locks: the horizon is also below every transaction running at the snapshot that is gone
 //! from the locks, and below the snapshot's `xmax` (ids taken later are above it). A transaction
 //! that writes no record of the table, however long it runs, keeps no reader of it waiting.
+//!
+//! The horizon pairs a transaction's table lock with its id by the session holding both (its
+//! `pid`), never by `virtualtransaction`: `pg_locks` reads each lock's virtual transaction id
+//! from the session as it reads the lock, and a committing session clears it between its
+//! locks, so a transaction visible to no reader yet showed as two, one holding the lock without
+//! an id and one with an id but no lock, and the horizon passed it.
 
 use postgres::types::ToSql;
 

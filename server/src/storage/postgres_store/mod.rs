@@ -166,7 +166,7 @@ BEGIN
                 xmax + ((min(transactionid::text::int8) FILTER (WHERE locktype = 'transactionid'
                     AND mode = 'ExclusiveLock' AND granted) - xmax % 4294967296 + 6442450944)
                     % 4294967296 - 2147483648) AS xid
-          FROM pg_locks GROUP BY virtualtransaction) v;
+          FROM pg_locks GROUP BY coalesce(pid::text, virtualtransaction)) v;
     SELECT min(x::text::int8) INTO ended FROM pg_snapshot_xip(snapshot) AS x
         WHERE x::text::int8 <> ALL (coalesce(running, '{}'));
     RETURN LEAST(xmax, holders, ended);
