@@ -3,7 +3,7 @@
 /// `Arc`, but we use a LOT of `Arc`'s, so the extra 8 bytes
 /// turn into a huge overhead.
 use std::{
-    alloc::{alloc, alloc_zeroed, dealloc, Layout},
+    alloc::{alloc, dealloc, Layout},
     convert::TryFrom,
     fmt::{self, Debug},
     mem,
@@ -44,7 +44,25 @@ impl<T> Arc<T> {
     // See std::sync::arc::Arc::copy_from_slice,
     // "Unsafe because the caller must either take ownership or bind `T: Copy`"
     unsafe fn copy_from_slice(s: &[T]) -> Arc<[T]> {
-        let (ptr, data_ptr) = Arc::<[T]>::allocate_slice(s.len(), false);
+        let align =
+            std::cmp::max(mem::align_of::<T>(), mem::align_of::<AtomicUsize>());
+
+        let rc_width = std::cmp::max(align, mem::size_of::<AtomicUsize>());
+        let data_width = mem::size_of::<T>().checked_mul(s.len()).unwrap();
+
+        let size_unpadded = rc_width.checked_add(data_width).unwrap();
+        // Pad size out to alignment
+        let size_padded = (size_unpadded + align - 1) & !(align - 1);
+
+        let layout = Layout::from_size_align(size_padded, align).unwrap();
+
+        let ptr = alloc(layout);
+
+        assert!(!ptr.is_null(), "failed to allocate Arc");
+        #[allow(clippy::cast_ptr_alignment)]
+        ptr::write(ptr as _, AtomicUsize::new(1));
+
+        let data_ptr = ptr.add(rc_width);
         ptr::copy_nonoverlapping(s.as_ptr(), data_ptr as _, s.len());
 
         let fat_ptr: *const ArcInner<[T]> = Arc::fatten(ptr, s.len());
@@ -80,46 +98,6 @@ impl<T> Arc<T> {
         let sub_ptr = (ptr as *const u8).sub(rc_width) as *mut ArcInner<T>;
 
         Arc { ptr: sub_ptr }
-    }
-}
-
-impl<T> Arc<[T]> {
-    /// Trestle: allocates an `ArcInner<[T]>` of `len` elements, its count
-    /// set to 1 and its elements zeroed if `zeroed`, else unset; the
-    /// allocation and its elements' start.
-    unsafe fn allocate_slice(len: usize, zeroed: bool) -> (*mut u8, *mut u8) {
-        let align =
-            std::cmp::max(mem::align_of::<T>(), mem::align_of::<AtomicUsize>());
-
-        let rc_width = std::cmp::max(align, mem::size_of::<AtomicUsize>());
-        let data_width = mem::size_of::<T>().checked_mul(len).unwrap();
-
-        let size_unpadded = rc_width.checked_add(data_width).unwrap();
-        // Pad size out to alignment
-        let size_padded = (size_unpadded + align - 1) & !(align - 1);
-
-        let layout = Layout::from_size_align(size_padded, align).unwrap();
-
-        let ptr = if zeroed { alloc_zeroed(layout) } else { alloc(layout) };
-
-        assert!(!ptr.is_null(), "failed to allocate Arc");
-        #[allow(clippy::cast_ptr_alignment)]
-        ptr::write(ptr as _, AtomicUsize::new(1));
-
-        (ptr, ptr.add(rc_width))
-    }
-}
-
-impl Arc<[u8]> {
-    /// Trestle: `len` zero bytes, to fill in place through [`Arc::get_mut`]
-    /// (a page read from the log is read straight into the buffer its node
-    /// keeps, instead of into a vector copied afterwards).
-    pub fn zeroed(len: usize) -> Arc<[u8]> {
-        unsafe {
-            let (ptr, _) = Arc::<[u8]>::allocate_slice(len, true);
-            let fat_ptr: *const ArcInner<[u8]> = Arc::fatten(ptr, len);
-            Arc { ptr: fat_ptr as *mut _ }
-        }
     }
 }
 

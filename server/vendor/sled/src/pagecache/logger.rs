@@ -821,11 +821,9 @@ fn decode_message<R: ReadAt>(
     // Trestle: the body in the buffer a node read from it will share.
     let buf = if header_len > len_after {
         // we have to read more data from disk
-        let mut buf = Arc::<[u8]>::zeroed(header_len);
-        let filling =
-            Arc::get_mut(&mut buf).expect("a new buffer is not shared");
-        file.pread_exact(filling, lid + message_offset as LogOffset)?;
-        buf
+        let mut body = vec![0; header_len];
+        file.pread_exact(&mut body, lid + message_offset as LogOffset)?;
+        Arc::from(&body[..])
     } else {
         // we already read this data in the initial read
         Arc::from(&header_cursor[..header_len])

@@ -531,25 +531,17 @@ impl Page {
     }
 }
 
-/// Trestle: the messages (a base and its links) from which a page read from
-/// the log is written back whole in one message.
-const PAGE_IN_CONSOLIDATION_THRESHOLD: usize = 2;
-
 /// Trestle: pages whose retirement flushes the thread's garbage at once.
 const LARGE_PAGE_BYTES: u64 = 256 * 1024;
 
-/// Trestle: retires `page`, which no new reader can reach, as `defer_destroy` does; a large page
-/// also flushes the thread's bag of deferred destructions to the global queue, where the next
-/// collection frees it. Upstream leaves it in the thread's bag until 64 more are deferred there, so
-/// each thread kept up to 63 old versions of its pages: with leaves of 1 MiB entities (up to 16 MiB
-/// a leaf, copied on every write) that was hundreds of MiB per thread, still held when it idled.
-///
-/// # Safety
-/// As `Guard::defer_destroy`: `page` is unreachable by readers pinned after this call.
-unsafe fn retire(guard: &Guard, page: Shared<'_, Page>) {
-    let large = page.deref().cache_size() > LARGE_PAGE_BYTES;
-    guard.defer_destroy(page);
-    if large {
+/// Trestle: called after a page of `retired_size` (its [`Page::cache_size`]) is retired with
+/// `defer_destroy`: a large page also flushes the thread's bag of deferred destructions to the
+/// global queue, where the next collection frees it. Upstream leaves it in the thread's bag until
+/// 64 more are deferred there, so each thread kept up to 63 old versions of its pages: with leaves
+/// of 1 MiB entities (up to 16 MiB a leaf, copied on every write) that was hundreds of MiB per
+/// thread, still held when it idled.
+fn flush_if_large(guard: &Guard, retired_size: u64) {
+    if retired_size > LARGE_PAGE_BYTES {
         guard.flush();
     }
 }
@@ -1136,6 +1128,7 @@ impl PageCache {
             let mut page_ptr = new_page.take().unwrap();
             page_ptr.cache_infos = new_cache_infos;
 
+            let new_page_size = page_ptr.cache_size();
             debug_delay();
             let result =
                 old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
@@ -1144,9 +1137,11 @@ impl PageCache {
                 Ok(new_shared) => {
                     trace!("link of pid {} succeeded", pid);
 
+                    let retired_size = old.cache_size();
                     unsafe {
-                        retire(guard, old.read);
+                        guard.defer_destroy(old.read);
                     }
+                    flush_if_large(guard, retired_size);
 
                     assert_ne!(old.last_lsn(), 0);
 
@@ -1160,8 +1155,7 @@ impl PageCache {
                     log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().cache_size() };
+                    let total_page_size = new_page_size;
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1327,6 +1321,7 @@ impl PageCache {
                     vec![cache_info],
                 ));
 
+                let new_page_size = new_page.cache_size();
                 debug_delay();
                 let result = page_view.entry.compare_and_set(
                     page_view.read,
@@ -1336,9 +1331,11 @@ impl PageCache {
                 );
 
                 if let Ok(new_shared) = result {
+                    let retired_size = page_view.cache_size();
                     unsafe {
-                        retire(guard, page_view.read);
+                        guard.defer_destroy(page_view.read);
                     }
+                    flush_if_large(guard, retired_size);
 
                     let lsn = log_reservation.lsn();
 
@@ -1356,8 +1353,7 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().cache_size() };
+                    let total_page_size = new_page_size;
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1568,15 +1564,18 @@ impl PageCache {
 
             page_ptr.cache_infos = vec![cache_info];
 
+            let new_page_size = page_ptr.cache_size();
             debug_delay();
             let result =
                 old.entry.compare_and_set(old.read, page_ptr, SeqCst, guard);
 
             match result {
                 Ok(new_shared) => {
+                    let retired_size = old.cache_size();
                     unsafe {
-                        retire(guard, old.read);
+                        guard.defer_destroy(old.read);
                     }
+                    flush_if_large(guard, retired_size);
 
                     trace!("cas_page succeeded on pid {}", pid);
                     self.log.iobufs.sa_mark_replace(
@@ -1593,8 +1592,7 @@ impl PageCache {
                     let _pointer = log_reservation.complete()?;
 
                     // possibly evict an item now that our cache has grown
-                    let total_page_size =
-                        unsafe { new_shared.deref().cache_size() };
+                    let total_page_size = new_page_size;
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1789,21 +1787,12 @@ impl PageCache {
         updates.truncate(1);
         let base = updates.pop().unwrap();
 
-        // Trestle: a page read from several messages is written back
-        // whole (as the segment cleaner rewrites a page), so that its next
-        // page-in reads one message instead of all of them again.
-        if page_view.cache_infos.len() >= PAGE_IN_CONSOLIDATION_THRESHOLD {
-            return match self.cas_page(pid, page_view, base, true, guard)? {
-                Ok(consolidated) => Ok(Some(NodeView(consolidated))),
-                Err(_) => self.get(pid, guard),
-            };
-        }
-
         let page = Owned::new(Page::new(
             Some(Box::new(base)),
             page_view.cache_infos.clone(),
         ));
 
+        let new_page_size = page.cache_size();
         debug_delay();
         let result = page_view.entry.compare_and_set(
             page_view.read,
@@ -1815,12 +1804,14 @@ impl PageCache {
         if let Ok(new_shared) = result {
             trace!("fix-up for pid {} succeeded", pid);
 
+            let retired_size = page_view.cache_size();
             unsafe {
-                retire(guard, page_view.read);
+                guard.defer_destroy(page_view.read);
             }
+            flush_if_large(guard, retired_size);
 
             // possibly evict an item now that our cache has grown
-            let total_page_size = unsafe { new_shared.deref().cache_size() };
+            let total_page_size = new_page_size;
             let to_evict = self.lru.accessed(pid, total_page_size, guard);
             trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
             if !to_evict.is_empty() {
@@ -2013,9 +2004,11 @@ impl PageCache {
                         )
                         .is_ok()
                     {
+                        let retired_size = page_view.cache_size();
                         unsafe {
-                            retire(guard, page_view.read);
+                            guard.defer_destroy(page_view.read);
                         }
+                        flush_if_large(guard, retired_size);
 
                         break;
                     }
