@@ -1,9 +1,9 @@
 //! The web console (`--console-listen`) of a keyed server: in a real headless Chromium
 //! (`tests/azure-sdk/console_browser.mjs`, puppeteer-core driving the installed browser) a user
-//! signs in with the account key, creates a table, inserts and edits an entity, runs a filter,
-//! watches a change arrive in a feed's tail and reads the dashboard; a bad credential, a
-//! read-only token deleting a table and a request without the CSRF token are refused; what the
-//! page did is then read back over gRPC. The page's screenshot is kept in
+//! signs in with the account key, changes the service's CORS rules, creates a table, inserts and
+//! edits an entity, runs a filter, changes the table's settings, watches a change arrive in a feed's tail and reads the
+//! dashboard; a bad credential, a read-only token deleting a table or turning a feed off and a
+//! request without the CSRF token are refused; what the page did is then read back over gRPC. The page's screenshot is kept in
 //! `target/ci-artifacts/`. Raw HTTP covers what a browser would not send: no cookie, a cookie
 //! without the CSRF token, a credential of the request's own, an oversized sign-in.
 
@@ -156,6 +156,24 @@ async fn a_user_drives_the_console_in_a_browser() {
     assert_eq!(seen["filtered"], serde_json::json!(["ada"]));
     says("pageStats", "plan table_scan");
     says("pageStats", "examined 2");
+    says(
+        "cors",
+        "https://app.example · GET,PUT · headers x-ms-* · exposed none · max age 3600 s",
+    );
+    assert!(
+        !seen["cors"].to_string().contains("other.example"),
+        "{seen}"
+    );
+    assert_eq!(seen["readOnlyCorsHidden"], true, "{seen}");
+    says("feedSet", "Change feed: kept 3600 s, with before images");
+    says("indexDeclared", "ByAge");
+    says("indexDeclared", "table");
+    assert!(
+        !seen["indexDropped"].to_string().contains("ByAge"),
+        "{seen}"
+    );
+    says("ttlSet", "Time to live: per entity");
+    says("readOnlyFeed", "AuthorizationPermissionMismatch");
     says("settings", "ByAmount");
     says("settings", "ready");
     says("settings", "Change feed: kept");
@@ -186,6 +204,31 @@ async fn a_user_drives_the_console_in_a_browser() {
         "the read-only token deleted it: {names:?}"
     );
     assert!(!names.contains(&"Forged"), "{names:?}");
+    let settings = client
+        .get_table(pb::GetTableRequest {
+            table: "Console".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let feed = (
+        settings.change_feed,
+        settings.change_feed_retention_seconds,
+        settings.change_feed_before_images,
+    );
+    assert_eq!(feed, (true, 3600, true), "{settings:?}");
+    assert!(settings.time_to_live, "{settings:?}");
+    assert!(settings.indexes.is_empty(), "{:?}", settings.indexes);
+    let (cookie, csrf) = sign_in(&console, &key).await;
+    let signed = format!("Cookie: {cookie}\r\nx-trestle-csrf: {csrf}\r\n");
+    let service = "/api/devstoreaccount1/?restype=service&comp=properties";
+    let (status, properties) = http(&console, "GET", service, &signed, "").await;
+    assert_eq!(status, 200, "{properties}");
+    assert_eq!(properties.matches("<CorsRule>").count(), 1, "{properties}");
+    assert!(
+        properties.contains("<AllowedOrigins>https://app.example</AllowedOrigins>"),
+        "{properties}"
+    );
 }
 
 #[tokio::test]
@@ -328,4 +371,145 @@ async fn a_token_sees_only_what_it_grants() {
     )
     .await;
     assert_eq!(status, 403, "{answer}");
+}
+
+/// The settings calls change a table as gRPC's `SetChangeFeed`, `SetTimeToLive`, `CreateIndex`
+/// and `DropIndex` do, for a caller who may manage the table only; a bad body is refused with
+/// what is wrong, and changes nothing.
+#[tokio::test]
+async fn settings_change_only_for_a_manager_and_bad_bodies_change_nothing() {
+    let (server, console, keys) = server().await;
+    let key = keys.signing_key().secret_text();
+    let mut client = server.client_as(&key).await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Tuned".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let json = "Content-Type: application/json\r\n";
+    let (cookie, csrf) = sign_in(&console, &key).await;
+    let signed = format!("Cookie: {cookie}\r\nx-trestle-csrf: {csrf}\r\n{json}");
+    let settings = "/console/tables/Tuned/settings";
+    let indexes = "/console/tables/Tuned/indexes";
+    for (path, body, says) in [
+        (settings, "not json", "the body is not"),
+        (
+            settings,
+            r#"{"changeFeed": {"retention": 5}}"#,
+            "unknown field",
+        ),
+        (settings, r#"{"feed": null}"#, "unknown field"),
+        (
+            settings,
+            r#"{"changeFeed": {"retentionSeconds": 99999999999}}"#,
+            "retention",
+        ),
+        (
+            settings,
+            r#"{"timeToLive": {"defaultSeconds": -1}}"#,
+            "the body is not",
+        ),
+        (
+            indexes,
+            r#"{"name": "ByAge", "paths": ["Age"], "scope": "galaxy"}"#,
+            "galaxy",
+        ),
+        (indexes, r#"{"name": "ByAge", "paths": []}"#, "ByAge"),
+        (indexes, r#"{"name": "", "paths": ["Age"]}"#, "name"),
+    ] {
+        let method = if path == settings { "PUT" } else { "POST" };
+        let (status, answer) = http(&console, method, path, &signed, body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(answer.contains(says), "{body}: {answer}");
+    }
+    let (status, answer) = http(
+        &console,
+        "DELETE",
+        "/console/tables/Tuned/indexes/Nope",
+        &signed,
+        "",
+    )
+    .await;
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = http(
+        &console,
+        "PUT",
+        "/console/tables/Gone/settings",
+        &signed,
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 404, "{answer}");
+    let untouched = |table: pb::Table| {
+        assert!(!table.change_feed && !table.time_to_live, "{table:?}");
+        assert!(table.indexes.is_empty(), "{table:?}");
+    };
+    let describe = || pb::GetTableRequest {
+        table: "Tuned".into(),
+    };
+    untouched(client.get_table(describe()).await.unwrap().into_inner());
+
+    // A token that may read the table may not change it; without the CSRF token, nobody may.
+    let token = access::mint(
+        keys.signing_key(),
+        &Grant::new(Permissions::parse("raud").unwrap(), 3600),
+    );
+    let (token_cookie, token_csrf) = sign_in(&console, &token).await;
+    let reader = format!("Cookie: {token_cookie}\r\nx-trestle-csrf: {token_csrf}\r\n{json}");
+    let no_csrf = format!("Cookie: {cookie}\r\n{json}");
+    let feed_on = r#"{"changeFeed": {"retentionSeconds": 60}}"#;
+    let by_age = r#"{"name": "ByAge", "paths": ["Age"]}"#;
+    for headers in [&reader, &no_csrf] {
+        let (status, answer) = http(&console, "PUT", settings, headers, feed_on).await;
+        assert_eq!(status, 403, "{answer}");
+        let (status, answer) = http(&console, "POST", indexes, headers, by_age).await;
+        assert_eq!(status, 403, "{answer}");
+    }
+    untouched(client.get_table(describe()).await.unwrap().into_inner());
+
+    // The account key changes each, and each answer is the table's settings after it.
+    let both = r#"{"changeFeed": {"retentionSeconds": 60, "beforeImages": true},
+                   "timeToLive": {"defaultSeconds": 30}}"#;
+    let (status, answer) = http(&console, "PUT", settings, &signed, both).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""retentionSeconds":60"#), "{answer}");
+    assert!(answer.contains(r#""defaultSeconds":30"#), "{answer}");
+    let (status, answer) = http(&console, "POST", indexes, &signed, by_age).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains(r#""name":"ByAge""#), "{answer}");
+    let table = client.get_table(describe()).await.unwrap().into_inner();
+    assert!(
+        table.change_feed && table.change_feed_before_images,
+        "{table:?}"
+    );
+    assert_eq!(table.change_feed_retention_seconds, 60);
+    assert_eq!(
+        (table.time_to_live, table.default_time_to_live_seconds),
+        (true, 30)
+    );
+    assert_eq!(table.indexes.len(), 1, "{:?}", table.indexes);
+    // Only what a body names changes; null turns a setting off.
+    let (status, answer) = http(
+        &console,
+        "PUT",
+        settings,
+        &signed,
+        r#"{"timeToLive": null}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = http(
+        &console,
+        "DELETE",
+        "/console/tables/Tuned/indexes/ByAge",
+        &signed,
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let table = client.get_table(describe()).await.unwrap().into_inner();
+    assert!(table.change_feed && !table.time_to_live, "{table:?}");
+    assert!(table.indexes.is_empty(), "{table:?}");
 }

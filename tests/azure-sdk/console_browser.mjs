@@ -1,8 +1,9 @@
 // Drives the web console in headless Chromium (puppeteer-core over the installed browser), as
 // tests/console.rs starts it: signs in with the account key, creates a table, inserts and edits
-// an entity, runs a filter, watches a change arrive in a table's feed tail, reads the dashboard,
-// then the negative cases (a bad credential, a read-only token deleting a table, a request
-// without the CSRF token). Prints one JSON object of what the page showed; exits non-zero on the
+// an entity, runs a filter, changes the service's CORS rules and the table's settings (a feed, an index declared and dropped,
+// a time to live), watches a change arrive in a table's feed tail, reads the dashboard, then the
+// negative cases (a bad credential, a read-only token deleting a table or turning a feed off, a
+// request without the CSRF token). Prints one JSON object of what the page showed; exits non-zero on the
 // first step that did not happen.
 import puppeteer from "puppeteer-core";
 
@@ -46,6 +47,24 @@ try {
   await page.click("#sign-in-form button");
   await visible("#tables");
   seen.who = await text("#who");
+
+  // The service's CORS rules: one added, shown, a second added then removed.
+  await page.click("#cors summary");
+  await page.waitForFunction(() => /No rules/.test(document.getElementById("cors-rules").textContent));
+  const addRule = async (origin) => {
+    await typeInto("#cors-origins", origin);
+    await typeInto("#cors-methods", "GET,PUT");
+    await typeInto("#cors-headers", "x-ms-*");
+    await page.click("#cors-form button");
+    await messageMatching("CORS rule added");
+    await page.waitForFunction((o) => document.getElementById("cors-rules").textContent.includes(o), {}, origin);
+  };
+  await addRule("https://app.example");
+  await addRule("https://other.example");
+  await page.click("#cors-rules li:nth-child(2) button");
+  await messageMatching("CORS rule removed");
+  await page.waitForFunction(() => !/other\.example/.test(document.getElementById("cors-rules").textContent));
+  seen.cors = await text("#cors-rules");
 
   // A request without the session's CSRF token is refused, though the cookie goes with it.
   seen.forgedStatus = await page.evaluate(async () => {
@@ -96,7 +115,33 @@ try {
   await page.waitForFunction(() => document.querySelectorAll("#grid tbody tr").length === 1);
   seen.filtered = await page.$$eval("#grid tbody tr", (rows) => rows.map((row) => row.dataset.rowKey));
   seen.pageStats = await text("#page-stats");
+
+  // The table's settings changed through the page: a feed, an index declared then dropped (asked
+  // twice), a time to live.
+  await page.$eval("#feed-on", (node) => { node.checked = true; });
+  await typeInto("#feed-retention", "3600");
+  await page.$eval("#feed-before", (node) => { node.checked = true; });
+  await page.click("#feed-form button");
+  await messageMatching("Change feed on");
+  seen.feedSet = await text("#settings-facts");
+  await typeInto("#index-name", "ByAge");
+  await typeInto("#index-paths", "Age");
+  await page.select("#index-scope", "table");
+  await page.click("#index-form button");
+  await messageMatching("Index ByAge declared");
+  await page.waitForFunction(() => /ByAge/.test(document.getElementById("settings-body").textContent));
+  seen.indexDeclared = await text("#index-table");
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
+  await page.click("#index-table button[data-index='ByAge']");
+  await page.waitForFunction(() => /Confirm/.test(document.querySelector("#index-table button[data-index='ByAge']").textContent));
+  await page.click("#index-table button[data-index='ByAge']");
+  await messageMatching("Index ByAge dropped");
+  seen.indexDropped = await text("#settings-body");
+  await page.$eval("#ttl-on", (node) => { node.checked = true; });
+  await typeInto("#ttl-default", "0");
+  await page.click("#ttl-form button");
+  await messageMatching("Time to live on");
+  seen.ttlSet = await text("#settings-facts");
 
   // The feed's tail of Orders (made by the test with a feed and an index): a change arrives.
   await page.click("#go-tables");
@@ -125,6 +170,7 @@ try {
   await page.click("#sign-in-form button");
   await visible("#table-list button[data-table='Console']");
   seen.readOnlyWho = await text("#who");
+  seen.readOnlyCorsHidden = await page.$eval("#cors", (node) => node.hidden);
   await page.click("#table-list button[data-table='Console']");
   await page.waitForFunction(() => document.querySelectorAll("#grid tbody tr").length === 2);
   await page.click("#delete-table");
@@ -132,6 +178,14 @@ try {
   await page.click("#confirm-delete-table");
   await messageMatching("AuthorizationPermissionMismatch");
   seen.readOnlyDelete = await text("#message");
+  {
+    // Nor may it turn the feed off.
+    await page.evaluate(() => { document.getElementById("message").textContent = ""; });
+    await page.$eval("#feed-on", (node) => { node.checked = false; });
+    await page.click("#feed-form button");
+    await messageMatching("AuthorizationPermissionMismatch");
+    seen.readOnlyFeed = await text("#message");
+  }
   seen.pageErrors = errors;
   console.log(JSON.stringify(seen));
 } catch (error) {

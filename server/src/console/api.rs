@@ -1,21 +1,28 @@
 //! The console's own calls, for what the REST protocol does not carry: a table's settings
-//! (indexes and their states, feed, TTL, access policies), the latest records of its change
-//! feed (the page's live tail polls it), and the server's metrics (the dashboard). Each is
-//! admitted as a REST request is ([`Executor::admit`]), checked by [`crate::auth`] as gRPC's
-//! `GetTable`, `ReadChanges` and the service settings are, and bounded: a feed read returns at
-//! most [`TAIL_BATCH`] (records and bytes), as `ReadChanges`' batches are.
+//! (indexes and their states, feed, TTL, access policies) read and changed (the feed and TTL
+//! set, indexes declared and dropped), the latest records of its change feed (the page's live
+//! tail polls it), and the server's metrics (the dashboard). Each is admitted as a REST request
+//! is ([`crate::executor::Executor::admit`]), checked by [`crate::auth`] as gRPC's `GetTable`,
+//! `SetChangeFeed`, `SetTimeToLive`, `CreateIndex`, `DropIndex`, `ReadChanges` and the service
+//! settings are, validated by the same model constructors, and bounded: a body by the console's
+//! 16 KiB, a feed read by [`TAIL_BATCH`] (records and bytes), as `ReadChanges`' batches are.
 
+use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use tokio::sync::OwnedSemaphorePermit;
 use trestle_proto::access::Permissions;
 
 use super::{json_response, signed_in, Console};
 use crate::auth::Access;
-use crate::error::TableError;
-use crate::model::{ChangeKind, IndexScope, IndexState, ValidationError};
+use crate::engine::Engine;
+use crate::error::{ErrorCode, TableError};
+use crate::model::{
+    ChangeFeed, ChangeKind, IndexDefinition, IndexScope, IndexState, ValidationError,
+};
 use crate::rest::failure::{error_response, Failure};
 use crate::rest::odata::{EntityJson, Metadata};
 use crate::settings::TableDescription;
@@ -65,6 +72,197 @@ async fn describe_table(
         .await?;
     let body = description_json(&described).to_string();
     Ok(json_response(StatusCode::OK, body))
+}
+
+/// A signed-in caller allowed to change table `table`'s settings, admitted as a request.
+fn managing(
+    console: &Console,
+    headers: &HeaderMap,
+    table: &str,
+) -> Result<OwnedSemaphorePermit, Failure> {
+    signed_in(console, headers)?.manage_table(table)?;
+    Ok(console.executor.admit()?)
+}
+
+/// The JSON body of a console call, or an `InvalidInput` naming what is wrong with it.
+fn body_of<'a, T: Deserialize<'a>>(body: &'a [u8], shape: &str) -> Result<T, Failure> {
+    serde_json::from_slice(body).map_err(|error| {
+        Failure::of(
+            ErrorCode::InvalidInput,
+            format!("the body is not {shape}: {error}"),
+        )
+    })
+}
+
+/// A change of a table's settings: each one the body names is set (`null`: off); one it does
+/// not name is left as it is.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SettingsChange {
+    #[serde(default, deserialize_with = "named")]
+    change_feed: Option<Option<FeedSetting>>,
+    #[serde(default, deserialize_with = "named")]
+    time_to_live: Option<Option<TimeToLiveSetting>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FeedSetting {
+    /// 0: a day, as `SetChangeFeed`'s default.
+    #[serde(default)]
+    retention_seconds: u64,
+    #[serde(default)]
+    before_images: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TimeToLiveSetting {
+    /// 0: an entity lives until its own `TimeToLive` says.
+    #[serde(default)]
+    default_seconds: u64,
+}
+
+/// A field that is present, `null` or not: `Some` of what it holds.
+fn named<'de, D, T>(value: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(value).map(Some)
+}
+
+/// `PUT /console/tables/{table}/settings` with `{"changeFeed": {"retentionSeconds",
+/// "beforeImages"} | null, "timeToLive": {"defaultSeconds"} | null}`: sets what it names, then
+/// answers the table's settings as [`describe`] does.
+pub(super) async fn set_settings(
+    State(console): State<Console>,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answered(change_settings(&console, table, &headers, &body).await)
+}
+
+async fn change_settings(
+    console: &Console,
+    table: String,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let _in_flight = managing(console, headers, &table)?;
+    let shape = r#"{"changeFeed": {...} | null, "timeToLive": {...} | null}"#;
+    let change: SettingsChange = body_of(body, shape)?;
+    let feed = match change.change_feed {
+        Some(Some(feed)) => Some(Some(
+            ChangeFeed::new(feed.retention_seconds, feed.before_images)
+                .map_err(TableError::Invalid)?,
+        )),
+        Some(None) => Some(None),
+        None => None,
+    };
+    settings_after(console, table, move |engine, table| {
+        if let Some(feed) = feed {
+            engine.set_change_feed(table, feed)?;
+        }
+        if let Some(ttl) = change.time_to_live {
+            let default_seconds = ttl.as_ref().map_or(0, |ttl| ttl.default_seconds);
+            engine.set_time_to_live(table, ttl.is_some(), default_seconds)?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Table `table`'s settings (as [`describe`] answers them) once `change` has been made to it.
+async fn settings_after(
+    console: &Console,
+    table: String,
+    change: impl FnOnce(&Engine, &str) -> Result<(), TableError> + Send + 'static,
+) -> Result<Response, Failure> {
+    let described = console
+        .executor
+        .blocking(move |engine| {
+            change(engine, &table)?;
+            engine.describe_table(&table)
+        })
+        .await?;
+    let body = description_json(&described).to_string();
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// An index to declare, as [`description_json`] shows one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexDeclaration {
+    name: String,
+    paths: Vec<String>,
+    /// `partition` (the default) or `table`.
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    unique: bool,
+}
+
+/// `POST /console/tables/{table}/indexes` with `{"name", "paths", "scope", "unique"}`: declares
+/// the index (built in the background, as `CreateIndex` builds it), then answers the table's
+/// settings.
+pub(super) async fn create_index(
+    State(console): State<Console>,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answered(declare_index(&console, table, &headers, &body).await)
+}
+
+async fn declare_index(
+    console: &Console,
+    table: String,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let _in_flight = managing(console, headers, &table)?;
+    let shape =
+        r#"{"name": "...", "paths": ["..."], "scope": "partition" | "table", "unique": false}"#;
+    let declared: IndexDeclaration = body_of(body, shape)?;
+    let scope = match declared.scope.as_deref() {
+        None | Some("partition") => IndexScope::Partition,
+        Some("table") => IndexScope::Table,
+        Some(other) => {
+            let why = format!("index scope {other:?} is not \"partition\" or \"table\"");
+            return Err(TableError::Invalid(ValidationError::Argument(why)).into());
+        }
+    };
+    let definition = IndexDefinition::new(declared.name, declared.paths, scope, declared.unique)
+        .map_err(TableError::Invalid)?;
+    settings_after(console, table, move |engine, table| {
+        engine.create_index(table, definition).map(drop)
+    })
+    .await
+}
+
+/// `DELETE /console/tables/{table}/indexes/{index}`: drops the index at once (its entries are
+/// reclaimed in the background), then answers the table's settings.
+pub(super) async fn drop_index(
+    State(console): State<Console>,
+    Path((table, index)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    answered(drop_declared_index(&console, table, index, &headers).await)
+}
+
+async fn drop_declared_index(
+    console: &Console,
+    table: String,
+    index: String,
+    headers: &HeaderMap,
+) -> Result<Response, Failure> {
+    let _in_flight = managing(console, headers, &table)?;
+    settings_after(console, table, move |engine, table| {
+        engine.drop_index(table, &index)
+    })
+    .await
 }
 
 fn description_json(table: &TableDescription) -> Json {

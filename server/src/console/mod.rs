@@ -2,8 +2,9 @@
 //! served from the binary (no JavaScript build step). A fourth protocol edge beside gRPC, REST
 //! and the probes, and no new way in: the page calls the REST endpoint's own app under `/api`
 //! (so every limit, body bound, admission rule and permission check of the REST endpoint holds
-//! for it) and a few console calls under `/console` (a table's settings, its feed's latest
-//! records, the server's metrics) through the same executor and [`crate::auth`] checks.
+//! for it) and a few console calls under `/console` (a table's settings read and changed, its
+//! feed's latest records, the server's metrics) through the same executor and [`crate::auth`]
+//! checks.
 //!
 //! Sign-in takes an account key or a token and keeps it in the server's memory
 //! ([`sessions`]); the browser holds only an `HttpOnly`, `SameSite=Strict` cookie naming the
@@ -23,7 +24,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{delete, get, post, put};
 
 use trestle_proto::access;
 
@@ -83,6 +84,12 @@ pub(crate) fn serve(
             get(current_session).post(sign_in).delete(sign_out),
         )
         .route("/console/tables/{table}", get(api::describe))
+        .route("/console/tables/{table}/settings", put(api::set_settings))
+        .route("/console/tables/{table}/indexes", post(api::create_index))
+        .route(
+            "/console/tables/{table}/indexes/{index}",
+            delete(api::drop_index),
+        )
         .route("/console/tables/{table}/changes", get(api::changes))
         .route("/console/metrics", get(api::metrics))
         .layer(DefaultBodyLimit::max(MAX_SIGN_IN_BYTES))

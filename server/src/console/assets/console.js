@@ -35,9 +35,11 @@ function el(tag, text, className) {
 async function call(method, path, body, headers) {
   const sent = { "x-trestle-csrf": csrf || "", "x-ms-version": "2019-02-02",
     "Accept": "application/json;odata=fullmetadata", ...(headers || {}) };
-  if (body !== undefined) sent["Content-Type"] = "application/json";
+  // A text body goes as it is, with the caller's Content-Type; anything else as JSON.
+  const raw = typeof body === "string";
+  if (body !== undefined && !raw) sent["Content-Type"] = "application/json";
   const answer = await fetch(path, { method, headers: sent, credentials: "same-origin",
-    body: body === undefined ? undefined : JSON.stringify(body) });
+    body: body === undefined ? undefined : raw ? body : JSON.stringify(body) });
   const text = await answer.text();
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch (_) { json = null; }
@@ -94,6 +96,72 @@ async function openTables() {
   show(current ? "table" : "tables");
   $("table-list").replaceChildren();
   await listTables(null);
+  await loadCors();
+}
+
+// The service's CORS rules (Set Service Properties through the REST endpoint, an account key's
+// call): shown, added to and removed from; a body of only <Cors> leaves the other properties.
+const SERVICE = `${ACCOUNT}/?restype=service&comp=properties`;
+const CORS_FIELDS = [["AllowedOrigins", "origins"], ["AllowedMethods", "methods"],
+  ["AllowedHeaders", "headers"], ["ExposedHeaders", "exposed"], ["MaxAgeInSeconds", "maxAge"]];
+let corsRules = [];
+
+async function loadCors() {
+  $("cors").hidden = access !== "account";
+  if ($("cors").hidden) return;
+  try {
+    const { text } = await call("GET", SERVICE);
+    const xml = new DOMParser().parseFromString(text, "application/xml");
+    corsRules = [...xml.getElementsByTagName("CorsRule")].map((rule) => {
+      const kept = {};
+      for (const [tag, field] of CORS_FIELDS) kept[field] = (rule.getElementsByTagName(tag)[0] || {}).textContent || "";
+      return kept;
+    });
+    drawCors();
+  } catch (error) { failed(error); }
+}
+
+function drawCors() {
+  const list = $("cors-rules");
+  list.replaceChildren();
+  if (!corsRules.length) list.append(el("li", "No rules: browsers of other origins are refused.", "hint"));
+  corsRules.forEach((rule, at) => {
+    const item = el("li", `${rule.origins} · ${rule.methods} · headers ${rule.headers || "none"} · exposed ${rule.exposed || "none"} · max age ${rule.maxAge} s `);
+    const remove = el("button", "Remove");
+    remove.type = "button";
+    remove.addEventListener("click", () => saveCors(corsRules.filter((_, other) => other !== at), "CORS rule removed."));
+    item.append(remove);
+    list.append(item);
+  });
+}
+
+async function saveCors(rules, done) {
+  const doc = document.implementation.createDocument(null, "StorageServiceProperties");
+  const cors = doc.createElement("Cors");
+  for (const rule of rules) {
+    const element = doc.createElement("CorsRule");
+    for (const [tag, field] of CORS_FIELDS) {
+      const value = doc.createElement(tag);
+      value.textContent = rule[field];
+      element.append(value);
+    }
+    cors.append(element);
+  }
+  doc.documentElement.append(cors);
+  const xml = `<?xml version="1.0" encoding="utf-8"?>${new XMLSerializer().serializeToString(doc)}`;
+  try {
+    await call("PUT", SERVICE, xml, { "Content-Type": "application/xml" });
+    say(done);
+    await loadCors();
+  } catch (error) { failed(error); }
+}
+
+function addCorsRule(event) {
+  event.preventDefault();
+  const rule = { origins: $("cors-origins").value.trim(), methods: $("cors-methods").value.trim(),
+    headers: $("cors-headers").value.trim(), exposed: $("cors-exposed").value.trim(),
+    maxAge: String(Number($("cors-max-age").value || 0)) };
+  saveCors([...corsRules, rule], "CORS rule added.");
 }
 
 async function listTables(after) {
@@ -154,28 +222,85 @@ async function openTable(name) {
 }
 
 async function loadSettings() {
-  const body = $("settings-body");
-  body.replaceChildren();
   try {
     const { json } = await call("GET", `/console/tables/${encodeURIComponent(current)}`);
-    const facts = el("p");
-    const feed = json.changeFeed ? `kept ${json.changeFeed.retentionSeconds} s` + (json.changeFeed.beforeImages ? ", with before images" : "") : "off";
-    const ttl = json.timeToLive ? (json.timeToLive.defaultSeconds ? `entities live ${json.timeToLive.defaultSeconds} s unless they say` : "per entity (TimeToLive property)") : "off";
-    facts.textContent = `Change feed: ${feed}. Time to live: ${ttl}. Access policies: ${json.accessPolicies.length ? json.accessPolicies.join(", ") : "none"}.`;
-    facts.id = "settings-facts";
-    body.append(facts);
-    const table = el("table");
-    const head = el("tr");
-    for (const name of ["Index", "Paths", "Scope", "Unique", "State"]) head.append(el("th", name));
-    table.append(head);
-    for (const index of json.indexes) {
-      const row = el("tr");
-      row.append(el("td", index.name), el("td", index.paths.join(", ")), el("td", index.scope),
-        el("td", index.unique ? "yes" : "no"), el("td", index.state + (index.failure ? `: ${index.failure}` : "")));
-      table.append(row);
-    }
-    body.append(json.indexes.length ? table : el("p", "No declared indexes.", "hint"));
-  } catch (error) { body.append(el("p", error.message, "hint")); }
+    drawSettings(json);
+  } catch (error) { $("settings-body").replaceChildren(el("p", error.message, "hint")); }
+}
+
+// A table's settings as the console's calls describe them: the facts, the forms filled in, and
+// the indexes with a drop button each (asked twice).
+function drawSettings(json) {
+  const body = $("settings-body");
+  body.replaceChildren();
+  const facts = el("p");
+  const feed = json.changeFeed ? `kept ${json.changeFeed.retentionSeconds} s` + (json.changeFeed.beforeImages ? ", with before images" : "") : "off";
+  const ttl = json.timeToLive ? (json.timeToLive.defaultSeconds ? `entities live ${json.timeToLive.defaultSeconds} s unless they say` : "per entity (TimeToLive property)") : "off";
+  facts.textContent = `Change feed: ${feed}. Time to live: ${ttl}. Access policies: ${json.accessPolicies.length ? json.accessPolicies.join(", ") : "none"}.`;
+  facts.id = "settings-facts";
+  body.append(facts);
+  $("feed-on").checked = !!json.changeFeed;
+  $("feed-retention").value = json.changeFeed ? json.changeFeed.retentionSeconds : "";
+  $("feed-before").checked = !!(json.changeFeed && json.changeFeed.beforeImages);
+  $("ttl-on").checked = !!json.timeToLive;
+  $("ttl-default").value = json.timeToLive ? json.timeToLive.defaultSeconds : "";
+  const table = el("table");
+  table.id = "index-table";
+  const head = el("tr");
+  for (const name of ["Index", "Paths", "Scope", "Unique", "State", ""]) head.append(el("th", name));
+  table.append(head);
+  for (const index of json.indexes) {
+    const row = el("tr");
+    const drop = el("button", "Drop");
+    drop.type = "button";
+    drop.dataset.index = index.name;
+    drop.addEventListener("click", () => {
+      if (drop.dataset.asked) { dropIndex(index.name); return; }
+      drop.dataset.asked = "yes";
+      drop.textContent = "Confirm: drop it";
+      drop.className = "danger";
+    });
+    const dropCell = el("td");
+    dropCell.append(drop);
+    row.append(el("td", index.name), el("td", index.paths.join(", ")), el("td", index.scope),
+      el("td", index.unique ? "yes" : "no"), el("td", index.state + (index.failure ? `: ${index.failure}` : "")), dropCell);
+    table.append(row);
+  }
+  body.append(json.indexes.length ? table : el("p", "No declared indexes.", "hint"));
+}
+
+// A change of the open table's settings through a console call; the answer is the new settings.
+async function changeSettings(method, path, body, done) {
+  try {
+    const { json } = await call(method, `/console/tables/${encodeURIComponent(current)}${path}`, body);
+    drawSettings(json);
+    say(done);
+  } catch (error) { failed(error); }
+}
+
+function saveFeed(event) {
+  event.preventDefault();
+  const feed = $("feed-on").checked
+    ? { retentionSeconds: Number($("feed-retention").value || 0), beforeImages: $("feed-before").checked }
+    : null;
+  changeSettings("PUT", "/settings", { changeFeed: feed }, feed ? "Change feed on." : "Change feed off.");
+}
+
+function saveTimeToLive(event) {
+  event.preventDefault();
+  const ttl = $("ttl-on").checked ? { defaultSeconds: Number($("ttl-default").value || 0) } : null;
+  changeSettings("PUT", "/settings", { timeToLive: ttl }, ttl ? "Time to live on." : "Time to live off.");
+}
+
+function declareIndex(event) {
+  event.preventDefault();
+  const paths = $("index-paths").value.split(",").map((path) => path.trim()).filter((path) => path);
+  const index = { name: $("index-name").value.trim(), paths, scope: $("index-scope").value, unique: $("index-unique").checked };
+  changeSettings("POST", "/indexes", index, `Index ${index.name} declared; it is built in the background.`);
+}
+
+function dropIndex(name) {
+  changeSettings("DELETE", `/indexes/${encodeURIComponent(name)}`, undefined, `Index ${name} dropped.`);
 }
 
 // Queries and the grid.
@@ -489,6 +614,10 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("close-editor").addEventListener("click", () => { $("editor").hidden = true; });
   $("tail-start").addEventListener("click", startTail);
   $("tail-stop").addEventListener("click", stopTail);
+  $("feed-form").addEventListener("submit", saveFeed);
+  $("ttl-form").addEventListener("submit", saveTimeToLive);
+  $("index-form").addEventListener("submit", declareIndex);
+  $("cors-form").addEventListener("submit", addCorsRule);
   try {
     const answer = await fetch("/session", { credentials: "same-origin" });
     if (answer.ok) { signedIn(await answer.json()); return; }
