@@ -204,7 +204,7 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
     };
 
     // The whole table, one group.
-    let groups = every(table.aggregate()).run().await.unwrap();
+    let groups = every(table.aggregate()).groups().await.unwrap();
     let everything = all(&rows);
     let expected = model(&everything.iter().collect::<Vec<_>>());
     assert_eq!(values(&groups), [(vec![], expected, 400)]);
@@ -214,7 +214,7 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
         .partition("p1")
         .filter(Filter::eq("Kind", "a"))
         .group_by("Region")
-        .run()
+        .groups()
         .await
         .unwrap();
     let mut by_region: BTreeMap<Option<String>, Vec<&Row>> = BTreeMap::new();
@@ -232,6 +232,58 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
         .collect();
     assert_eq!(values(&groups), expected);
 
+    // The same as typed rows, each column by its name.
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct ByRegion {
+        #[serde(rename = "Region")]
+        region: Option<String>,
+        count: i64,
+        #[serde(rename = "count_Amount")]
+        counted: i64,
+        total: Option<f64>,
+        entities: u64,
+    }
+    let typed = table
+        .aggregate()
+        .partition("p1")
+        .filter(Filter::eq("Kind", "a"))
+        .count()
+        .count_of("Amount")
+        .sum("Amount")
+        .alias("total")
+        .group_by("Region")
+        .run::<ByRegion>()
+        .await
+        .unwrap();
+    let number = |value: &Value| match value {
+        Value::Int64(n) => Some(*n as f64),
+        Value::Double(n) => Some(*n),
+        _ => None,
+    };
+    let expected: Vec<ByRegion> = groups
+        .iter()
+        .map(|group| ByRegion {
+            region: match &group.keys[0] {
+                Value::String(region) => Some(region.clone()),
+                _ => None,
+            },
+            count: group.entities as i64,
+            counted: number(&group.values[1]).unwrap() as i64,
+            total: number(&group.values[2]),
+            entities: group.entities,
+        })
+        .collect();
+    assert_eq!(typed, expected);
+    let twice = table.aggregate().count().count().run::<ByRegion>().await;
+    let refused = twice.unwrap_err().to_string();
+    assert!(
+        refused.contains(r#"two columns of the aggregate are named "count""#),
+        "{refused}"
+    );
+    let undecodable = table.aggregate().sum("Amount").run::<ByRegion>().await;
+    let refused = undecodable.unwrap_err().to_string();
+    assert!(refused.contains("does not decode as"), "{refused}");
+
     // Writes between two calls are seen by the second.
     let extra = Row {
         region: Some("east".into()),
@@ -242,7 +294,13 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
     let request = common::insert_request(T, wire("p1", "zzz", &extra));
     client.insert_entity(request).await.unwrap();
     rows.insert(("p1".into(), "zzz".into()), extra);
-    let groups = table.aggregate().count().sum("Amount").run().await.unwrap();
+    let groups = table
+        .aggregate()
+        .count()
+        .sum("Amount")
+        .groups()
+        .await
+        .unwrap();
     let everything = all(&rows);
     let expected = model(&everything.iter().collect::<Vec<_>>());
     assert_eq!(groups[0].values, [expected[0].clone(), expected[2].clone()]);
@@ -253,7 +311,7 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
         .filter(Filter::eq("Kind", "none"))
         .count()
         .max("Amount")
-        .run()
+        .groups()
         .await
         .unwrap();
     assert_eq!(

@@ -119,7 +119,7 @@ pub async fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write) -> Resu
             for path in &group_by {
                 aggregate = aggregate.group_by(path.clone());
             }
-            let groups = transfer::while_counting(aggregate.run()).await?;
+            let groups = transfer::while_counting(aggregate.groups()).await?;
             let mut header = group_by.clone();
             header.extend(aggregations.iter().cloned());
             header.push("entities".to_owned());

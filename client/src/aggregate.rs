@@ -1,42 +1,62 @@
 //! Aggregates computed by the server (`AggregateEntities`): counts, sums, averages, minimums and
 //! maximums over a query's matches, optionally per group, without sending the entities.
 
+use serde::de::DeserializeOwned;
 use trestle_proto::pb;
 
 use crate::client::Client;
 use crate::convert::value_from_pb;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+use crate::mapping::from_properties;
 use crate::query::{Filter, Query};
 use crate::value::{Properties, Value};
 
 /// An aggregate over a query's matches. Build it from [`crate::TableClient::aggregate`] (or
-/// [`Query::aggregate`]), add aggregations in the order the answer gives them, then [`run`].
+/// [`Query::aggregate`]), add aggregations and `group_by` paths, then [`run`] it into rows of
+/// your own type, each column by its name: a `group_by` path as written, an aggregation as
+/// `count`, `count_<path>`, `sum_<path>`, `avg_<path>`, `min_<path>` or `max_<path>` (a path's
+/// `/` written `_`) unless [`alias`] names it, and `entities`, the group's entities. A missing
+/// group key or an aggregation of nothing is null (an `Option` field). [`groups`] answers the
+/// same positionally.
 ///
 /// ```
 /// # async fn example(orders: trestle_client::TableClient) -> trestle_client::Result<()> {
 /// use trestle_client::Filter;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Row {
+///     #[serde(rename = "Region")]
+///     region: Option<String>,
+///     total: Option<i64>,
+///     entities: u64,
+/// }
+///
 /// let by_region = orders
 ///     .aggregate()
 ///     .partition("2026-12")
 ///     .filter(Filter::eq("Status", "paid"))
 ///     .sum("Amount")
-///     .count()
+///     .alias("total")
 ///     .group_by("Region")
-///     .run()
+///     .run::<Row>()
 ///     .await?;
-/// for group in by_region {
-///     println!("{:?}: {:?} in {} orders", group.keys[0], group.values[0], group.entities);
+/// for row in by_region {
+///     println!("{:?}: {:?} in {} orders", row.region, row.total, row.entities);
 /// }
 /// # Ok(()) }
 /// ```
 ///
 /// [`run`]: Aggregate::run
+/// [`alias`]: Aggregate::alias
+/// [`groups`]: Aggregate::groups
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Aggregate {
     query: Query<Properties>,
     aggregations: Vec<pb::Aggregation>,
     group_by: Vec<String>,
+    /// Each aggregation's column name, in their order.
+    names: Vec<String>,
 }
 
 /// One group of an aggregate's answer.
@@ -56,6 +76,7 @@ impl Aggregate {
             query,
             aggregations: Vec::new(),
             group_by: Vec::new(),
+            names: Vec::new(),
         }
     }
 
@@ -72,10 +93,29 @@ impl Aggregate {
     }
 
     fn with(mut self, function: pb::AggregateFunction, path: &str) -> Self {
+        let function_name = match function {
+            pb::AggregateFunction::Sum => "sum",
+            pb::AggregateFunction::Avg => "avg",
+            pb::AggregateFunction::Min => "min",
+            pb::AggregateFunction::Max => "max",
+            pb::AggregateFunction::Count | pb::AggregateFunction::Unspecified => "count",
+        };
+        self.names.push(match path {
+            "" => function_name.to_owned(),
+            path => format!("{function_name}_{}", path.replace('/', "_")),
+        });
         self.aggregations.push(pb::Aggregation {
             function: function as i32,
             path: path.to_owned(),
         });
+        self
+    }
+
+    /// Names the column of the aggregation added last, for [`Aggregate::run`]'s rows.
+    pub fn alias(mut self, name: impl Into<String>) -> Self {
+        if let Some(last) = self.names.last_mut() {
+            *last = name.into();
+        }
         self
     }
 
@@ -115,8 +155,44 @@ impl Aggregate {
         self
     }
 
-    /// Asks the server: the groups, in the order of their keys.
-    pub async fn run(&self) -> Result<Vec<AggregateGroup>> {
+    /// Asks the server: each group as a `Row` (a struct, a map or [`Properties`]) of the columns
+    /// [`Aggregate`] names, in the order of the groups' keys. Two columns of one name, or a group
+    /// that does not decode as `Row`, is an error naming it.
+    pub async fn run<Row: DeserializeOwned>(&self) -> Result<Vec<Row>> {
+        let mut columns: Vec<&str> = self.group_by.iter().map(String::as_str).collect();
+        columns.extend(self.names.iter().map(String::as_str));
+        columns.push("entities");
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(twice) = columns.iter().find(|name| !seen.insert(**name)) {
+            let why = format!("two columns of the aggregate are named {twice:?}: alias one");
+            return Err(Error::invalid(why));
+        }
+        self.groups()
+            .await?
+            .into_iter()
+            .map(|group| {
+                let entities = i64::try_from(group.entities).unwrap_or(i64::MAX);
+                let cells = group.keys.into_iter().chain(group.values);
+                let row = columns
+                    .iter()
+                    .map(|name| (*name).to_owned())
+                    .zip(cells.chain([Value::Int64(entities)]))
+                    .collect();
+                from_properties(row).map_err(|error| {
+                    let type_name = std::any::type_name::<Row>();
+                    let why = format!(
+                        "an aggregate's group does not decode as {type_name}: {}",
+                        error.0
+                    );
+                    Error::new(ErrorKind::Mapping, why)
+                })
+            })
+            .collect()
+    }
+
+    /// Asks the server: the groups, in the order of their keys, each with its keys and values in
+    /// the order they were added.
+    pub async fn groups(&self) -> Result<Vec<AggregateGroup>> {
         let request = pb::AggregateEntitiesRequest {
             query: Some(self.query.request().clone()),
             aggregations: self.aggregations.clone(),
