@@ -4,7 +4,7 @@
 //! shared access signature giving a field twice is refused, the filter and ETag leniencies Azure
 //! has (or not), `$top=0`, `$format`, Atom, `$select=*`, a byte order mark, a `+` in the query, a
 //! body naming other keys than its URL, CORS rules, preflights and their answers; and Trestle's
-//! own `$orderby`.
+//! own `$orderby` and `$apply`.
 
 mod common;
 
@@ -691,5 +691,78 @@ async fn orderby_sorts_a_query_and_pages_follow_it() {
         let path = format!("/devstoreaccount1/Ordered()?$orderby={bad}");
         let answer = exchange(&mut socket, "GET", &path, b"").await;
         assert_refused(&answer, 400, "InvalidInput");
+    }
+}
+
+/// `$apply` (OData's aggregation extension, Trestle's own over REST): the aggregate of a query's
+/// matches as `AggregateEntities` computes it, each row's columns by their names and types; a
+/// bare `groupby` lists the distinct values; what it does not take is refused with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_aggregates_a_query_and_refuses_what_it_does_not_take() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let entities: Vec<String> = [("east", 10), ("west", 5), ("east", 7), ("north", 1)]
+        .iter()
+        .enumerate()
+        .map(|(n, (region, amount))| {
+            format!(
+                r#"{{"PartitionKey":"p","RowKey":"r{n}","Region":"{region}","Amount":{amount},"Amount@odata.type":"Edm.Int64"}}"#
+            )
+        })
+        .collect();
+    create_with_entities(&mut socket, "Sales", &entities).await;
+    let rows = |answer: &str| -> serde_json::Value {
+        let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+        let body = &body[body.find('{').unwrap()..];
+        let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+        json["value"].clone()
+    };
+    let by_region = "/devstoreaccount1/Sales()?$apply=groupby((Region),aggregate(Amount%20with%20sum%20as%20Total,$count%20as%20Orders))&$filter=Amount%20gt%201L";
+    let (status, answer) = exchange(&mut socket, "GET", by_region, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        rows(&answer),
+        serde_json::json!([
+            {"Region": "east", "Total": "17", "Orders": "2"},
+            {"Region": "west", "Total": "5", "Orders": "1"},
+        ])
+    );
+    assert!(answer.contains("x-trestle-examined: 4"), "{answer}");
+    let whole = "/devstoreaccount1/Sales()?$apply=aggregate(Amount%20with%20average%20as%20Mean,Amount%20with%20max%20as%20Most)";
+    let (status, answer) = exchange_with(
+        &mut socket,
+        "GET",
+        whole,
+        "Accept: application/json;odata=minimalmetadata\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        rows(&answer),
+        serde_json::json!([{"Mean@odata.type": "Edm.Double", "Mean": 5.75,
+            "Most@odata.type": "Edm.Int64", "Most": "10"}])
+    );
+    let distinct = "/devstoreaccount1/Sales()?$apply=groupby((Region))";
+    let (status, answer) = exchange(&mut socket, "GET", distinct, b"").await;
+    assert_eq!(status, 200, "{answer}");
+    let regions = serde_json::json!([{"Region": "east"}, {"Region": "north"}, {"Region": "west"}]);
+    assert_eq!(rows(&answer), regions);
+    for (bad, says) in [
+        ("filter(Amount%20gt%201)", "$apply takes aggregate"),
+        (
+            "aggregate(Amount%20with%20countdistinct%20as%20N)",
+            "countdistinct",
+        ),
+        (
+            "aggregate(Amount%20with%20sum%20as%20N)&$top=1",
+            "$top is not taken",
+        ),
+        ("groupby((A,B,C,D,E))", "group"),
+    ] {
+        let path = format!("/devstoreaccount1/Sales()?$apply={bad}");
+        let answer = exchange(&mut socket, "GET", &path, b"").await;
+        assert_refused(&answer, 400, "InvalidInput");
+        assert!(answer.1.contains(says), "{bad}: {}", answer.1);
     }
 }

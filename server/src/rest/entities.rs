@@ -8,6 +8,7 @@ use http::{HeaderValue, StatusCode};
 use serde_json::Value as Json;
 use trestle_proto::access::Permissions;
 
+use super::apply::Apply;
 use super::failure::Failure;
 use super::odata::{self, Metadata};
 use super::reply::{header_value, json_text_response, no_content};
@@ -236,6 +237,9 @@ impl MatchSink for JsonPage {
 
 pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
     let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
+    if let Some(apply) = request.param("$apply") {
+        return aggregate(call, table, &apply).await;
+    }
     let top = request.top()?;
     // `$orderby` is Trestle's own extension: Azure has none.
     let order_by = match request.param("$orderby") {
@@ -297,5 +301,57 @@ pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
             HeaderValue::from_static("next"),
         );
     }
+    Ok(response)
+}
+
+/// A query with `$apply` (Trestle's own, OData's aggregation extension, [`apply`]): the
+/// aggregate of the query's matches as `AggregateEntities` computes it, one row per group, each
+/// column under its name. `$filter` narrows the matches; paging, `$select`, `$top` and
+/// `$orderby` have no meaning for it and are refused.
+async fn aggregate(call: &Call<'_>, table: String, apply: &str) -> Answer {
+    let (api, request, access, base) = (call.api, call.request, call.access, &call.base);
+    for unused in ["$select", "$top", "$orderby", "NextPartitionKey"] {
+        if request.param(unused).is_some() {
+            let why = format!("{unused} is not taken with $apply: an aggregate answers whole");
+            return Err(Failure::invalid(ValidationError::Argument(why)));
+        }
+    }
+    let apply = Apply::parse(apply).map_err(Failure::invalid)?;
+    let mut spec = QuerySpec {
+        filter: request.param("$filter").unwrap_or_default(),
+        ..QuerySpec::default()
+    };
+    access.query(&table, &mut spec)?;
+    let metadata = request.metadata();
+    let context = format!("{base}/$metadata#{table}");
+    let aggregated = api
+        .executor
+        .aggregate(table, spec, String::new(), apply.spec)
+        .await?;
+    let mut body = String::from("{");
+    if metadata != Metadata::None {
+        body.push_str("\"odata.metadata\":");
+        body.push_str(&Json::String(context).to_string());
+        body.push(',');
+    }
+    body.push_str("\"value\":[");
+    for (at, group) in aggregated.groups.iter().enumerate() {
+        if at > 0 {
+            body.push(',');
+        }
+        let cells = group.keys.iter().chain(&group.values);
+        let shown = apply
+            .columns
+            .iter()
+            .zip(cells)
+            .filter_map(|(name, value)| name.as_deref().map(|name| (name, value.borrowed())));
+        odata::write_row(&mut body, metadata, shown);
+    }
+    body.push_str("]}");
+    let mut response = json_text_response(StatusCode::OK, metadata, body);
+    let headers = response.headers_mut();
+    headers.insert("x-trestle-plan", header_value(&aggregated.plan));
+    let examined = aggregated.examined.to_string();
+    headers.insert("x-trestle-examined", header_value(&examined));
     Ok(response)
 }

@@ -19,6 +19,7 @@
 //! the headers every answer carries), and [`dispatch`] sends it to `tables`, `entities`, `batch`
 //! or `settings`; a failure is answered by `failure` with the same client text gRPC sends.
 
+mod apply;
 mod batch;
 mod body;
 mod cors;

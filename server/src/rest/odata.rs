@@ -461,26 +461,25 @@ impl<'a> EntityJson<'a> {
             if !self.shown.custom {
                 continue;
             }
-            let value = shown.value();
-            let annotation = edm_type(value);
-            let annotate = match self.metadata {
-                Metadata::None => false,
-                // A double is annotated too: JavaScript reads `1.0` as a whole number, Int32.
-                Metadata::Minimal => {
-                    !matches!(annotation, "Edm.String" | "Edm.Boolean" | "Edm.Int32")
-                }
-                Metadata::Full => true,
-            };
-            if annotate {
-                object.key(name, "@odata.type");
-                push_json_string(object.out, annotation);
-            }
-            object.key(name, "");
-            write_value(object.out, value);
+            object.property(name, shown.value(), self.metadata);
         }
         object.out.push('}');
         Ok(())
     }
+}
+
+/// A JSON object of `members`, each annotated with its EDM type as an entity's properties are
+/// at `metadata` (a row of `$apply`'s answer).
+pub(crate) fn write_row<'v>(
+    out: &mut String,
+    metadata: Metadata,
+    members: impl Iterator<Item = (&'v str, ValueRef<'v>)>,
+) {
+    let mut object = JsonObject::open(out);
+    for (name, value) in members {
+        object.property(name, value, metadata);
+    }
+    object.out.push('}');
 }
 
 /// A JSON object being written: its members, comma-separated.
@@ -513,6 +512,23 @@ impl<'o> JsonObject<'o> {
     fn string(&mut self, name: &str, value: &str) {
         self.key(name, "");
         push_json_string(self.out, value);
+    }
+
+    /// The member `name` holding `value`, after its `@odata.type` where `metadata` asks for it.
+    fn property(&mut self, name: &str, value: ValueRef<'_>, metadata: Metadata) {
+        let annotation = edm_type(value);
+        let annotate = match metadata {
+            Metadata::None => false,
+            // A double is annotated too: JavaScript reads `1.0` as a whole number, Int32.
+            Metadata::Minimal => !matches!(annotation, "Edm.String" | "Edm.Boolean" | "Edm.Int32"),
+            Metadata::Full => true,
+        };
+        if annotate && !matches!(value, ValueRef::Null) {
+            self.key(name, "@odata.type");
+            push_json_string(self.out, annotation);
+        }
+        self.key(name, "");
+        write_value(self.out, value);
     }
 }
 
