@@ -125,9 +125,9 @@ impl EngineUnderTest {
                 let entity = small_entity(&pk, &format!("w{worker:02}-{seq:09}"), seq as i32);
                 let pending = handle
                     .engine
-                    .write(INSERT_TABLE, Operation::Insert(entity), Waiting::Allowed)
-                    .expect("insert")
-                    .ran();
+                    .write(INSERT_TABLE, Operation::Insert(entity))
+                    .await
+                    .expect("insert");
                 handle.until_durable(pending.ticket).await;
                 OpResult::entities(1)
             }
@@ -164,9 +164,9 @@ impl Handle {
             .collect();
         let pending = self
             .engine
-            .transact(table, pk, operations, TX_REQUEST_BYTES, Waiting::Allowed)
-            .expect("transaction")
-            .ran();
+            .transact(table, pk, operations, TX_REQUEST_BYTES)
+            .await
+            .expect("transaction");
         self.until_durable(pending.ticket).await;
     }
 

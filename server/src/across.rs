@@ -1,12 +1,12 @@
 //! Transactions and reads across partitions and tables: DynamoDB's `TransactWriteItems` and
-//! `TransactGetItems` over the store's [`Store::commit_across`] and [`Store::get_many`].
+//! `TransactGetItems` over the store's one [`Store::commit`] and [`Store::get_many`].
 //!
 //! A transaction across partitions takes 1 to 100 operations on any entities of any tables and
 //! applies all of them or none, serializable with every other write to the entities it touches;
-//! one that happens to touch a single partition takes the single-partition path. A read of several
+//! the store picks its strategy (one that touches a single partition takes the partition's). A read of several
 //! entities sees them at one instant: all or none of every transaction.
 //!
-//! [`Store::commit_across`]: crate::storage::Store::commit_across
+//! [`Store::commit`]: crate::storage::Store::commit
 //! [`Store::get_many`]: crate::storage::Store::get_many
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -17,16 +17,8 @@ use crate::model::{
     validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
 };
 use crate::query;
-use crate::storage::{EntityView, PartitionBatch, Rejection, StorageError, TableKey};
+use crate::storage::{Commit, EntityView, PartitionBatch, Rejection, StorageError, TableKey};
 use crate::transaction::{validate_across, TableOperation};
-
-/// A missing table of a transaction on one partition, named at its first operation.
-fn first_table_not_found(error: TableError) -> TableError {
-    match error {
-        TableError::TableNotFound(_) => error.at_operation(0),
-        other => other,
-    }
-}
 
 /// The error a refusal of a commit across partitions is, naming the refused operation (`names`
 /// has each one's table and partition).
@@ -45,9 +37,6 @@ pub struct TableEntityKey {
     /// The entity's keys.
     pub key: EntityKey,
 }
-
-/// A commit across partitions' stored entities once durable, or the transaction given back.
-pub type CrossAttempt = Attempt<Pending<Vec<Option<StoredEntity>>>, CrossCommit>;
 
 /// A transaction across partitions, checked and grouped by partition, ready to commit
 /// ([`CrossCommit::prepare`], then [`Engine::commit_across`]).
@@ -96,64 +85,20 @@ impl CrossCommit {
 }
 
 impl Engine {
-    /// Commits a prepared transaction: all operations or none; errors name the failing
-    /// operation's index. Acknowledge it once its ticket is durable. One whose operations all
-    /// fall in one partition takes the single-partition path. Not allowed to wait, it gives the
-    /// transaction back rather than wait for a partition.
-    pub fn commit_across(
+    /// Commits a prepared transaction through the store's one commit
+    /// ([`crate::storage::Store::commit`]): all operations or none; errors name the failing
+    /// operation's index. Acknowledge it once its ticket is durable.
+    pub async fn commit_across(
         &self,
         commit: CrossCommit,
-        waiting: Waiting,
-    ) -> Result<CrossAttempt, TableError> {
-        let CrossCommit { mut batches, names } = commit;
-        if let [batch] = batches.as_mut_slice() {
-            let operations = std::mem::take(&mut batch.operations);
-            let (table, partition_key) = (batch.table.as_str(), &batch.partition_key);
-            let attempt = self
-                .commit(table, partition_key, operations, true, waiting)
-                .map_err(first_table_not_found)?;
-            return Ok(attempt.map_input(|operations| {
-                batches[0].operations = operations;
-                CrossCommit { batches, names }
-            }));
-        }
-        let count = names.len();
-        let committed = match waiting {
-            Waiting::Allowed => self.store().commit_across(batches, count)?,
-            Waiting::NotAllowed => match self.store().try_commit_across(batches, count)? {
-                Ok(committed) => committed,
-                Err(batches) => return Ok(Attempt::WouldWait(CrossCommit { batches, names })),
-            },
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+        let CrossCommit { batches, names } = commit;
+        let commit = Commit {
+            batches,
+            operations: names.len(),
         };
-        settled(committed, refusal_across(&names)).map(Attempt::Done)
-    }
-
-    /// [`Engine::commit_across`], awaited where the store can commit it so
-    /// ([`crate::storage::Store::awaited`]); elsewhere the transaction is given back.
-    pub async fn commit_across_awaited(
-        &self,
-        commit: CrossCommit,
-    ) -> Result<CrossAttempt, TableError> {
-        let Some(awaited) = self.store().awaited() else {
-            return Ok(Attempt::WouldWait(commit));
-        };
-        let CrossCommit { mut batches, names } = commit;
-        if let [batch] = batches.as_mut_slice() {
-            let operations = std::mem::take(&mut batch.operations);
-            let (table, partition_key) = (batch.table.as_str(), &batch.partition_key);
-            let attempt = self
-                .commit_awaited(table, partition_key, operations, true)
-                .await
-                .map_err(first_table_not_found)?;
-            return Ok(attempt.map_input(|operations| {
-                batches[0].operations = operations;
-                CrossCommit { batches, names }
-            }));
-        }
-        match awaited.try_commit_across(&batches, names.len()).await? {
-            Some(committed) => settled(committed, refusal_across(&names)).map(Attempt::Done),
-            None => Ok(Attempt::WouldWait(CrossCommit { batches, names })),
-        }
+        let committed = self.store_arc().commit(commit).await?;
+        settled(committed, refusal_across(&names))
     }
 
     /// Reads 1 to 100 entities of any partitions and tables at one instant, showing only the

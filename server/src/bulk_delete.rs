@@ -3,7 +3,7 @@
 //! conditioned on the ETag read, so that an entity changed in between is read again rather than
 //! deleted on a stale match. A call does a bounded amount of work and answers with a continuation.
 
-use crate::engine::{Engine, MatchSink, Waiting};
+use crate::engine::{Engine, MatchSink};
 use crate::error::TableError;
 use crate::model::{EntityKey, IfMatch, Operation, ValidationError, MAX_TRANSACTION_OPERATIONS};
 use crate::query::QuerySpec;
@@ -107,9 +107,7 @@ impl Engine {
         partition_key: &str,
         deletes: Vec<Operation>,
     ) -> Result<(), TableError> {
-        let pending = self
-            .transact(table, partition_key, deletes, 0, Waiting::Allowed)?
-            .ran();
+        let pending = self.run_here(self.transact(table, partition_key, deletes, 0))?;
         self.wait(pending).map(drop)
     }
 }

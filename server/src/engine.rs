@@ -1,5 +1,7 @@
 //! Azure Table semantics over the store: the operations the service offers, on validated model
-//! types, synchronous (the gRPC layer runs them on the blocking pool).
+//! types. Writes are async, through the store's one commit ([`Store::commit`], which decides where
+//! its work runs); reads are synchronous (the executor runs them inline, awaited or on the
+//! blocking pool).
 
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use crate::model::{
 use crate::query::{self, QuerySpec, ResumeAt, TablesToken, TokenSeal};
 use crate::scan::{Chunk, Scan};
 use crate::storage::{
-    self, build_in_background, AwaitedCalls, CommitOutcome, Committed, CreateRefusal,
+    self, build_in_background, AwaitedCalls, Commit, CommitOutcome, Committed, CreateRefusal,
     DurableListener, EntityView, FeedBatch, FeedEnd, FeedPosition, IndexRefusal, RejectReason,
     Rejection, SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table,
     TableListing, TableSnapshot, TendedTable, Ticket,
@@ -192,9 +194,6 @@ impl<T, I> Attempt<T, I> {
     }
 }
 
-/// A commit's stored entities once durable, or its operations given back.
-pub type CommitAttempt = Attempt<Pending<Vec<Option<StoredEntity>>>, Vec<Operation>>;
-
 /// The table service's semantics.
 #[derive(Debug)]
 pub struct Engine {
@@ -368,118 +367,63 @@ impl Engine {
         })
     }
 
-    /// Applies one write outside a transaction; acknowledge it once its ticket is durable. Not
-    /// allowed to wait, it gives the operation back rather than wait for its partition.
-    pub fn write(
+    /// Applies one write outside a transaction; acknowledge it once its ticket is durable.
+    pub async fn write(
         &self,
         table: &str,
         operation: Operation,
-        waiting: Waiting,
-    ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
+    ) -> Result<Pending<Option<StoredEntity>>, TableError> {
         let partition_key = operation.partition_key().to_owned();
-        let attempt = self.commit(table, &partition_key, vec![operation], false, waiting)?;
-        Ok(only_one(attempt))
-    }
-
-    /// [`Engine::write`], awaited where the store can commit it so ([`Store::awaited`]);
-    /// elsewhere the operation is given back.
-    pub async fn write_awaited(
-        &self,
-        table: &str,
-        operation: Operation,
-    ) -> Result<Attempt<Pending<Option<StoredEntity>>, Operation>, TableError> {
-        let partition_key = operation.partition_key().to_owned();
-        let attempt = self
-            .commit_awaited(table, &partition_key, vec![operation], false)
+        let committed = self
+            .commit(table, partition_key, vec![operation], false)
             .await?;
-        Ok(only_one(attempt))
+        Ok(committed.map(|mut stored| stored.pop().flatten()))
     }
 
     /// Applies a transaction: all operations or none. Errors name the failing operation's index.
-    /// Not allowed to wait, it gives the operations back rather than wait for the partition.
-    pub fn transact(
+    pub async fn transact(
         &self,
         table: &str,
         partition_key: &str,
         operations: Vec<Operation>,
         request_bytes: usize,
-        waiting: Waiting,
-    ) -> Result<CommitAttempt, TableError> {
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit(table, partition_key, operations, true, waiting)
-            .map_err(in_transaction)
-    }
-
-    /// [`Engine::transact`], awaited where the store can commit the operations so
-    /// ([`Store::awaited`]); elsewhere they are given back.
-    pub async fn transact_awaited(
-        &self,
-        table: &str,
-        partition_key: &str,
-        operations: Vec<Operation>,
-        request_bytes: usize,
-    ) -> Result<CommitAttempt, TableError> {
-        crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit_awaited(table, partition_key, operations, true)
+        self.commit(table, partition_key.to_owned(), operations, true)
             .await
-            .map_err(in_transaction)
     }
 
-    /// [`Engine::commit`] awaited, if the store can ([`Store::awaited`]); else gives the
-    /// operations back (nothing written).
-    pub(crate) async fn commit_awaited(
+    /// Commits `operations` on one partition through the store's one commit
+    /// ([`Store::commit`]); errors name the operation when `in_transaction`.
+    async fn commit(
         &self,
         table_name: &str,
-        partition_key: &str,
+        partition_key: String,
         operations: Vec<Operation>,
         in_transaction: bool,
-    ) -> Result<CommitAttempt, TableError> {
-        let Some(awaited) = self.store.awaited() else {
-            return Ok(Attempt::WouldWait(operations));
-        };
-        let name = lookup_name(table_name)?;
-        let committed = awaited
-            .try_commit_named(&name, partition_key, &operations)
-            .await?;
-        match committed {
-            Some(committed) => {
-                let refused = refusal_error(table_name, partition_key, in_transaction);
-                settled(committed, refused).map(Attempt::Done)
-            }
-            None => Ok(Attempt::WouldWait(operations)),
-        }
+    ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
+        let name = lookup_name(table_name).map_err(|error| match in_transaction {
+            true => error.at_operation(0),
+            false => error,
+        })?;
+        let commit = Commit::on_partition(name, partition_key, operations);
+        let partition_key = commit.batches[0].partition_key.clone();
+        let committed = self.store_arc().commit(commit).await?;
+        settled(
+            committed,
+            refusal_error(table_name, &partition_key, in_transaction),
+        )
     }
 
-    /// Whether the store serves some calls awaited ([`Store::awaited`]).
+    /// Whether the store serves some reads awaited ([`Store::awaited`]).
     pub fn serves_awaited(&self) -> bool {
         self.store.awaited().is_some()
     }
 
-    /// Commits `operations` on one partition; errors name the operation when `in_transaction`.
-    pub(crate) fn commit(
-        &self,
-        table_name: &str,
-        partition_key: &str,
-        operations: Vec<Operation>,
-        in_transaction: bool,
-        waiting: Waiting,
-    ) -> Result<CommitAttempt, TableError> {
-        let committed = match waiting {
-            Waiting::Allowed => {
-                let name = lookup_name(table_name)?;
-                let committed = self.store.commit_named(&name, partition_key, operations)?;
-                committed.ok_or_else(|| TableError::TableNotFound(name.to_string()))?
-            }
-            Waiting::NotAllowed => {
-                let table = self.table(table_name)?;
-                match table.try_commit(partition_key, operations)? {
-                    Ok(committed) => committed,
-                    Err(operations) => return Ok(Attempt::WouldWait(operations)),
-                }
-            }
-        };
-        let refused = refusal_error(table_name, partition_key, in_transaction);
-        settled(committed, refused).map(Attempt::Done)
+    /// Runs `work` (the engine's own commits, for work that runs on the blocking pool: bulk
+    /// deletes, the housekeeping) to its end on this blocking-pool thread.
+    pub(crate) fn run_here<F: std::future::Future>(&self, work: F) -> F::Output {
+        tokio::runtime::Handle::current().block_on(work)
     }
 
     /// Reads one entity in place, showing only the `select`ed properties (all when empty), and
@@ -828,6 +772,11 @@ impl Engine {
         self.store.as_ref()
     }
 
+    /// The store, shared ([`Store::commit`] takes it so).
+    pub(crate) fn store_arc(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
     /// The id of the incarnation of table `name`.
     pub(crate) fn table_id(&self, name: &str) -> Result<u64, TableError> {
         Ok(self.table(name)?.id())
@@ -858,25 +807,6 @@ async fn read_snapshot<'a>(
 }
 
 /// A commit of one operation's stored entity, or its operation given back.
-fn only_one(attempt: CommitAttempt) -> Attempt<Pending<Option<StoredEntity>>, Operation> {
-    match attempt {
-        Attempt::Done(committed) => {
-            Attempt::Done(committed.map(|mut stored| stored.pop().flatten()))
-        }
-        Attempt::WouldWait(mut operations) => {
-            Attempt::WouldWait(operations.pop().expect("the one operation"))
-        }
-    }
-}
-
-/// A transaction's failure: a missing table is its first operation's.
-fn in_transaction(error: TableError) -> TableError {
-    match error {
-        TableError::TableNotFound(_) => error.at_operation(0),
-        other => other,
-    }
-}
-
 /// A point read's look at the entity the store finds: an expired entity reads as missing (until
 /// the server removes it), and `read` is shown only the `select`ed properties.
 struct PointRead<'s, F, R> {

@@ -1,15 +1,16 @@
 //! How a request's storage work runs, whichever protocol it came in by (gRPC or REST): one
-//! executor with two modes, one way to finish, and one way to wait for durability.
+//! executor with its modes, one way to finish, and one way to wait for durability.
 //!
-//! - **Short** (a point read, a write, a transaction of at most 100 operations on one
-//!   partition): on the calling runtime worker when the store is local and the work need not wait
-//!   for a lock, sparing two thread hand-offs that cost more than the work; when it would wait (a
-//!   commit or scan holds the partition), or the store is remote, it is handed to the blocking
-//!   pool instead (a commit across partitions first tries inline again a few times, letting
-//!   other tasks run in between). A runtime worker is never parked behind a lock. A remote store
-//!   may serve the commonest short work awaited instead (point reads, reads of many keys,
-//!   commits: [`Executor::get`], [`Executor::get_many`], [`Executor::write`],
-//!   [`Executor::transact`]), holding no thread while its database answers.
+//! - **Commits** (a write, a transaction on one partition or across several): the store's one
+//!   commit ([`crate::storage::Store::commit`]), which decides where its work runs: inline on the
+//!   calling runtime worker while it need not wait for a lock (sled), awaited over its
+//!   connections (PostgreSQL), else on the blocking pool.
+//! - **Short** (a point read, a read of many keys): on the calling runtime worker when the store
+//!   is local and the read need not wait for a lock, sparing two thread hand-offs that cost more
+//!   than the work; when it would wait (a commit holds the partition), or the store is remote, it
+//!   is handed to the blocking pool instead. A runtime worker is never parked behind a lock. A
+//!   remote store may serve these reads awaited instead ([`Executor::get`],
+//!   [`Executor::get_many`]), holding no thread while its database answers.
 //! - **Blocking** (queries, counts, table creation and deletion, which may take long or wait for
 //!   a flush): on the blocking pool; the task runs to completion even if the client goes away. A
 //!   remote store may serve queries by key awaited ([`Executor::query`], [`Executor::open_scan`],
@@ -45,16 +46,6 @@ use crate::query::order::{OrderBy, TopK, MAX_SORTED_MATCHES};
 use crate::query::QuerySpec;
 use crate::storage::{EntityView, StorageError, Ticket};
 use crate::traces;
-
-/// How many times a commit across partitions runs inline on a local store before it waits for a
-/// busy partition on the blocking pool. Its partitions are held only by work running inline on
-/// the other workers, for microseconds, or by work on the blocking pool; and a thread woken from
-/// the blocking pool for each commit that found one busy cost more than the commits (with 16 at
-/// once over 100 partitions, more than half wait once). One partition busy with a long commit
-/// or scan costs the attempts' few microseconds each. Partition commits, which contend for one
-/// partition at a time, wait at once: trying again there cost a hot partition a fifth of its
-/// rate.
-const ACROSS_INLINE_ATTEMPTS: usize = 64;
 
 /// Why storage work gave no value.
 #[derive(Debug, thiserror::Error)]
@@ -156,35 +147,15 @@ impl Executor {
         I: Send + 'static,
         F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
     {
-        self.short_attempts(input, op, 1).await
-    }
-
-    /// Short mode trying inline up to `attempts` times (if the store is local), letting the
-    /// runtime's other tasks run between attempts, before the blocking pool.
-    async fn short_attempts<T, I, F>(
-        &self,
-        mut input: I,
-        op: F,
-        attempts: usize,
-    ) -> Result<T, WorkError>
-    where
-        T: Send + 'static,
-        I: Send + 'static,
-        F: Fn(&Engine, I, Waiting) -> Result<Attempt<T, I>, TableError> + Send + 'static,
-    {
+        let mut input = input;
         if self.engine.calls_are_local() {
-            for attempt in 1..=attempts {
-                let inline = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    let store = traces::store_span("inline");
-                    store.in_scope(|| op(&self.engine, input, Waiting::NotAllowed))
-                }));
-                match finish(inline.map_err(drop))? {
-                    Attempt::Done(value) => return Ok(value),
-                    Attempt::WouldWait(back) => input = back,
-                }
-                if attempt < attempts {
-                    tokio::task::yield_now().await;
-                }
+            let inline = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let store = traces::store_span("inline");
+                store.in_scope(|| op(&self.engine, input, Waiting::NotAllowed))
+            }));
+            match finish(inline.map_err(drop))? {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::WouldWait(back) => input = back,
             }
         }
         self.blocking(move |engine| op(engine, input, Waiting::Allowed).map(Attempt::ran))
@@ -497,29 +468,20 @@ impl Executor {
         .await
     }
 
-    /// Applies one write ([`Engine::write`]): awaited where the store can commit it so, else in
-    /// short mode. Acknowledge it once durable ([`Executor::durable`]).
+    /// Applies one write ([`Engine::write`]). Acknowledge it once durable
+    /// ([`Executor::durable`]).
     pub async fn write(
         &self,
         table: String,
         operation: Operation,
     ) -> Result<Pending<Option<StoredEntity>>, WorkError> {
         let span = traces::engine_span("write", &table);
-        async move {
-            let awaited = table.clone();
-            self.awaited_or_short(
-                operation,
-                move |engine, operation| async move { engine.write_awaited(&awaited, operation).await },
-                move |engine, operation, waiting| engine.write(&table, operation, waiting),
-            )
-            .await
-        }
-        .instrument(span)
-        .await
+        let engine = &self.engine;
+        committing(engine.write(&table, operation).instrument(span)).await
     }
 
-    /// Applies a transaction on one partition ([`Engine::transact`]): awaited where the store
-    /// can commit it so, else in short mode. Acknowledge it once durable.
+    /// Applies a transaction on one partition ([`Engine::transact`]). Acknowledge it once
+    /// durable.
     pub async fn transact(
         &self,
         table: String,
@@ -528,54 +490,20 @@ impl Executor {
         request_bytes: usize,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
         let span = traces::engine_span("transact", &table);
-        async move {
-            let awaited = (table.clone(), partition_key.clone());
-            self.awaited_or_short(
-                operations,
-                move |engine, operations| async move {
-                    let (table, partition_key) = awaited;
-                    let commit =
-                        engine.transact_awaited(&table, &partition_key, operations, request_bytes);
-                    commit.await
-                },
-                move |engine, operations, waiting| {
-                    engine.transact(&table, &partition_key, operations, request_bytes, waiting)
-                },
-            )
-            .await
-        }
-        .instrument(span)
-        .await
+        let commit = self
+            .engine
+            .transact(&table, &partition_key, operations, request_bytes);
+        committing(commit.instrument(span)).await
     }
 
-    /// Applies a transaction across partitions ([`Engine::commit_across`]): awaited where the
-    /// store can commit it so, else in short mode. Acknowledge it once durable.
-    /// Locally, a commit that finds one of its partitions busy tries again inline
-    /// ([`ACROSS_INLINE_ATTEMPTS`]) before it waits on the blocking pool.
+    /// Applies a transaction across partitions ([`Engine::commit_across`]). Acknowledge it once
+    /// durable.
     pub async fn transact_across(
         &self,
         commit: CrossCommit,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
         let span = traces::engine_span("transact_across", "");
-        async move {
-            let commit = match self
-                .awaited_first(commit, |engine, commit| async move {
-                    engine.commit_across_awaited(commit).await
-                })
-                .await?
-            {
-                Attempt::Done(pending) => return Ok(pending),
-                Attempt::WouldWait(commit) => commit,
-            };
-            self.short_attempts(
-                commit,
-                |engine, commit, waiting| engine.commit_across(commit, waiting),
-                ACROSS_INLINE_ATTEMPTS,
-            )
-            .await
-        }
-        .instrument(span)
-        .await
+        committing(self.engine.commit_across(commit).instrument(span)).await
     }
 
     /// Short work that a store over the network may serve awaited
@@ -698,6 +626,12 @@ impl Executor {
             .map_err(|_| WorkError::ShuttingDown)?;
         Ok(())
     }
+}
+
+/// A commit's work: the store runs it where it decides ([`crate::storage::Store::commit`]), and it
+/// finishes as every mode does (a panic is [`WorkError::Panicked`]).
+async fn committing<T>(work: impl Future<Output = Result<T, TableError>>) -> Result<T, WorkError> {
+    finish(AssertUnwindSafe(work).catch_unwind().await.map_err(drop))
 }
 
 /// The one way work finishes: its value, or its failure logged once (`outcome` is `Err` if the
@@ -918,44 +852,5 @@ mod tests {
             *modes.lock().unwrap(),
             [Waiting::NotAllowed, Waiting::Allowed]
         );
-    }
-
-    /// The mode of every attempt, in order.
-    type Modes = Arc<std::sync::Mutex<Vec<Waiting>>>;
-
-    /// Work that records the mode of every attempt in `modes` and is done inline at the attempt
-    /// `done_at` (counted from 1).
-    fn done_inline_at(
-        done_at: usize,
-        modes: Modes,
-    ) -> impl Fn(&Engine, u32, Waiting) -> Result<Attempt<u32, u32>, TableError> + Send + 'static
-    {
-        move |_, input, waiting| {
-            let mut seen = modes.lock().unwrap();
-            seen.push(waiting);
-            Ok(match waiting {
-                Waiting::NotAllowed if seen.len() < done_at => Attempt::WouldWait(input),
-                _ => Attempt::Done(input * 6),
-            })
-        }
-    }
-
-    #[tokio::test]
-    async fn work_with_attempts_tries_inline_again_then_on_the_blocking_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Arc::new(Engine::open(&StoreConfig::embedded(dir.path())).unwrap());
-        let executor = Executor::new(engine, 8);
-
-        let modes = Modes::default();
-        let op = done_inline_at(3, modes.clone());
-        assert_eq!(executor.short_attempts(7, op, 4).await.unwrap(), 42);
-        assert_eq!(*modes.lock().unwrap(), [Waiting::NotAllowed; 3]);
-
-        let modes = Modes::default();
-        let op = done_inline_at(usize::MAX, modes.clone());
-        assert_eq!(executor.short_attempts(7, op, 4).await.unwrap(), 42);
-        let mut expected = vec![Waiting::NotAllowed; 4];
-        expected.push(Waiting::Allowed);
-        assert_eq!(*modes.lock().unwrap(), expected);
     }
 }

@@ -16,7 +16,7 @@ use crate::error::TableError;
 use crate::model::{
     ETag, EntityKey, IfMatch, KeyPosition, KeyRange, Operation, Ticks, TICKS_PER_SECOND,
 };
-use crate::storage::{KeyScan, Table, Visit};
+use crate::storage::{Commit, KeyScan, Table, Visit};
 
 /// How often the housekeeping runs.
 const EVERY: Duration = Duration::from_secs(1);
@@ -95,7 +95,7 @@ pub(crate) fn pass(
             done.trimmed += trim(table.as_ref(), Ticks(now.0.saturating_sub(retention)))?;
         }
         if catalog.time_to_live.is_some() {
-            done.expired += sweep(table.as_ref(), now, positions)?;
+            done.expired += sweep(engine, table.as_ref(), now, positions)?;
         }
     }
     Ok(done)
@@ -122,6 +122,7 @@ fn trim(table: &dyn Table, before: Ticks) -> Result<usize, TableError> {
 /// Examines up to [`SWEEP_EXAMINED`] entities of `table` from where its last sweep stopped and
 /// removes those expired at `now`: how many.
 fn sweep(
+    engine: &Engine,
     table: &dyn Table,
     now: Ticks,
     positions: &mut SweepPositions,
@@ -164,9 +165,11 @@ fn sweep(
                 if_match: IfMatch::Tag(etag),
             })
             .collect();
-        // An expiry is never refused (one of a row rewritten meanwhile does nothing); nobody
-        // waits for its durability.
-        if table.commit(&partition_key, operations)?.is_ok() {
+        // An expiry is never refused (one of a row rewritten meanwhile, or of a table created
+        // again under the name, does nothing: its ETag is another); nobody waits for its
+        // durability.
+        let commit = Commit::on_partition(table.name().clone(), partition_key, operations);
+        if engine.run_here(engine.store_arc().commit(commit))?.is_ok() {
             removed += count;
         }
     }

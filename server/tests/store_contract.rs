@@ -19,10 +19,28 @@ use trestle_server::model::{
     Properties, StoredEntity, TableName, Ticks, UpsertMode, Value,
 };
 use trestle_server::storage::{
-    read_entity, CommitOutcome, CreateRefusal, FeedBatch, KeyScan, PartitionBatch, PostgresOptions,
-    PostgresStore, RejectReason, SledStore, StorageError, Store, StoreOptions, Table, TableKey,
-    Visit,
+    read_entity, Commit, CommitOutcome, CreateRefusal, FeedBatch, KeyScan, PartitionBatch,
+    PostgresOptions, PostgresStore, RejectReason, SledStore, StorageError, Store, StoreOptions,
+    Table, TableKey, Visit,
 };
+
+/// The store's one commit ([`Store::commit`]), run to its end from a test's thread.
+fn commit_to(store: &Arc<dyn Store>, commit: Commit) -> CommitOutcome {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| tokio::runtime::Runtime::new().unwrap());
+    runtime.block_on(store.clone().commit(commit)).unwrap()
+}
+
+/// A commit of `operations` on one partition of `table` ([`commit_to`]).
+fn commit_on(
+    store: &Arc<dyn Store>,
+    table: &dyn Table,
+    partition_key: &str,
+    operations: Vec<Operation>,
+) -> CommitOutcome {
+    let commit = Commit::on_partition(table.name().clone(), partition_key.into(), operations);
+    commit_to(store, commit)
+}
 
 /// splitmix64: a small deterministic generator, so a failing seed can be replayed.
 struct Rng {
@@ -167,17 +185,17 @@ fn random_operation(rng: &mut Rng, model: &Model, partition_key: &str, row_key: 
 /// A commit of 1 to 4 operations on distinct rows of one partition, checked against the model:
 /// the first refused operation (by the model's own rules) is the one the store names, and
 /// nothing changes; otherwise every effect lands, with timestamps that only grow.
-fn commit(rng: &mut Rng, table: &dyn Table, model: &mut Model) {
+fn commit(rng: &mut Rng, store: &Arc<dyn Store>, table: &dyn Table, model: &mut Model) {
     let partition_key = rng.pick(PARTITIONS);
     let operations = random_operations(rng, model, &[partition_key], 4);
     let expected = expect(model, &operations);
-    let outcome = table.commit(partition_key, operations).unwrap();
+    let outcome = commit_on(store, table, partition_key, operations);
     check_outcome(outcome, expected, model);
 }
 
 /// A commit across 2 to 4 partitions of 1 to 3 operations each, in random order, checked against
 /// the model as a single-partition commit is.
-fn commit_across(rng: &mut Rng, store: &dyn Store, name: &TableName, model: &mut Model) {
+fn commit_across(rng: &mut Rng, store: &Arc<dyn Store>, name: &TableName, model: &mut Model) {
     let mut partitions = Vec::new();
     for _ in 0..2 + rng.below(3) {
         let partition_key = rng.pick(PARTITIONS);
@@ -212,7 +230,13 @@ fn commit_across(rng: &mut Rng, store: &dyn Store, name: &TableName, model: &mut
         batch.operations.push(operation);
         batch.positions.push(position);
     }
-    let outcome = store.commit_across(batches, count).unwrap();
+    let outcome = commit_to(
+        store,
+        Commit {
+            batches,
+            operations: count,
+        },
+    );
     check_outcome(outcome, expected, model);
 }
 
@@ -441,9 +465,9 @@ fn check_settings(store: &dyn Store) {
 }
 
 /// Runs `steps` random steps against `store`, checking each against the model.
-pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
+pub fn check_contract(store: &Arc<dyn Store>, seed: u64, steps: usize) {
     if seed == 1 {
-        check_settings(store);
+        check_settings(store.as_ref());
     }
     let mut rng = Rng { state: seed };
     let name = TableName::parse("Contract").unwrap();
@@ -451,20 +475,20 @@ pub fn check_contract(store: &dyn Store, seed: u64, steps: usize) {
     let mut model = Model::new();
     for _ in 0..steps {
         match rng.below(20) {
-            0..=6 => commit(&mut rng, table.as_ref(), &mut model),
+            0..=6 => commit(&mut rng, store, table.as_ref(), &mut model),
             7..=9 => commit_across(&mut rng, store, &name, &mut model),
             10 => point_reads(table.as_ref(), &model),
-            11 => reads_at_once(&mut rng, store, &name, &model),
+            11 => reads_at_once(&mut rng, store.as_ref(), &name, &model),
             12..=18 => scan(&mut rng, table.as_ref(), &model),
             _ => {
-                // Deleting the table: the old handle refuses commits and reads nothing; a table
-                // of the same name starts empty.
+                // Deleting the table: commits to its name are refused, its old handle reads
+                // nothing; a table of the same name starts empty.
                 assert!(store.delete_table(&name).unwrap());
                 assert!(store.table(&name).unwrap().is_none());
                 let insert = vec![Operation::Insert(new_entity(&mut rng, "a", "r"))];
-                let gone = table.commit("a", insert);
+                let gone = commit_on(store, table.as_ref(), "a", insert);
                 assert!(matches!(
-                    gone.unwrap(),
+                    gone,
                     Err(rejection) if rejection.reason == RejectReason::TableGone
                 ));
                 assert_eq!(
@@ -495,7 +519,7 @@ fn the_sled_store_keeps_the_contract() {
     for seed in [1, 2, 3, 0x5eed] {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
-        check_contract(&store, seed, 400);
+        check_contract(&(Arc::new(store) as Arc<dyn Store>), seed, 400);
     }
 }
 
@@ -507,7 +531,7 @@ fn the_postgres_store_keeps_the_contract() {
     for seed in [1, 2, 3, 0x5eed] {
         let url = postgres.database(&format!("contract_{seed}"));
         let store = open_postgres(&url, 2, true).unwrap();
-        check_contract(&store, seed, 400);
+        check_contract(&(Arc::new(store) as Arc<dyn Store>), seed, 400);
     }
 }
 
@@ -517,7 +541,7 @@ fn the_postgres_store_keeps_the_contract() {
 /// were numbered, and a record must appear only once every earlier transaction has. Over
 /// PostgreSQL the feed's horizon once paired each session's locks by its virtual transaction id,
 /// which a committing session changes between its locks: 1 to 4 records a second were passed.
-fn check_feed_under_concurrent_commits(store: &dyn Store, writing: Duration) {
+fn check_feed_under_concurrent_commits(store: Arc<dyn Store>, writing: Duration) {
     let name = TableName::parse("Feed").unwrap();
     let created = store.create_table(&name, &[]).unwrap().unwrap();
     let feed = ChangeFeed::new(0, false).unwrap();
@@ -530,7 +554,7 @@ fn check_feed_under_concurrent_commits(store: &dyn Store, writing: Duration) {
     };
     let read = std::thread::scope(|threads| {
         for writer in 0..FEED_WRITERS {
-            let table = table.clone();
+            let (store, table) = (store.clone(), table.clone());
             threads.spawn(move || {
                 let mut rng = Rng { state: writer };
                 let mut n = 0;
@@ -542,7 +566,7 @@ fn check_feed_under_concurrent_commits(store: &dyn Store, writing: Duration) {
                             Operation::Insert(new_entity(&mut rng, partition_key, &row_key))
                         })
                         .collect();
-                    table.commit(partition_key, inserts).unwrap().unwrap();
+                    commit_on(&store, table.as_ref(), partition_key, inserts).unwrap();
                     n += 1;
                 }
             });
@@ -588,7 +612,7 @@ const FEED_WRITERS: u64 = 12;
 fn a_sled_feed_reader_misses_no_record_of_concurrent_commits() {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open(dir.path(), StoreOptions::default()).unwrap();
-    check_feed_under_concurrent_commits(&store, Duration::from_secs(3));
+    check_feed_under_concurrent_commits(Arc::new(store), Duration::from_secs(3));
 }
 
 #[test]
@@ -598,7 +622,7 @@ fn a_postgres_feed_reader_misses_no_record_of_concurrent_commits() {
     };
     let url = postgres.database("feed");
     let store = open_postgres(&url, FEED_WRITERS as usize + 2, true).unwrap();
-    check_feed_under_concurrent_commits(&store, Duration::from_secs(5));
+    check_feed_under_concurrent_commits(Arc::new(store), Duration::from_secs(5));
 }
 
 /// Opens a PostgreSQL store over `url` with `pool_size` connections.
@@ -622,7 +646,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     };
     let url = postgres.database("purge");
     let name = TableName::parse("Purged").unwrap();
-    let not_purging = open_postgres(&url, 1, false).unwrap();
+    let not_purging: Arc<dyn Store> = Arc::new(open_postgres(&url, 1, false).unwrap());
     let table = not_purging.create_table(&name, &[]).unwrap().unwrap();
     // More rows than one purge statement deletes.
     for chunk in 0..(trestle_server::storage::PURGE_BATCH as usize * 2 / 100 + 1) {
@@ -632,7 +656,7 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
                 Operation::Insert(NewEntity::new(key("p", &row_key), Properties::new()).unwrap())
             })
             .collect();
-        table.commit("p", inserts).unwrap().unwrap();
+        commit_on(&not_purging, table.as_ref(), "p", inserts).unwrap();
     }
     assert!(not_purging.delete_table(&name).unwrap());
     assert_eq!(
@@ -743,7 +767,7 @@ fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
         return;
     };
     let url = postgres.database("panics");
-    let store = open_postgres(&url, 1, false).unwrap();
+    let store: Arc<dyn Store> = Arc::new(open_postgres(&url, 1, false).unwrap());
     let name = TableName::parse("Scanned").unwrap();
     let table = store.create_table(&name, &[]).unwrap().unwrap();
     let inserts = (0..3)
@@ -752,7 +776,7 @@ fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
             Operation::Insert(entity)
         })
         .collect();
-    table.commit("p", inserts).unwrap().unwrap();
+    commit_on(&store, table.as_ref(), "p", inserts).unwrap();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         table.visit(KeyScan::forward(&[KeyRange::all()]), &mut |_| {
             panic!("a visitor's bug")
@@ -762,13 +786,13 @@ fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
     let (done, answered) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let insert = NewEntity::new(key("p", "after"), Properties::new()).unwrap();
-        let committed = table.commit("p", vec![Operation::Insert(insert)]);
-        let _ = done.send(committed.map(|outcome| outcome.is_ok()));
+        let committed = commit_on(&store, table.as_ref(), "p", vec![Operation::Insert(insert)]);
+        let _ = done.send(committed.is_ok());
     });
     let committed = answered
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("the store still has its connection");
-    assert!(committed.unwrap(), "a write after the panic commits");
+    assert!(committed, "a write after the panic commits");
 }
 
 #[test]
@@ -821,7 +845,7 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
         return;
     };
     let url = postgres.database("dropped");
-    let store = open_postgres(&url, 2, true).unwrap();
+    let store: Arc<dyn Store> = Arc::new(open_postgres(&url, 2, true).unwrap());
     let definition = |name: &str| {
         IndexDefinition::new(name.into(), vec!["N".into()], IndexScope::Table, false).unwrap()
     };
@@ -838,7 +862,7 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
                 Operation::Insert(NewEntity::new(key, properties).unwrap())
             })
             .collect();
-        table.commit("p", inserts).unwrap().unwrap();
+        commit_on(&store, table.as_ref(), "p", inserts).unwrap();
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let entries = |admin: &mut postgres::Client| -> i64 {

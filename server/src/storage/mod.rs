@@ -7,19 +7,27 @@
 //! its keys out: the sled store ([`SledStore`], the embedded default) encodes keys into bytes of
 //! its own, and a SQL store would turn the same ranges into `WHERE` bounds.
 //!
-//! Two traits: [`Store`], the catalog and durability, and [`Table`], one table's reads and its
-//! single commit path. Entities are read in place as [`EntityView`]s (the stored record format of
-//! `storage/codec.rs`, which every store may keep as it is).
+//! Two traits: [`Store`], the catalog, durability and the one way entities are written
+//! ([`Store::commit`]), and [`Table`], one table's reads. Entities are read in place as
+//! [`EntityView`]s (the stored record format of `storage/codec.rs`, which every store may keep as
+//! it is).
 //!
-//! **How the engine calls a store: synchronously, on the blocking pool.** A read hands each entity
-//! to a callback that borrows the store's own buffers (no copy of what a filter rejects), which an
-//! async trait could not do without boxing every entity; sled is synchronous; and the service
-//! already runs long work on the blocking pool. A store whose calls go over the network (a
-//! PostgreSQL store) blocks the pool thread while it waits, bounded by the pool's size and the
-//! store's own connection pool, and says so through [`Store::calls_are_local`]: only a local
-//! store's short calls are run inline on a runtime worker. Such a store may serve the two calls
-//! most requests are made of, a point read and a commit on one partition, awaited as well
-//! ([`Store::awaited`], [`AwaitedCalls`]): a request waiting for them holds no thread, and
+//! **Writes: one async commit.** Every write (a single entity, a partition transaction, a
+//! transaction across partitions and tables, an expiry) is one [`Commit`] given to
+//! [`Store::commit`]; each store has one apply behind it, whose fast paths are strategies it
+//! picks, each held to the same rules (indexes, feed records and their visibility order, TTL).
+//! The store decides how the work runs: inline on the caller's runtime worker when it is short
+//! and need not wait (sled), awaited over its connections (PostgreSQL), or on the blocking pool
+//! ([`on_blocking_pool`]).
+//!
+//! **Reads: synchronously, on the blocking pool.** A read hands each entity to a callback that
+//! borrows the store's own buffers (no copy of what a filter rejects), which an async trait could
+//! not do without boxing every entity; sled is synchronous; and the service already runs long
+//! work on the blocking pool. A store whose calls go over the network (a PostgreSQL store) blocks
+//! the pool thread while it waits, bounded by the pool's size and the store's own connection
+//! pool, and says so through [`Store::calls_are_local`]: only a local store's short reads are run
+//! inline on a runtime worker. Such a store may serve the reads most requests are made of awaited
+//! as well ([`Store::awaited`], [`AwaitedCalls`]): a request waiting for them holds no thread, and
 //! whatever they cannot serve goes the blocking way.
 
 pub(crate) mod changes;
@@ -137,8 +145,8 @@ pub struct IndexScan<'a> {
 /// What a commit does: what it stored, or the operation refused and why (nothing written).
 pub type CommitOutcome = Result<Committed, Rejection>;
 
-/// One partition's part of a transaction across partitions ([`Store::commit_across`]): its table,
-/// its partition, its operations in order, and each one's position in the whole transaction.
+/// One partition's part of a [`Commit`]: its table, its partition, its operations in order, and
+/// each one's position in the whole commit.
 #[derive(Debug)]
 pub struct PartitionBatch {
     /// The table, by name (ignoring case).
@@ -150,6 +158,62 @@ pub struct PartitionBatch {
     /// Each operation's position in the transaction: where its result goes, and the index a
     /// refusal names.
     pub positions: Vec<usize>,
+}
+
+/// A commit, the one way entities are written ([`Store::commit`]): one or more partition
+/// batches, of one or more tables, applied all together or not at all. A single-entity write is
+/// the smallest (one batch of one operation).
+#[derive(Debug)]
+pub struct Commit {
+    /// One batch per partition, each of a different table and partition; their positions are
+    /// together `0..operations`, ascending within each batch.
+    pub batches: Vec<PartitionBatch>,
+    /// How many operations the batches hold together.
+    pub operations: usize,
+}
+
+impl Commit {
+    /// A commit of `operations` (each on a different row) on one partition of `table`.
+    pub fn on_partition(
+        table: TableName,
+        partition_key: String,
+        operations: Vec<Operation>,
+    ) -> Commit {
+        let count = operations.len();
+        Commit {
+            batches: vec![PartitionBatch {
+                table,
+                partition_key,
+                operations,
+                positions: (0..count).collect(),
+            }],
+            operations: count,
+        }
+    }
+
+    /// The one batch of a commit on one partition, if it is one.
+    pub fn single_partition(&self) -> Option<&PartitionBatch> {
+        match self.batches.as_slice() {
+            [batch] => Some(batch),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `work` on the runtime's blocking pool, in the store's `blocking` span: how a store runs
+/// what must wait (for a lock, or for its database) when its caller must not. A panic in `work`
+/// goes on unwinding in the caller, as if it had run there.
+pub async fn on_blocking_pool<T, F>(work: F) -> Result<T, StorageError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StorageError> + Send + 'static,
+{
+    let span = crate::traces::store_span("blocking");
+    match tokio::task::spawn_blocking(move || span.in_scope(work)).await {
+        Ok(outcome) => outcome,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(StorageError::backend(Fault::Unavailable, error)),
+    }
 }
 
 /// Which of the live tables' names to list ([`Store::list_tables`]).
@@ -286,23 +350,6 @@ pub trait Store: Send + Sync + Debug {
         table.get(key, &mut |entity| read(ttl, entity)).map(Some)
     }
 
-    /// A commit to the table called `name` ([`Table::commit`]): `None` if there is no live table
-    /// of that name. By default [`Store::table`] then [`Table::commit`]; a remote store keeps the
-    /// tables it has committed to by name, so that a commit costs no lookup of its own, and
-    /// looks again when the one it kept is gone (the commit finds that under the table's lock),
-    /// so that a table deleted and created again elsewhere is never written through its old id.
-    fn commit_named(
-        &self,
-        name: &TableName,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<Option<CommitOutcome>, StorageError> {
-        match self.table(name)? {
-            Some(table) => table.commit(partition_key, operations).map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// The records of the change feed of the table called `name` after `after`, within `limit`, with
     /// the table's name and catalog and where its feed was trimmed to, all as of one instant:
     /// `None` if there is no live table of that name. By default [`Store::table`], then
@@ -365,41 +412,32 @@ pub trait Store: Send + Sync + Debug {
     /// Sets setting `name` to `value` (`None` removes it), durably; the last write wins.
     fn put_setting(&self, name: &str, value: Option<&[u8]>) -> Result<(), StorageError>;
 
-    /// Applies a transaction across partitions and tables atomically: `batches` (each of a
-    /// different partition, together `operations` operations) are checked against the current
-    /// rows and written all together, or nothing is. The partitions are held in one fixed order
+    /// Applies `commit` atomically, the one way the store writes entities: every precondition
+    /// is checked against the current rows, then every effect is written (the entities, their
+    /// index entries, their change records in the feed's visibility order, as the tables'
+    /// catalogs stand at the commit), or nothing is. The partitions are held in one fixed order
     /// (table id, then partition key) from the first read to the last write, so the commit is
     /// serializable with every other commit and read of those partitions and never deadlocks;
     /// partitions it does not touch never wait for it. Returns what each operation stored, by
-    /// position, or the refused operation (by position): of the operations that cannot apply to
-    /// the current rows, the earliest; then a unique index value taken. A table that does not
-    /// exist is [`RejectReason::TableGone`] at its first operation.
-    fn commit_across(
-        &self,
-        batches: Vec<PartitionBatch>,
-        operations: usize,
-    ) -> Result<CommitOutcome, StorageError>;
+    /// position, and the ticket to wait for; or the refused operation (by position): of the
+    /// operations that cannot apply to the current rows, the earliest; then a unique index value
+    /// taken. A table that does not exist is [`RejectReason::TableGone`] at its first operation.
+    ///
+    /// The store decides how the work runs (inline when it is short and need not wait, awaited,
+    /// or [`on_blocking_pool`]); called within a tokio runtime. Dropped before it is ready, the
+    /// commit may or may not apply.
+    fn commit(self: Arc<Self>, commit: Commit) -> StoreFuture<'static, CommitOutcome>;
 
     /// Reads `keys` (of any tables; each at most once) at one instant: the read sees all or none
-    /// of every commit, [`Store::commit_across`]'s included. Passes each entity found to `found`
+    /// of every commit, across partitions too. Passes each entity found to `found`
     /// with its position; a key without an entity, or of a table that does not exist, is skipped.
     fn get_many(&self, keys: &[TableKey], found: &mut FoundVisitor<'_>)
         -> Result<(), StorageError>;
 
-    /// [`Store::commit_across`] if every table and partition is free now; `Err` with `batches`
-    /// given back untouched if it would wait. A store whose calls are local
-    /// ([`Store::calls_are_local`]) offers it, so that the commit can run on a runtime worker; by
-    /// default nothing is tried.
-    fn try_commit_across(
-        &self,
-        batches: Vec<PartitionBatch>,
-        _operations: usize,
-    ) -> Result<Result<CommitOutcome, Vec<PartitionBatch>>, StorageError> {
-        Ok(Err(batches))
-    }
-
     /// [`Store::get_many`] if no commit holds or waits for a partition it reads; `false`, having
-    /// read nothing, if it would wait. Offered as [`Store::try_commit_across`] is.
+    /// read nothing, if it would wait. A store whose calls are local
+    /// ([`Store::calls_are_local`]) offers it, so that the read can run on a runtime worker; by
+    /// default nothing is tried.
     fn try_get_many(
         &self,
         _keys: &[TableKey],
@@ -457,14 +495,14 @@ pub trait Store: Send + Sync + Debug {
     }
 
     /// Whether every call is local and short (no network, no waiting on other processes), so
-    /// the engine may try point reads and commits on a runtime worker ([`Table::try_get`],
-    /// [`Table::try_commit`]) rather than hand them to the blocking pool. Not, unless a store
+    /// the engine may try point reads on a runtime worker ([`Table::try_get`],
+    /// [`Store::try_get_many`]) rather than hand them to the blocking pool. Not, unless a store
     /// says so.
     fn calls_are_local(&self) -> bool {
         false
     }
 
-    /// The calls this store serves awaited, holding no thread while its database answers, if it
+    /// The reads this store serves awaited, holding no thread while its database answers, if it
     /// serves any ([`AwaitedCalls`]). None, unless a store says so.
     fn awaited(&self) -> Option<&dyn AwaitedCalls> {
         None
@@ -505,9 +543,9 @@ pub trait AwaitedSnapshot: Send {
 /// A snapshot, and a table looked up in it ([`AwaitedCalls::read_snapshot`]).
 pub type TableSnapshot<'a> = (Arc<dyn Table>, Box<dyn AwaitedSnapshot + 'a>);
 
-/// The calls a store over the network serves awaited ([`Store::awaited`]): those most requests
-/// are made of, a point read and a commit (on one partition or across several). While the database answers,
-/// the request holds no thread (the blocking pool's threads are for the rest).
+/// The reads a store over the network serves awaited ([`Store::awaited`]): those most requests
+/// are made of, point reads, reads of many keys and query pages. While the database answers, the
+/// request holds no thread (the blocking pool's threads are for the rest).
 pub trait AwaitedCalls: Send + Sync {
     /// [`Store::get_named`], awaited.
     fn get_named<'a>(
@@ -516,16 +554,6 @@ pub trait AwaitedCalls: Send + Sync {
         key: &'a EntityKey,
         read: &'a mut AwaitedGetVisitor<'_>,
     ) -> StoreFuture<'a, Option<bool>>;
-
-    /// [`Store::commit_named`] of `operations`, awaited, if the store can commit them so (for
-    /// instance on a table it knows whose catalog allows it): what they stored or the operation
-    /// refused, or `None` (nothing written) if the commit must go the blocking way.
-    fn try_commit_named<'a>(
-        &'a self,
-        name: &'a TableName,
-        partition_key: &'a str,
-        operations: &'a [Operation],
-    ) -> StoreFuture<'a, Option<CommitOutcome>>;
 
     /// [`Store::get_many`] of `keys`, awaited, the tables looked up by name at the same instant
     /// as the entities: `Some` position of the first key whose table does not exist (then
@@ -546,15 +574,6 @@ pub trait AwaitedCalls: Send + Sync {
 
     /// A snapshot begun awaited, for a table already looked up (a chunk of a streamed query).
     fn begin_snapshot(&self) -> StoreFuture<'_, Box<dyn AwaitedSnapshot + '_>>;
-
-    /// [`Store::commit_across`] of `batches`, awaited, if the store can commit them so: what
-    /// they stored or the operation refused, or `None` (nothing written) if the commit must go
-    /// the blocking way.
-    fn try_commit_across<'a>(
-        &'a self,
-        batches: &'a [PartitionBatch],
-        operations: usize,
-    ) -> StoreFuture<'a, Option<CommitOutcome>>;
 }
 
 /// A table's declared indexes: part of the [`Table`] contract. Every commit keeps every index
@@ -612,7 +631,8 @@ pub trait Indexed {
     ) -> Result<Option<Vec<u8>>, StorageError>;
 }
 
-/// One live table: point reads, scans, the single commit path, and its indexes ([`Indexed`]).
+/// One live table: point reads, scans, its change feed and its indexes ([`Indexed`]); it is
+/// written through [`Store::commit`].
 pub trait Table: Indexed + Send + Sync + Debug {
     /// The table's name as created.
     fn name(&self) -> &TableName;
@@ -629,16 +649,6 @@ pub trait Table: Indexed + Send + Sync + Debug {
         read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
     ) -> Result<bool, StorageError>;
 
-    /// Applies `operations` on one partition atomically: every precondition is checked against
-    /// the current rows, then every effect is written, or nothing is. Each row appears at most
-    /// once in `operations`. Returns what each operation stored and the ticket to wait for, or
-    /// the first operation refused and why.
-    fn commit(
-        &self,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<CommitOutcome, StorageError>;
-
     /// [`Table::get`] if it need not wait for a commit in progress; `None`, having read nothing,
     /// if it would. A store whose calls are local ([`Store::calls_are_local`]) offers it, so that
     /// a point read can run on a runtime worker; by default nothing is tried.
@@ -648,17 +658,6 @@ pub trait Table: Indexed + Send + Sync + Debug {
         _read: &mut dyn FnMut(EntityView<'_>) -> Result<(), StorageError>,
     ) -> Result<Option<bool>, StorageError> {
         Ok(None)
-    }
-
-    /// [`Table::commit`] if the partition is free now; `Err` with `operations` given back
-    /// untouched if it would wait (another commit or a scan holds it). Offered as
-    /// [`Table::try_get`] is; by default nothing is tried.
-    fn try_commit(
-        &self,
-        _partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<Result<CommitOutcome, Vec<Operation>>, StorageError> {
-        Ok(Err(operations))
     }
 
     /// Visits the entities of the scan's ranges in key order, descending if `reverse`, until the

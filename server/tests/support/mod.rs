@@ -287,26 +287,29 @@ pub fn fill(engine: &trestle_server::Engine, table: &str, rows: usize) {
 /// Fills partition `p` of `table` with `rows` entities, each with an Int32 `V` and, when
 /// `blob_bytes` is not 0, a string `Blob` of that many bytes.
 pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blob_bytes: usize) {
-    use trestle_server::engine::Waiting;
     use trestle_server::model::{EntityKey, NewEntity, Operation, Properties, Value};
     let blob = "x".repeat(blob_bytes);
-    for chunk in 0..rows.div_ceil(100) {
-        let operations = (0..100.min(rows - chunk * 100))
-            .map(|i| {
-                let key = EntityKey::new("p".into(), format!("{chunk:04}-{i:03}")).unwrap();
-                let mut properties = Properties::from([("V".into(), Value::Int32(i as i32))]);
-                if blob_bytes > 0 {
-                    properties.insert("Blob".into(), Value::String(blob.clone()));
-                }
-                Operation::Insert(NewEntity::new(key, properties).unwrap())
-            })
-            .collect();
-        let pending = engine
-            .transact(table, "p", operations, 0, Waiting::Allowed)
-            .unwrap()
-            .ran();
-        engine.wait(pending).unwrap();
-    }
+    let fill = async {
+        for chunk in 0..rows.div_ceil(100) {
+            let operations = (0..100.min(rows - chunk * 100))
+                .map(|i| {
+                    let key = EntityKey::new("p".into(), format!("{chunk:04}-{i:03}")).unwrap();
+                    let mut properties = Properties::from([("V".into(), Value::Int32(i as i32))]);
+                    if blob_bytes > 0 {
+                        properties.insert("Blob".into(), Value::String(blob.clone()));
+                    }
+                    Operation::Insert(NewEntity::new(key, properties).unwrap())
+                })
+                .collect();
+            let pending = engine.transact(table, "p", operations, 0).await.unwrap();
+            engine.wait(pending).unwrap();
+        }
+    };
+    // A runtime of its own on a thread of its own: callers are sync tests and async ones.
+    std::thread::scope(|threads| {
+        let filling = threads.spawn(|| tokio::runtime::Runtime::new().unwrap().block_on(fill));
+        filling.join().unwrap()
+    });
 }
 
 /// A free loopback address (`127.0.0.1:port`) for a listener of a child server.

@@ -48,7 +48,7 @@ pub(super) struct Part<'a> {
 }
 
 impl PostgresStore {
-    /// [`crate::storage::Store::commit_across`].
+    /// A commit across partitions or tables in one database transaction (`commit.rs`).
     pub(super) fn commit_batches_across(
         &self,
         batches: Vec<PartitionBatch>,

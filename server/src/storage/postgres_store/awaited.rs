@@ -1,18 +1,16 @@
 //! The PostgreSQL store's awaited calls ([`AwaitedCalls`]): a point read (`point_reads.rs`), a
-//! read of many keys across tables, a page of a query by key (`snapshot.rs`), and commits on one
-//! or several partitions of tables without indexes (`one_trip.rs`, `insert_batches.rs`,
-//! `pipelined.rs`), each over a connection of the awaited pool (`awaited_pool.rs`).
+//! read of many keys across tables and a page of a query by key (`snapshot.rs`), each over a
+//! connection of the awaited pool (`awaited_pool.rs`). Commits are awaited too, by the store's one
+//! apply (`commit.rs`).
 
 use std::sync::Arc;
 
 use super::many_keys::{ManyKeys, ManyRow, GET_MANY};
-use super::one_trip::{OneTrip, INSERT_ROWS};
-use super::rows::planned_rows;
 use super::{named_entity, PostgresStore};
-use crate::model::{EntityKey, Operation, TableName, TimeToLive};
+use crate::model::{EntityKey, TableName, TimeToLive};
 use crate::storage::{
-    AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, AwaitedSnapshot, CommitOutcome,
-    EntityView, IndexCatalog, PartitionBatch, StoreFuture, Table, TableKey, TableSnapshot,
+    AwaitedCalls, AwaitedFoundVisitor, AwaitedGetVisitor, AwaitedSnapshot, EntityView,
+    IndexCatalog, StoreFuture, Table, TableKey, TableSnapshot,
 };
 
 impl AwaitedCalls for PostgresStore {
@@ -31,47 +29,6 @@ impl AwaitedCalls for PostgresStore {
             let row = self.point_reads.send(&self.awaited, asked).await??;
             let (catalog, record) = ManyRow::found(&row);
             named_entity(catalog.map(|catalog| (catalog, record)), key, read)
-        })
-    }
-
-    /// Through the table kept for `name`, if there is one (the blocking path keeps it) and its
-    /// catalog as last read has no index: inserts in one round trip (`one_trip.rs`; inserts of
-    /// one entity waiting together in one, `insert_batches.rs`), any other commit (or inserts
-    /// that found a row there) in two (`pipelined.rs`).
-    fn try_commit_named<'a>(
-        &'a self,
-        name: &'a TableName,
-        partition_key: &'a str,
-        operations: &'a [Operation],
-    ) -> StoreFuture<'a, Option<CommitOutcome>> {
-        Box::pin(async move {
-            let Some(table) = self.known_table(name) else {
-                return Ok(None);
-            };
-            if let Some(insert) = table.plan_one_trip(partition_key, operations) {
-                let outcome = match insert.is_single() {
-                    true => table.insert_together(&self.awaited, insert).await?,
-                    false => {
-                        let rows = planned_rows(insert.plan());
-                        let sent = self
-                            .awaited
-                            .query(INSERT_ROWS, &insert.params(&table.id, &rows))
-                            .await
-                            .map(|rows| rows.first().map_or(0, |row| row.get::<_, i64>(0)));
-                        table.one_trip_outcome(insert, sent)?
-                    }
-                };
-                match outcome {
-                    OneTrip::Done(committed) => return Ok(Some(Ok(committed))),
-                    OneTrip::NotTaken => return Ok(None),
-                    // Read the rows, to refuse the right operation.
-                    OneTrip::RowExists => {}
-                }
-            }
-            let mut connection = self.awaited.borrow().await?;
-            table
-                .commit_pipelined(&mut connection, partition_key, operations)
-                .await
         })
     }
 
@@ -132,15 +89,5 @@ impl AwaitedCalls for PostgresStore {
             let (snapshot, _) = self.open_snapshot(None).await?;
             Ok(Box::new(snapshot) as _)
         })
-    }
-
-    /// Through the tables kept for the batches' names, if each is kept and has no index
-    /// (`pipelined.rs`).
-    fn try_commit_across<'a>(
-        &'a self,
-        batches: &'a [PartitionBatch],
-        operations: usize,
-    ) -> StoreFuture<'a, Option<CommitOutcome>> {
-        Box::pin(self.commit_across_pipelined(batches, operations))
     }
 }

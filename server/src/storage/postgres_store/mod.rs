@@ -25,6 +25,7 @@ mod across;
 mod awaited;
 mod awaited_pool;
 mod changes;
+mod commit;
 mod indexes;
 mod insert_batches;
 mod lease;
@@ -59,11 +60,11 @@ use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
     build_in_background, AwaitedCalls, CommitOutcome, CreateRefusal, EntityView, FeedBatch,
-    FeedPosition, FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, PartitionBatch,
-    StorageError, Store, StoreSecret, Table, TableKey, TendedTable,
+    FeedPosition, FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, StorageError, Store,
+    StoreSecret, Table, TableKey, TendedTable,
 };
-use crate::model::{EntityKey, IndexDefinition, IndexState, Operation, TableName};
-use crate::storage::{RejectReason, Rejection, TableListing};
+use crate::model::{EntityKey, IndexDefinition, IndexState, TableName};
+use crate::storage::{Commit, StoreFuture, TableListing};
 
 pub use self::purge::PURGE_BATCH;
 
@@ -236,7 +237,7 @@ pub struct PostgresStore {
     wake_purger: Arc<purge::Wake>,
     /// Deleted tables are purged (off only in tests that observe a table being deleted).
     purges: bool,
-    /// The tables commits went to, by folded name ([`Store::commit_named`]): possibly deleted
+    /// The tables commits went to, by folded name (`commit.rs`): possibly deleted
     /// since, which the next commit to one finds under its lock.
     known: Mutex<HashMap<String, Arc<PostgresTable>>>,
     /// How many rows scans ask each table for at a time.
@@ -445,42 +446,6 @@ impl Store for PostgresStore {
             .map(|table| table as Arc<dyn Table>))
     }
 
-    /// Through the table kept for `name` if there is one; if the commit finds it gone, through
-    /// the live table of that name looked up afresh, if there is one.
-    fn commit_named(
-        &self,
-        name: &TableName,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<Option<CommitOutcome>, StorageError> {
-        let known = || self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = known().get(name.folded()).cloned();
-        if let Some(table) = kept {
-            match table.commit_operations(partition_key, &operations)? {
-                Err(Rejection {
-                    reason: RejectReason::TableGone,
-                    ..
-                }) => {
-                    known().remove(name.folded());
-                }
-                outcome => return Ok(Some(outcome)),
-            }
-        }
-        let Some(table) = self.postgres_table(name)? else {
-            return Ok(None);
-        };
-        {
-            let mut known = known();
-            if known.len() >= KNOWN_TABLES_AT_MOST {
-                known.clear();
-            }
-            known.insert(name.folded().to_owned(), table.clone());
-        }
-        table
-            .commit_operations(partition_key, &operations)
-            .map(Some)
-    }
-
     fn read_changes_named(
         &self,
         name: &TableName,
@@ -490,12 +455,8 @@ impl Store for PostgresStore {
         self.read_feed_named(name, after, limit)
     }
 
-    fn commit_across(
-        &self,
-        batches: Vec<PartitionBatch>,
-        operations: usize,
-    ) -> Result<CommitOutcome, StorageError> {
-        self.commit_batches_across(batches, operations)
+    fn commit(self: Arc<Self>, commit: Commit) -> StoreFuture<'static, CommitOutcome> {
+        Box::pin(self.apply(commit))
     }
 
     fn get_many(

@@ -131,7 +131,7 @@ impl PostgresTable {
 }
 
 impl PostgresStore {
-    /// [`crate::storage::Store::commit_across`] of `batches` (each of its own partition) over an
+    /// A commit ([`crate::storage::Store::commit`]) of `batches` (each of its own partition) over an
     /// awaited connection in two round trips, if every table is one the store knows and has no
     /// index: all the locks in the blocking path's order, the catalogs and every part's rows,
     /// then every part's rows written and removed in one statement each, the change records and

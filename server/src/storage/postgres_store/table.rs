@@ -115,14 +115,6 @@ impl Table for PostgresTable {
         self.id as u64
     }
 
-    fn commit(
-        &self,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<CommitOutcome, StorageError> {
-        self.commit_operations(partition_key, &operations)
-    }
-
     fn get(
         &self,
         key: &EntityKey,
@@ -179,7 +171,7 @@ impl Table for PostgresTable {
 }
 
 impl PostgresTable {
-    /// [`Table::commit`]: one database transaction, run again (from a fresh read) after a
+    /// A commit on one partition (`commit.rs`): one database transaction, run again (from a fresh read) after a
     /// serialization failure or a deadlock, which engines without advisory locks may raise.
     pub(super) fn commit_operations(
         &self,

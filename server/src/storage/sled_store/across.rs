@@ -102,7 +102,7 @@ fn table_gone(position: usize) -> Rejection {
 }
 
 impl SledStore {
-    /// [`crate::storage::Store::commit_across`].
+    /// A commit across partitions or tables ([`crate::storage::Store::commit`]).
     /// Unless `wait`, gives the batches back rather than wait for a table or a partition.
     pub(super) fn commit_batches_across(
         &self,
@@ -494,7 +494,10 @@ mod tests {
         let two = store.sled_table(&name("Two")).unwrap();
         let held = store.shared.locks.lock(two.id, b"q");
         let batches = vec![batch("One", "p", 0, 1), batch("Two", "q", 1, 2)];
-        let given_back = store.try_commit_across(batches, 2).unwrap().unwrap_err();
+        let given_back = store
+            .commit_batches_across(batches, 2, false)
+            .unwrap()
+            .unwrap_err();
         assert_eq!(given_back.len(), 2);
         assert_eq!(
             given_back[1].operations.len(),
@@ -507,7 +510,10 @@ mod tests {
         }];
         assert!(!store.try_get_many(&keys, &mut |_, _| Ok(())).unwrap());
         drop(held);
-        let committed = store.try_commit_across(given_back, 2).unwrap().unwrap();
+        let committed = store
+            .commit_batches_across(given_back, 2, false)
+            .unwrap()
+            .unwrap();
         assert!(committed.unwrap().ticket.is_some());
         let mut found = 0;
         assert!(store
@@ -526,12 +532,41 @@ mod tests {
         let store = open(dir.path());
         store.create_table(&name("One"), &[]).unwrap().unwrap();
         let batches = vec![batch("One", "p", 0, 1), batch("Gone", "q", 1, 2)];
-        let refused = store.commit_across(batches, 2).unwrap().unwrap_err();
+        let refused = store
+            .commit_batches_across(batches, 2, true)
+            .unwrap()
+            .unwrap()
+            .unwrap_err();
         assert_eq!(
             (refused.index, refused.reason),
             (1, RejectReason::TableGone)
         );
         let one = store.sled_table(&name("One")).unwrap();
         assert!(one.tree.get(key::encode("p", "r")).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_one_commit_waits_on_the_blocking_pool_for_a_held_partition_then_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(open(dir.path()));
+        for table in ["One", "Two"] {
+            store.create_table(&name(table), &[]).unwrap().unwrap();
+        }
+        let two = store.sled_table(&name("Two")).unwrap();
+        let held = store.shared.locks.lock(two.id, b"q");
+        let commit = crate::storage::Commit {
+            batches: vec![batch("One", "p", 0, 1), batch("Two", "q", 1, 2)],
+            operations: 2,
+        };
+        let committing = tokio::spawn(store.clone().commit(commit));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !committing.is_finished(),
+            "the commit waits for the partition"
+        );
+        drop(held);
+        let committed = committing.await.unwrap().unwrap().unwrap();
+        assert_eq!(committed.stored.len(), 2);
+        assert!(two.tree.get(key::encode("q", "r")).unwrap().is_some());
     }
 }

@@ -9,7 +9,7 @@
 //! appears later, nor sees one a crash could take back.
 //!
 //! A lone insert writes its record and then its row, without an undo record
-//! ([`SledTable::commit`]'s fast path): a crash between the two leaves a record of a change that
+//! (the lone insert of [`SledTable::commit_waiting`]): a crash between the two leaves a record of a change that
 //! did not happen. Every [`NOTE_SETTLED_EVERY`] numbers the clock notes in the store a number
 //! below which every commit had written all its rows; sled recovers a prefix of its log, so at
 //! open only the records from the note on can stand alone, and [`drop_unfinished`] removes those

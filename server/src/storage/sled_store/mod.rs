@@ -5,6 +5,7 @@
 
 mod across;
 mod catalog;
+mod commit;
 mod durability;
 mod feed;
 mod format;
@@ -30,8 +31,8 @@ use reclaim::{drop_orphan_trees, Reclaimer};
 pub use table::SledTable;
 
 use super::{
-    codec, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
-    PartitionBatch, RejectReason, Rejection, SnapshotSink, StorageError, Store, StoredRow, Table,
+    codec, Commit, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
+    RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreFuture, StoredRow, Table,
     TableKey, TableListing, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
@@ -222,13 +223,8 @@ impl SledStore {
 const SETTING_PREFIX: &str = "trestle.setting.";
 
 impl Store for SledStore {
-    fn commit_across(
-        &self,
-        batches: Vec<PartitionBatch>,
-        operations: usize,
-    ) -> Result<CommitOutcome, StorageError> {
-        let committed = self.commit_batches_across(batches, operations, true)?;
-        Ok(committed.unwrap_or_else(|_| unreachable!("a commit allowed to wait runs")))
+    fn commit(self: Arc<Self>, commit: Commit) -> StoreFuture<'static, CommitOutcome> {
+        Box::pin(self.apply(commit))
     }
 
     fn get_many(
@@ -237,14 +233,6 @@ impl Store for SledStore {
         found: &mut FoundVisitor<'_>,
     ) -> Result<(), StorageError> {
         self.read_across(keys, found, true).map(drop)
-    }
-
-    fn try_commit_across(
-        &self,
-        batches: Vec<PartitionBatch>,
-        operations: usize,
-    ) -> Result<Result<CommitOutcome, Vec<PartitionBatch>>, StorageError> {
-        self.commit_batches_across(batches, operations, false)
     }
 
     fn try_get_many(

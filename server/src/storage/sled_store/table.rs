@@ -123,8 +123,9 @@ impl SledTable {
         }
     }
 
-    /// [`Table::commit`], the only path that writes entities: applies `operations` on one
-    /// partition atomically; unless `wait`, gives them back rather than wait for the partition.
+    /// The partition path of the store's one apply (`super::commit`): applies `operations` on
+    /// one partition atomically; unless `wait`, gives them back rather than wait for the
+    /// partition.
     ///
     /// Under the partition's lock every operation's precondition is checked against the current
     /// rows, then all effects are written, atomically across a crash (`SledTable::apply`), before
@@ -132,7 +133,7 @@ impl SledTable {
     /// are written, so readers see all of them or none. A lone insert checks and writes in one
     /// step (`SledTable::insert_alone`). The ticket becomes durable with the next group commit
     /// (`GroupCommit::record_write`); no ticket when nothing was written.
-    fn commit_waiting(
+    pub(super) fn commit_waiting(
         &self,
         partition_key: &str,
         operations: Vec<Operation>,
@@ -165,7 +166,7 @@ impl SledTable {
     /// where no row is: one descent of the tree instead of a read and then a write. With a
     /// change feed, its record is written first (unreadable until the commit is durable) and
     /// removed again if a row is there; a crash between the record and the row leaves a record
-    /// that the next open removes ([`feed::drop_unfinished`]). Called by [`Table::commit`] under
+    /// that the next open removes ([`feed::drop_unfinished`]). Called by [`SledTable::commit_waiting`] under
     /// the partition's lock and the table's gate.
     fn insert_alone(
         &self,
@@ -309,7 +310,7 @@ impl SledTable {
         Ok(())
     }
 
-    /// [`Table::commit`] once the partition is held (by `partition`) and the table's gate too:
+    /// [`SledTable::commit_waiting`] once the partition is held (by `partition`) and the table's gate too:
     /// reads the rows, plans the commit and writes the plan.
     fn commit_locked(
         &self,
@@ -524,25 +525,6 @@ impl Table for SledTable {
         self.get_waiting(key, read, false)
     }
 
-    fn commit(
-        &self,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<CommitOutcome, StorageError> {
-        match self.commit_waiting(partition_key, operations, true)? {
-            Ok(outcome) => Ok(outcome),
-            Err(_) => unreachable!("a commit allowed to wait runs"),
-        }
-    }
-
-    fn try_commit(
-        &self,
-        partition_key: &str,
-        operations: Vec<Operation>,
-    ) -> Result<Result<CommitOutcome, Vec<Operation>>, StorageError> {
-        self.commit_waiting(partition_key, operations, false)
-    }
-
     /// Visits the entities of `ranges` (ascending and disjoint) in key order, descending if
     /// `reverse`, until the visitor says [`Visit::Stop`]; returns the key it stopped at (to resume
     /// from, inclusive), or `None` when every range is exhausted.
@@ -565,6 +547,21 @@ impl Table for SledTable {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+impl SledTable {
+    /// The partition path allowed to wait, for the store's own tests.
+    pub(super) fn commit(
+        &self,
+        partition_key: &str,
+        operations: Vec<Operation>,
+    ) -> Result<CommitOutcome, StorageError> {
+        match self.commit_waiting(partition_key, operations, true)? {
+            Ok(outcome) => Ok(outcome),
+            Err(_) => unreachable!("a commit allowed to wait runs"),
+        }
     }
 }
 
@@ -659,13 +656,19 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_store, table) = table_with_even_rows(dir.path());
         let held = table.shared.locks.lock_for_scan(table.id, b"p");
-        let attempt = table.try_commit("p", vec![insert("r001", 1)]).unwrap();
+        let attempt = table
+            .commit_waiting("p", vec![insert("r001", 1)], false)
+            .unwrap();
         assert!(matches!(&attempt, Err(operations) if operations.len() == 1));
         // Another partition is free.
-        let other = table.try_commit("q", vec![insert("r001", 1)]).unwrap();
+        let other = table
+            .commit_waiting("q", vec![insert("r001", 1)], false)
+            .unwrap();
         assert!(matches!(other, Ok(Ok(_))));
         drop(held);
-        let after = table.try_commit("p", vec![insert("r001", 1)]).unwrap();
+        let after = table
+            .commit_waiting("p", vec![insert("r001", 1)], false)
+            .unwrap();
         assert!(matches!(after, Ok(Ok(_))));
         assert_eq!(count_all(&table), 102);
     }
