@@ -3,8 +3,8 @@
 //!
 //! A transaction across partitions takes 1 to 100 operations on any entities of any tables and
 //! applies all of them or none, serializable with every other write to the entities it touches;
-//! the store picks its strategy (one that touches a single partition takes the partition's). A read of several
-//! entities sees them at one instant: all or none of every transaction.
+//! the store picks its strategy (one that touches a single partition takes the partition's). A
+//! read of several entities sees them at one instant: all or none of every transaction.
 //!
 //! [`Store::commit`]: crate::storage::Store::commit
 //! [`Store::get_many`]: crate::storage::Store::get_many

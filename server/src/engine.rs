@@ -375,7 +375,7 @@ impl Engine {
     ) -> Result<Pending<Option<StoredEntity>>, TableError> {
         let partition_key = operation.partition_key().to_owned();
         let committed = self
-            .commit(table, partition_key, vec![operation], false)
+            .commit(table, &partition_key, vec![operation], false)
             .await?;
         Ok(committed.map(|mut stored| stored.pop().flatten()))
     }
@@ -389,8 +389,7 @@ impl Engine {
         request_bytes: usize,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit(table, partition_key.to_owned(), operations, true)
-            .await
+        self.commit(table, partition_key, operations, true).await
     }
 
     /// Commits `operations` on one partition through the store's one commit
@@ -398,7 +397,7 @@ impl Engine {
     async fn commit(
         &self,
         table_name: &str,
-        partition_key: String,
+        partition_key: &str,
         operations: Vec<Operation>,
         in_transaction: bool,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
@@ -406,12 +405,11 @@ impl Engine {
             true => error.at_operation(0),
             false => error,
         })?;
-        let commit = Commit::on_partition(name, partition_key, operations);
-        let partition_key = commit.batches[0].partition_key.clone();
+        let commit = Commit::on_partition(name, partition_key.to_owned(), operations);
         let committed = self.store_arc().commit(commit).await?;
         settled(
             committed,
-            refusal_error(table_name, &partition_key, in_transaction),
+            refusal_error(table_name, partition_key, in_transaction),
         )
     }
 
@@ -806,7 +804,6 @@ async fn read_snapshot<'a>(
     found.ok_or_else(|| TableError::TableNotFound(name.to_string()))
 }
 
-/// A commit of one operation's stored entity, or its operation given back.
 /// A point read's look at the entity the store finds: an expired entity reads as missing (until
 /// the server removes it), and `read` is shown only the `select`ed properties.
 struct PointRead<'s, F, R> {

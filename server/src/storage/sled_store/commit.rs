@@ -34,8 +34,8 @@ impl SledStore {
             Some(_) => 1,
             None => ACROSS_INLINE_ATTEMPTS,
         };
+        let inline = crate::traces::store_span("inline");
         for attempt in 1..=attempts {
-            let inline = crate::traces::store_span("inline");
             match inline.in_scope(|| self.apply_now(commit, false))? {
                 Ok(outcome) => return Ok(outcome),
                 Err(back) => commit = back,
