@@ -95,6 +95,9 @@ pub enum ErrorCode {
     /// Records of a change feed after the cursor were removed by its retention: read the feed
     /// from its start again. (Trestle's own.)
     ChangeFeedCursorExpired,
+    /// The idempotency key was sent with another request within the server's window: a key
+    /// names one logical call. (Trestle's own; DynamoDB's `IdempotentParameterMismatch`.)
+    IdempotentParameterMismatch,
 }
 
 impl ErrorCode {
@@ -143,6 +146,7 @@ impl ErrorCode {
         ErrorCode::AtomFormatNotSupported,
         ErrorCode::CorsPreflightFailure,
         ErrorCode::ChangeFeedCursorExpired,
+        ErrorCode::IdempotentParameterMismatch,
     ];
 
     /// The code as Azure spells it.
@@ -193,6 +197,7 @@ impl ErrorCode {
             ErrorCode::AtomFormatNotSupported => "AtomFormatNotSupported",
             ErrorCode::CorsPreflightFailure => "CorsPreflightFailure",
             ErrorCode::ChangeFeedCursorExpired => "ChangeFeedCursorExpired",
+            ErrorCode::IdempotentParameterMismatch => "IdempotentParameterMismatch",
         }
     }
 

@@ -136,6 +136,7 @@ async fn every_write_is_recorded_with_the_entity_as_stored_and_transactions_toge
         .unwrap();
     client
         .delete_entity(pb::DeleteEntityRequest {
+            idempotency_key: String::new(),
             table: "Orders".into(),
             partition_key: "p".into(),
             row_key: "b".into(),
@@ -169,6 +170,7 @@ async fn every_write_is_recorded_with_the_entity_as_stored_and_transactions_toge
     };
     client
         .transact_write(pb::TransactWriteRequest {
+            idempotency_key: String::new(),
             operations: vec![across("Orders", "1"), across("Lines", "1")],
         })
         .await
@@ -343,6 +345,7 @@ async fn before_images_show_each_entity_as_it_was() {
     };
     client
         .transact_write(pb::TransactWriteRequest {
+            idempotency_key: String::new(),
             operations: vec![
                 across(
                     "p",
@@ -356,6 +359,7 @@ async fn before_images_show_each_entity_as_it_was() {
     for row_key in ["a", "b"] {
         client
             .delete_entity(pb::DeleteEntityRequest {
+                idempotency_key: String::new(),
                 table: "Audit".into(),
                 partition_key: "p".into(),
                 row_key: row_key.into(),

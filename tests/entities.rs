@@ -39,6 +39,7 @@ fn upsert(entity: pb::Entity, mode: pb::UpsertMode) -> pb::UpsertEntityRequest {
 
 fn delete(pk: &str, rk: &str, if_match: &str) -> pb::DeleteEntityRequest {
     pb::DeleteEntityRequest {
+        idempotency_key: String::new(),
         table: T.into(),
         partition_key: pk.into(),
         row_key: rk.into(),

@@ -743,12 +743,14 @@ async fn a_transactions_conditions_share_one_work_budget() {
         insert_named(&mut client, "p", &format!("r{row}")).await;
     }
     let few = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: TABLE.into(),
         partition_key: "p".into(),
         operations: (0..10).map(patch).collect(),
     };
     client.submit_transaction(few).await.unwrap();
     let many = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: TABLE.into(),
         partition_key: "p".into(),
         operations: (0..60).map(patch).collect(),

@@ -342,6 +342,7 @@ async fn an_index_declared_on_a_populated_table_is_built_while_writes_go_on() {
                 client.merge_entity(request).await.unwrap();
                 if n % 10 == 0 {
                     let delete = pb::DeleteEntityRequest {
+                        idempotency_key: String::new(),
                         table: T.into(),
                         partition_key: pk.clone(),
                         row_key: format!("{:04}", (n * 13 + 1) % 600),
@@ -422,6 +423,7 @@ async fn a_unique_build_over_duplicates_fails_and_drops_free_the_name() {
     assert_error(query, Code::NotFound, "IndexNotFound");
     client
         .delete_entity(pb::DeleteEntityRequest {
+            idempotency_key: String::new(),
             table: T.into(),
             partition_key: "p".into(),
             row_key: "3".into(),

@@ -196,6 +196,7 @@ async fn each_operation_needs_its_permission_letter() {
     assert_error(
         read_only
             .delete_entity(pb::DeleteEntityRequest {
+                idempotency_key: String::new(),
                 table: TABLE.into(),
                 partition_key: "b".into(),
                 row_key: "1".into(),
@@ -354,6 +355,7 @@ async fn every_operation_and_key_across_partitions_is_checked_before_any_applies
     let status = assert_error(
         writer
             .transact_write(pb::TransactWriteRequest {
+                idempotency_key: String::new(),
                 operations: vec![
                     across("b", tx_insert(entity("b", "7", &[]))),
                     across("d", tx_delete("1", "*")),
@@ -397,6 +399,7 @@ async fn every_operation_and_key_across_partitions_is_checked_before_any_applies
     assert_error(
         writer
             .transact_write(pb::TransactWriteRequest {
+                idempotency_key: String::new(),
                 operations: vec![across("b", tx_insert(entity("b", "9", &[]))), elsewhere],
             })
             .await,

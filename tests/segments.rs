@@ -175,6 +175,7 @@ async fn a_paged_segment_read_while_writes_go_on_returns_each_lasting_row_once_a
         let victim = model.keys().nth(rng.below(model.len())).unwrap();
         if removed.insert(victim.clone()) {
             let delete = pb::DeleteEntityRequest {
+                idempotency_key: String::new(),
                 table: T.into(),
                 partition_key: victim.0.clone(),
                 row_key: victim.1.clone(),

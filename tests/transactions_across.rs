@@ -33,7 +33,10 @@ fn key(table: &str, pk: &str, rk: &str) -> pb::EntityRef {
 }
 
 fn transact(operations: Vec<pb::TableOperation>) -> pb::TransactWriteRequest {
-    pb::TransactWriteRequest { operations }
+    pb::TransactWriteRequest {
+        operations,
+        idempotency_key: String::new(),
+    }
 }
 
 async fn get_many(client: &mut RawClient, keys: Vec<pb::EntityRef>) -> Vec<Option<pb::Entity>> {

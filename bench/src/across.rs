@@ -85,7 +85,10 @@ async fn ten_merges(
             })
             .collect();
         async move {
-            let request = pb::TransactWriteRequest { operations };
+            let request = pb::TransactWriteRequest {
+                operations,
+                idempotency_key: String::new(),
+            };
             client.transact_write(request).await.expect("transact");
             OpResult::entities(KEYS_PER_CALL)
         }

@@ -125,7 +125,7 @@ impl EngineUnderTest {
                 let entity = small_entity(&pk, &format!("w{worker:02}-{seq:09}"), seq as i32);
                 let pending = handle
                     .engine
-                    .write(INSERT_TABLE, Operation::Insert(entity))
+                    .write(INSERT_TABLE, Operation::Insert(entity), None)
                     .await
                     .expect("insert");
                 handle.until_durable(pending.ticket).await;
@@ -164,7 +164,7 @@ impl Handle {
             .collect();
         let pending = self
             .engine
-            .transact(table, pk, operations, TX_REQUEST_BYTES)
+            .transact(table, pk, operations, TX_REQUEST_BYTES, None)
             .await
             .expect("transaction");
         self.until_durable(pending.ticket).await;

@@ -126,6 +126,7 @@ pub(crate) async fn followers_idle(
 ) -> IdleRun {
     create_table(client, IDLE_TABLE, true).await;
     let record = pb::InsertEntityRequest {
+        idempotency_key: String::new(),
         table: IDLE_TABLE.into(),
         entity: Some(pb::Entity {
             partition_key: "p".into(),

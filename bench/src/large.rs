@@ -61,6 +61,7 @@ pub(crate) async fn large_entities(client: &Client) -> Measurement {
                 let begun = Instant::now();
                 client
                     .insert_entity(pb::InsertEntityRequest {
+                        idempotency_key: String::new(),
                         table: TABLE.into(),
                         entity: Some(large_entity(n)),
                         return_no_content: true,

@@ -157,6 +157,7 @@ pub(crate) async fn load_with(
                     .map(|r| insert_op(entity(p, r)))
                     .collect();
                 let request = pb::SubmitTransactionRequest {
+                    idempotency_key: String::new(),
                     table: table.clone(),
                     partition_key: partition_key(p),
                     operations: ops,
@@ -189,6 +190,7 @@ pub(crate) async fn load_scan_table(client: &Client, rows: u64) {
             .map(|r| insert_op(small_entity(SCAN_PARTITION.into(), row_key(r), r as i32)))
             .collect();
         let request = pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: SCAN_TABLE.into(),
             partition_key: SCAN_PARTITION.into(),
             operations: ops,
@@ -313,6 +315,7 @@ async fn insert_transactions(
                 .map(|r| insert_op(small_entity(pk.clone(), row_key(r), r as i32)))
                 .collect();
             let request = pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: table.clone(),
                 partition_key: pk,
                 operations: ops,
@@ -342,6 +345,7 @@ pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
         .map(|r| insert_op(small_entity("hot".into(), row_key(r), 0)))
         .collect();
     c.submit_transaction(pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: "HotBench".into(),
         partition_key: "hot".into(),
         operations: ops,
@@ -392,6 +396,7 @@ pub(crate) async fn tx_hot_update(client: &Client, plan: &Plan) -> Measurement {
                 })
                 .collect();
             let request = pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: "HotBench".into(),
                 partition_key: "hot".into(),
                 operations: ops,
@@ -800,6 +805,7 @@ pub(crate) async fn hot_counter_read_modify_write(client: &Client, plan: &Plan) 
                 },
             );
             let update = pb::UpdateEntityRequest {
+                idempotency_key: String::new(),
                 table: table.into(),
                 entity: Some(next),
                 if_match: current.etag,

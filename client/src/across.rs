@@ -197,6 +197,7 @@ impl CrossTransaction {
             ));
         }
         let request = pb::TransactWriteRequest {
+            idempotency_key: String::new(),
             operations: self.operations,
         };
         let response = self

@@ -126,6 +126,7 @@ impl TableClient {
         value: &T,
     ) -> Result<ETag> {
         let request = pb::InsertEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             return_no_content: true,
@@ -146,6 +147,7 @@ impl TableClient {
         if_match: impl Into<IfMatch>,
     ) -> Result<ETag> {
         let request = pb::UpdateEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             if_match: if_match.into().to_wire(),
@@ -167,6 +169,7 @@ impl TableClient {
         if_match: impl Into<IfMatch>,
     ) -> Result<ETag> {
         let request = pb::MergeEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), properties)?),
             if_match: if_match.into().to_wire(),
@@ -190,6 +193,7 @@ impl TableClient {
     ) -> Result<Entity<T>> {
         let key = key.into();
         let request = pb::PatchEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             partition_key: key.partition_key,
             row_key: key.row_key,
@@ -214,6 +218,7 @@ impl TableClient {
         mode: UpsertMode,
     ) -> Result<ETag> {
         let request = pb::UpsertEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             mode: upsert_mode(mode) as i32,
@@ -235,6 +240,7 @@ impl TableClient {
     ) -> Result<()> {
         let key = key.into();
         let request = pb::DeleteEntityRequest {
+            idempotency_key: String::new(),
             table: self.name.clone(),
             partition_key: key.partition_key,
             row_key: key.row_key,

@@ -225,6 +225,7 @@ impl Transaction {
             ));
         }
         let request = pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: self.table,
             partition_key: self.partition_key,
             operations: self.operations,

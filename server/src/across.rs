@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::engine::{lookup_name, rejection_error, settled, Attempt, Engine, Pending, Waiting};
 use crate::error::TableError;
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{
     validate_key, EntityKey, KeyKind, StoredEntity, TableName, Ticks, TimeToLive, MAX_READ_KEYS,
 };
@@ -74,6 +75,7 @@ impl CrossCommit {
                         partition_key,
                         operations: Vec::new(),
                         positions: Vec::new(),
+                        seals_outcome: false,
                     });
                     batches.len() - 1
                 });
@@ -91,13 +93,14 @@ impl Engine {
     pub async fn commit_across(
         &self,
         commit: CrossCommit,
+        claim: Option<&IdempotencyClaim>,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         let CrossCommit { batches, names } = commit;
         let commit = Commit {
             batches,
             operations: names.len(),
         };
-        let committed = self.store_arc().commit(commit).await?;
+        let committed = self.commit_once(commit, claim).await?;
         settled(committed, refusal_across(&names))
     }
 

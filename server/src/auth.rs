@@ -178,6 +178,18 @@ impl Access {
         }
     }
 
+    /// Whose idempotency keys a request's are ([`crate::idempotency`]): the account (its key, or
+    /// open mode), or one grant, named the same on every server and build.
+    pub fn idempotency_scope(&self) -> String {
+        match self {
+            Access::Full => "account".to_owned(),
+            Access::Scoped(grant) => {
+                let digest = crate::model::RequestDigest::of(grant);
+                format!("grant-{}", digest.hex())
+            }
+        }
+    }
+
     /// Creating or deleting table `table`: a table-level operation, which touches every key, so
     /// a token bounded to a key range cannot do it.
     pub fn manage_table(&self, table: &str) -> Result<(), AuthError> {

@@ -107,7 +107,7 @@ impl Engine {
         partition_key: &str,
         deletes: Vec<Operation>,
     ) -> Result<(), TableError> {
-        let pending = self.run_here(self.transact(table, partition_key, deletes, 0))?;
+        let pending = self.run_here(self.transact(table, partition_key, deletes, 0, None))?;
         self.wait(pending).map(drop)
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::TableError;
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
     StoredEntity, TableName, Ticks, TimeToLive, ValidationError, WorkBudget, MAX_INDEXES_PER_TABLE,
@@ -202,6 +203,9 @@ pub struct Engine {
     seal: TokenSeal,
     /// Each request's work budget (`crate::model::WorkBudget`).
     work_budget: WorkBudget,
+    /// How long an idempotency key's record answers retries, in seconds
+    /// ([`crate::idempotency`]).
+    pub(crate) idempotency_window_seconds: u64,
 }
 
 impl Engine {
@@ -216,7 +220,14 @@ impl Engine {
             seal: TokenSeal::new(store.secret().bytes()),
             store,
             work_budget: WorkBudget::default(),
+            idempotency_window_seconds: crate::idempotency::DEFAULT_WINDOW_SECONDS,
         }
+    }
+
+    /// The engine, an idempotency key's record answering retries for `seconds` (at least 1).
+    pub fn with_idempotency_window(mut self, seconds: u64) -> Engine {
+        self.idempotency_window_seconds = seconds.max(1);
+        self
     }
 
     /// The engine, each request's work within `budget`.
@@ -347,7 +358,7 @@ impl Engine {
             "" => None,
             token => Some(TablesToken::decode(token, &self.seal)?.after),
         };
-        let (tables, more) = self.store.list_tables(TableListing {
+        let (mut tables, more) = self.store.list_tables(TableListing {
             folded_prefix: &folded_prefix,
             after: after.as_deref(),
             limit,
@@ -361,6 +372,8 @@ impl Engine {
             ),
             _ => None,
         };
+        // The server's own tables are never shown (the token above still moves past them).
+        tables.retain(|table| !table.is_hidden());
         Ok(TablePage {
             tables,
             next_page_token,
@@ -372,10 +385,11 @@ impl Engine {
         &self,
         table: &str,
         operation: Operation,
+        claim: Option<&IdempotencyClaim>,
     ) -> Result<Pending<Option<StoredEntity>>, TableError> {
         let partition_key = operation.partition_key().to_owned();
         let committed = self
-            .commit(table, &partition_key, vec![operation], false)
+            .commit(table, &partition_key, vec![operation], false, claim)
             .await?;
         Ok(committed.map(|mut stored| stored.pop().flatten()))
     }
@@ -387,9 +401,11 @@ impl Engine {
         partition_key: &str,
         operations: Vec<Operation>,
         request_bytes: usize,
+        claim: Option<&IdempotencyClaim>,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         crate::transaction::validate(partition_key, &operations, request_bytes)?;
-        self.commit(table, partition_key, operations, true).await
+        self.commit(table, partition_key, operations, true, claim)
+            .await
     }
 
     /// Commits `operations` on one partition through the store's one commit
@@ -400,13 +416,14 @@ impl Engine {
         partition_key: &str,
         operations: Vec<Operation>,
         in_transaction: bool,
+        claim: Option<&IdempotencyClaim>,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, TableError> {
         let name = lookup_name(table_name).map_err(|error| match in_transaction {
             true => error.at_operation(0),
             false => error,
         })?;
         let commit = Commit::on_partition(name, partition_key.to_owned(), operations);
-        let committed = self.store_arc().commit(commit).await?;
+        let committed = self.commit_once(commit, claim).await?;
         settled(
             committed,
             refusal_error(table_name, partition_key, in_transaction),

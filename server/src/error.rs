@@ -133,6 +133,9 @@ pub enum TableError {
     /// Records of table's change feed after the cursor were removed by its retention.
     #[error("records of table {}'s change feed after this cursor were removed by the feed's retention; read the feed from its start again", quoted(.0))]
     FeedCursorExpired(String),
+    /// The idempotency key came with another request within the window.
+    #[error("idempotency key {} was sent with another request in the last {window_seconds} s; a key names one logical call: send a new key for a new call", quoted(key))]
+    IdempotentParameterMismatch { key: String, window_seconds: u64 },
     /// The store cannot do this (why, and what to do instead).
     #[error("{0}")]
     NotSupported(&'static str),
@@ -174,6 +177,9 @@ impl TableError {
             TableError::DeadlineExceeded => ErrorCode::OperationTimedOut,
             TableError::NotSupported(_) => ErrorCode::NotImplemented,
             TableError::FeedCursorExpired(_) => ErrorCode::ChangeFeedCursorExpired,
+            TableError::IdempotentParameterMismatch { .. } => {
+                ErrorCode::IdempotentParameterMismatch
+            }
             TableError::Storage(fault) if fault.is_disk_full() => ErrorCode::InsufficientStorage,
             TableError::Storage(fault) if fault.is_unavailable() => ErrorCode::ServiceUnavailable,
             TableError::Storage(_) => ErrorCode::InternalError,

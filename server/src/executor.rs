@@ -40,6 +40,7 @@ use crate::engine::{
     Attempt, Engine, MatchSink, PageInfo, Pending, ScanCursor, Waiting, PAGE_BYTE_BUDGET,
 };
 use crate::error::{ErrorCode, TableError};
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{EntityKey, Operation, StoredEntity, ValidationError, ValueRef};
 use crate::query::aggregate::{AggregateSpec, Aggregator, Group};
 use crate::query::order::{OrderBy, TopK, MAX_SORTED_MATCHES};
@@ -474,10 +475,11 @@ impl Executor {
         &self,
         table: String,
         operation: Operation,
+        claim: Option<IdempotencyClaim>,
     ) -> Result<Pending<Option<StoredEntity>>, WorkError> {
         let span = traces::engine_span("write", &table);
-        let engine = &self.engine;
-        committing(engine.write(&table, operation).instrument(span)).await
+        let write = self.engine.write(&table, operation, claim.as_ref());
+        committing(write.instrument(span)).await
     }
 
     /// Applies a transaction on one partition ([`Engine::transact`]). Acknowledge it once
@@ -488,11 +490,16 @@ impl Executor {
         partition_key: String,
         operations: Vec<Operation>,
         request_bytes: usize,
+        claim: Option<IdempotencyClaim>,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
         let span = traces::engine_span("transact", &table);
-        let commit = self
-            .engine
-            .transact(&table, &partition_key, operations, request_bytes);
+        let commit = (self.engine).transact(
+            &table,
+            &partition_key,
+            operations,
+            request_bytes,
+            claim.as_ref(),
+        );
         committing(commit.instrument(span)).await
     }
 
@@ -501,9 +508,11 @@ impl Executor {
     pub async fn transact_across(
         &self,
         commit: CrossCommit,
+        claim: Option<IdempotencyClaim>,
     ) -> Result<Pending<Vec<Option<StoredEntity>>>, WorkError> {
         let span = traces::engine_span("transact_across", "");
-        committing(self.engine.commit_across(commit).instrument(span)).await
+        let commit = self.engine.commit_across(commit, claim.as_ref());
+        committing(commit.instrument(span)).await
     }
 
     /// Short work that a store over the network may serve awaited

@@ -27,6 +27,7 @@ pub mod executor;
 mod feed_watch;
 pub mod grpc;
 mod housekeeping;
+pub mod idempotency;
 pub mod model;
 pub mod oidc;
 mod probes;
@@ -96,7 +97,8 @@ pub async fn serve(
         let store = config.store.clone();
         tokio::task::spawn_blocking(move || Engine::open(&store)).await??
     }
-    .with_work_budget(model::WorkBudget::new(config.limits.work_budget));
+    .with_work_budget(model::WorkBudget::new(config.limits.work_budget))
+    .with_idempotency_window(config.limits.idempotency_window_seconds);
     let engine = Arc::new(engine);
     let housekeeping = housekeeping::run_in_background(engine.clone());
     let executor = executor::Executor::new(engine.clone(), config.limits.max_in_flight)

@@ -69,6 +69,9 @@ async fn write_load(client: Client, writer: usize, stop: Arc<AtomicBool>, acks: 
             .insert_entity(pb::InsertEntityRequest {
                 table: "Orders".into(),
                 entity: Some(order),
+                // Keyed, so that the store holds idempotency records too (a backup leaves them
+                // out, and the restore still serves every table).
+                idempotency_key: format!("insert-{row}"),
                 ..Default::default()
             })
             .await
@@ -82,6 +85,7 @@ async fn write_load(client: Client, writer: usize, stop: Arc<AtomicBool>, acks: 
         };
         client
             .transact_write(pb::TransactWriteRequest {
+                idempotency_key: String::new(),
                 operations: vec![pair("Orders"), pair("Lines")],
             })
             .await

@@ -28,6 +28,7 @@ async fn write_until_killed(
                 .map(|i| insert_op(entity("tx", &row(i), &[("N", i64::from(n))])))
                 .collect();
             let request = pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: TABLE.into(),
                 partition_key: "tx".into(),
                 operations,

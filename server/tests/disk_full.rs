@@ -112,6 +112,7 @@ async fn insert_until_refused(client: &mut Client, prefix: &str, most: usize) ->
     for n in 0..most {
         let row = format!("{prefix}{n:05}");
         let request = pb::InsertEntityRequest {
+            idempotency_key: String::new(),
             table: "Full".into(),
             entity: Some(padded("p", &row)),
             return_no_content: true,
@@ -172,6 +173,7 @@ async fn a_server_killed_on_a_full_disk_opens_again_once_space_is_freed() {
     // Rewritten out of key order: pages on disk of a base and links, which a page-in merges.
     for at in (0..acknowledged.len()).map(|n| n * 7 % acknowledged.len()) {
         let request = pb::UpdateEntityRequest {
+            idempotency_key: String::new(),
             table: "Full".into(),
             entity: Some(entity("p", &acknowledged[at], &[("N", 2)])),
             if_match: "*".into(),

@@ -193,6 +193,7 @@ async fn batch_writes(client: Client, w: usize, run: Run) -> Log<String> {
             .map(|row| insert_op(entity(&partition_key, &format!("{row:03}"), &[("N", row)])))
             .collect();
         let request = pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: "Batches".into(),
             partition_key: partition_key.clone(),
             operations,
@@ -230,6 +231,7 @@ async fn increments(client: Client, w: usize, run: Run) -> Log<String> {
         };
         let partition_key = format!("c{w}");
         let request = pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: "Counters".into(),
             partition_key: partition_key.clone(),
             operations: vec![patch, insert_op(entity(&partition_key, &marker, &[]))],

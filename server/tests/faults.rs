@@ -37,6 +37,7 @@ async fn create(client: &mut Client, table: &str) {
 /// A transaction inserting rows `0..rows` into partition `pk`.
 fn fill_partition(table: &str, pk: &str, rows: usize) -> pb::SubmitTransactionRequest {
     pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: table.into(),
         partition_key: pk.into(),
         operations: (0..rows)
@@ -48,6 +49,7 @@ fn fill_partition(table: &str, pk: &str, rows: usize) -> pb::SubmitTransactionRe
 /// A transaction setting `V` = `n` on rows `0..100` of partition `pk`, replacing what is there.
 fn overwrite_partition(table: &str, pk: &str, n: i64) -> pb::SubmitTransactionRequest {
     pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: table.into(),
         partition_key: pk.into(),
         operations: (0..100)

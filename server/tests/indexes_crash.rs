@@ -44,6 +44,7 @@ async fn indexes_equal_their_entities_after_sigkill_and_restart() {
                 })
                 .collect();
             let request = pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: "Backlog".into(),
                 partition_key: pk.clone(),
                 operations,

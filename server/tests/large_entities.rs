@@ -79,6 +79,7 @@ async fn large_entities_written_and_read_back_keep_memory_near_the_cache_bound()
             for n in (writer..ENTITIES).step_by(4) {
                 client
                     .insert_entity(pb::InsertEntityRequest {
+                        idempotency_key: String::new(),
                         table: TABLE.into(),
                         entity: Some(large_entity(n)),
                         return_no_content: true,
@@ -180,6 +181,7 @@ async fn pages_of_large_entities_over_postgres_hold_the_rows_they_use_not_their_
     for n in 0..PAGED_ENTITIES {
         client
             .insert_entity(pb::InsertEntityRequest {
+                idempotency_key: String::new(),
                 table: TABLE.into(),
                 entity: Some(numbered(large_entity(n), n)),
                 return_no_content: true,

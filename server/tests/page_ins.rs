@@ -57,6 +57,7 @@ async fn commit_round(client: &mut support::Client, partition: u64, rows: &[u64]
         })
         .collect();
     let request = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: TABLE.into(),
         partition_key: key(partition, 0).0,
         operations,

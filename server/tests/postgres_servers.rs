@@ -133,6 +133,7 @@ async fn sixty_four_clients_incrementing_one_counter_on_three_servers_count_ever
 /// A transaction replacing rows 000..099 of partition `p`, each with `Generation`.
 fn generation(generation: i64) -> pb::SubmitTransactionRequest {
     pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: "Rows".into(),
         partition_key: "p".into(),
         operations: (0..100)
@@ -244,6 +245,7 @@ async fn a_server_killed_mid_load_loses_nothing_acknowledged_and_leaves_nothing_
                     .map(|row| insert_op(entity(&partition, &format!("{row}"), &[("Line", row)])))
                     .collect();
                 let request = pb::SubmitTransactionRequest {
+                    idempotency_key: String::new(),
                     table: "Orders".into(),
                     partition_key: partition.clone(),
                     operations,
@@ -316,6 +318,7 @@ async fn a_token_and_a_continuation_move_between_servers() {
         .collect();
     on[1]
         .submit_transaction(pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: "Pages".into(),
             partition_key: "p".into(),
             operations,
@@ -524,6 +527,7 @@ async fn a_write_goes_to_the_table_as_another_server_just_left_it() {
     };
     // Across two partitions: both rows inserted in one transaction.
     let across = |row_key: &str| pb::TransactWriteRequest {
+        idempotency_key: String::new(),
         operations: ["o", "q"]
             .map(|pk| pb::TableOperation {
                 table: "Orders".into(),
@@ -609,6 +613,7 @@ async fn an_insert_keeps_the_index_another_server_just_declared() {
     // A transaction across partitions and a merge through B, which read the catalog before the
     // index: their entries are written and moved.
     let across = pb::TransactWriteRequest {
+        idempotency_key: String::new(),
         operations: [("o", "a7", 7), ("q", "b8", 8)]
             .map(|(pk, rk, rank)| pb::TableOperation {
                 table: "Orders".into(),

@@ -61,6 +61,7 @@ async fn load(mut client: Client, cycle: u32, writer: u32, acked: Arc<Mutex<Ackn
                 })
                 .collect();
             let request = pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: TABLE.into(),
                 partition_key: pk.clone(),
                 operations,
@@ -241,6 +242,7 @@ async fn sigterm_under_load_exits_within_the_grace_period_keeping_what_it_acknow
             })
             .collect();
         let request = pb::SubmitTransactionRequest {
+            idempotency_key: String::new(),
             table: TABLE.into(),
             partition_key: "wide".into(),
             operations,

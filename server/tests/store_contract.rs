@@ -223,6 +223,7 @@ fn commit_across(rng: &mut Rng, store: &Arc<dyn Store>, name: &TableName, model:
                     partition_key,
                     operations: Vec::new(),
                     positions: Vec::new(),
+                    seals_outcome: false,
                 });
                 batches.last_mut().unwrap()
             }

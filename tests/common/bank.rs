@@ -130,7 +130,10 @@ pub async fn open(client: &mut BankClient) {
             })
             .collect();
         client
-            .transact_write(pb::TransactWriteRequest { operations })
+            .transact_write(pb::TransactWriteRequest {
+                operations,
+                idempotency_key: String::new(),
+            })
             .await
             .expect("open accounts");
     }
@@ -272,6 +275,7 @@ fn transfer_request(
         entity: Some(record),
     });
     pb::TransactWriteRequest {
+        idempotency_key: String::new(),
         operations: vec![
             update(transfer.from, source, -transfer.amount),
             update(transfer.to, target, transfer.amount),

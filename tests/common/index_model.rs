@@ -311,6 +311,7 @@ async fn send(
         return single(client, partition, write).await;
     }
     let request = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: TABLE.into(),
         partition_key: partition.to_owned(),
         operations: writes
@@ -520,6 +521,7 @@ async fn single(
             .map(drop),
         Write::Delete(row) => client
             .delete_entity(pb::DeleteEntityRequest {
+                idempotency_key: String::new(),
                 table: TABLE.into(),
                 partition_key: partition.into(),
                 row_key: row.clone(),

@@ -326,6 +326,7 @@ pub fn transaction(
     operations: Vec<pb::TransactionOperation>,
 ) -> pb::SubmitTransactionRequest {
     pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: table.into(),
         partition_key: pk.into(),
         operations,

@@ -138,6 +138,8 @@ pub struct Limits {
     pub max_streams_per_credential: usize,
     /// Evaluation steps one request may cost on one entity (`crate::model::WorkBudget`).
     pub work_budget: u64,
+    /// Seconds an idempotency key's record answers retries (`crate::idempotency`).
+    pub idempotency_window_seconds: u64,
     /// Concurrent calls per connection.
     pub max_concurrent_streams: u32,
     /// How long a streamed scan's reader may read nothing before the scan is closed.
@@ -172,6 +174,7 @@ impl Default for Limits {
             max_open_streams: DEFAULT_MAX_OPEN_STREAMS,
             max_streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
             work_budget: crate::model::DEFAULT_WORK_BUDGET,
+            idempotency_window_seconds: crate::idempotency::DEFAULT_WINDOW_SECONDS,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             stream_stall: DEFAULT_STREAM_STALL,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
@@ -440,6 +443,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::model::DEFAULT_WORK_BUDGET,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub work_budget: u64,
+    /// Seconds a write's idempotency key answers retries with the first outcome (its record is
+    /// then expired by the housekeeping).
+    #[arg(long = "idempotency-window", default_value_t = crate::idempotency::DEFAULT_WINDOW_SECONDS,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub idempotency_window_seconds: u64,
     /// Concurrent calls one connection may open.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     pub max_concurrent_streams: u32,
@@ -695,6 +703,7 @@ impl ServeArgs {
                 max_open_streams: self.max_open_streams,
                 max_streams_per_credential: self.max_streams_per_credential,
                 work_budget: self.work_budget,
+                idempotency_window_seconds: self.idempotency_window_seconds,
                 max_concurrent_streams: self.max_concurrent_streams,
                 stream_stall: Duration::from_secs(self.stream_stall_secs),
                 max_streams_per_connection: self.max_streams_per_connection,

@@ -39,7 +39,8 @@ impl TableApi {
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
         let prepared = CrossCommit::prepare(operations, request_bytes)
             .map_err(|error| status::to_status(&error))?;
-        let pending = self.executor.transact_across(prepared).await?;
+        let claim = admitted.claim(&req.idempotency_key)?;
+        let pending = self.executor.transact_across(prepared, claim).await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::TransactWriteResponse {
             results: results.into_iter().map(convert::operation_result).collect(),

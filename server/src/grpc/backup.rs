@@ -43,6 +43,7 @@ pub(crate) async fn start(
                     chunk: pb::BackupChunk::default(),
                     bytes: 0,
                     service_properties: engine.service_properties()?,
+                    places: Vec::new(),
                 };
                 engine.snapshot(&mut |item| match item {
                     SnapshotItem::Tables(tables) => chunks.send_header(engine, tables),
@@ -77,6 +78,9 @@ struct Chunks {
     bytes: usize,
     /// Read as the backup began; sent in the header.
     service_properties: ServiceProperties,
+    /// Each snapshot table's place in the header; `None` for the server's own tables (the
+    /// idempotency records), which a backup leaves out.
+    places: Vec<Option<u32>>,
 }
 
 impl Chunks {
@@ -89,6 +93,12 @@ impl Chunks {
     ) -> Result<(), StorageError> {
         let mut described = Vec::with_capacity(tables.len());
         for table in tables {
+            if table.name.is_hidden() {
+                self.places.push(None);
+                continue;
+            }
+            let place = u32::try_from(described.len()).expect("fewer than 2^32 tables");
+            self.places.push(Some(place));
             described.push(backup_table(table, engine.table_policies(table.id)?));
         }
         let service_properties = if self.service_properties == ServiceProperties::default() {
@@ -105,8 +115,8 @@ impl Chunks {
         self.send()
     }
 
-    /// Adds a row of the `table`th table; a row of another table than the chunk's, or past
-    /// [`CHUNK_BYTES`], sends the chunk first.
+    /// Adds a row of the `table`th table of the snapshot (none of a hidden table); a row of
+    /// another table than the chunk's, or past [`CHUNK_BYTES`], sends the chunk first.
     fn add_row(
         &mut self,
         table: usize,
@@ -114,7 +124,9 @@ impl Chunks {
         row_key: &str,
         record: &[u8],
     ) -> Result<(), StorageError> {
-        let table = u32::try_from(table).expect("fewer than 2^32 tables");
+        let Some(&Some(table)) = self.places.get(table) else {
+            return Ok(());
+        };
         if self.chunk.table != table && !self.chunk.rows.is_empty() {
             self.send()?;
         }

@@ -48,6 +48,7 @@ use crate::engine::Pending;
 use crate::error::TableError;
 use crate::executor::Executor;
 use crate::feed_watch::FeedWatch;
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{ChangeFeed, IfMatch, Operation, Segment};
 use crate::query::order::{OrderBy, OrderTerm};
 use crate::query::QuerySpec;
@@ -71,6 +72,13 @@ struct Admitted<P = tokio::sync::OwnedSemaphorePermit> {
     access: Access,
     deadline: Option<Instant>,
     permit: P,
+}
+
+impl<P> Admitted<P> {
+    /// The request's idempotency key `key` (empty: none) as its credential's claim.
+    fn claim(&self, key: &str) -> Result<Option<IdempotencyClaim>, Status> {
+        IdempotencyClaim::parse(self.access.idempotency_scope(), key).map_err(invalid)
+    }
 }
 
 impl TableApi {
@@ -156,6 +164,7 @@ impl TableApi {
             table,
             operation,
             return_no_content,
+            idempotency_key,
         } = request
             .into_inner()
             .into_write(self.executor.work_budget())
@@ -167,7 +176,8 @@ impl TableApi {
             partition_key,
             operation.row_key(),
         )?;
-        let pending = self.executor.write(table, operation).await?;
+        let claim = admitted.claim(&idempotency_key)?;
+        let pending = self.executor.write(table, operation, claim).await?;
         let stored = self.durable(pending).await?;
         let mut stored = stored.ok_or_else(|| status::internal_status("write stored no entity"))?;
         if return_no_content {
@@ -504,7 +514,8 @@ impl service::table_service_server::TableService for TableApi {
             &key.row_key,
         )?;
         let delete = Operation::Delete { key, if_match };
-        let pending = self.executor.write(req.table, delete).await?;
+        let claim = admitted.claim(&req.idempotency_key)?;
+        let pending = self.executor.write(req.table, delete, claim).await?;
         self.durable(pending).await?;
         Ok(Response::new(pb::DeleteEntityResponse {}))
     }
@@ -681,9 +692,10 @@ impl service::table_service_server::TableService for TableApi {
             .access
             .transaction(&table, &operations)
             .map_err(|(index, error)| status::auth_status(&error, Some(index)))?;
+        let claim = admitted.claim(&req.idempotency_key)?;
         let pending = self
             .executor
-            .transact(table, partition_key, operations, request_bytes)
+            .transact(table, partition_key, operations, request_bytes, claim)
             .await?;
         let results = self.durable(pending).await?;
         Ok(Response::new(pb::SubmitTransactionResponse {

@@ -166,6 +166,7 @@ fn grpc_code(code: ErrorCode) -> Code {
         ErrorCode::NotImplemented => Code::Unimplemented,
         ErrorCode::OperationTimedOut => Code::DeadlineExceeded,
         ErrorCode::ChangeFeedCursorExpired => Code::OutOfRange,
+        ErrorCode::IdempotentParameterMismatch => Code::InvalidArgument,
         ErrorCode::ServiceUnavailable => Code::Unavailable,
         ErrorCode::InvalidInput
         | ErrorCode::OutOfRangeInput

@@ -15,6 +15,8 @@ pub(super) struct Write {
     pub(super) operation: Operation,
     /// Azure's `Prefer: return-no-content`: the reply carries the new ETag, not the entity.
     pub(super) return_no_content: bool,
+    /// The idempotency key sent (empty: none).
+    pub(super) idempotency_key: String,
 }
 
 /// A request for a single-entity write.
@@ -24,11 +26,17 @@ pub(super) trait WriteRequest {
 }
 
 impl Write {
-    fn of(table: String, operation: Operation, return_no_content: bool) -> Write {
+    fn of(
+        table: String,
+        operation: Operation,
+        return_no_content: bool,
+        idempotency_key: String,
+    ) -> Write {
         Write {
             table,
             operation,
             return_no_content,
+            idempotency_key,
         }
     }
 }
@@ -36,7 +44,12 @@ impl Write {
 impl WriteRequest for pb::InsertEntityRequest {
     fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let operation = Operation::Insert(new_entity(self.entity)?);
-        Ok(Write::of(self.table, operation, self.return_no_content))
+        Ok(Write::of(
+            self.table,
+            operation,
+            self.return_no_content,
+            self.idempotency_key,
+        ))
     }
 }
 
@@ -44,7 +57,12 @@ impl WriteRequest for pb::UpdateEntityRequest {
     fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let if_match = IfMatch::parse(&self.if_match)?;
         let operation = Operation::Update(new_entity(self.entity)?, if_match);
-        Ok(Write::of(self.table, operation, self.return_no_content))
+        Ok(Write::of(
+            self.table,
+            operation,
+            self.return_no_content,
+            self.idempotency_key,
+        ))
     }
 }
 
@@ -52,7 +70,12 @@ impl WriteRequest for pb::MergeEntityRequest {
     fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let if_match = IfMatch::parse(&self.if_match)?;
         let operation = Operation::Merge(new_entity(self.entity)?, if_match);
-        Ok(Write::of(self.table, operation, self.return_no_content))
+        Ok(Write::of(
+            self.table,
+            operation,
+            self.return_no_content,
+            self.idempotency_key,
+        ))
     }
 }
 
@@ -60,7 +83,12 @@ impl WriteRequest for pb::UpsertEntityRequest {
     fn into_write(self, _budget: WorkBudget) -> Result<Write, ValidationError> {
         let mode = upsert_mode(self.mode)?;
         let operation = Operation::Upsert(new_entity(self.entity)?, mode);
-        Ok(Write::of(self.table, operation, self.return_no_content))
+        Ok(Write::of(
+            self.table,
+            operation,
+            self.return_no_content,
+            self.idempotency_key,
+        ))
     }
 }
 
@@ -75,6 +103,11 @@ impl WriteRequest for pb::PatchEntityRequest {
             self.condition,
             &mut budget.spend(),
         )?;
-        Ok(Write::of(self.table, operation, self.return_no_content))
+        Ok(Write::of(
+            self.table,
+            operation,
+            self.return_no_content,
+            self.idempotency_key,
+        ))
     }
 }

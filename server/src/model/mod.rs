@@ -9,6 +9,7 @@ pub(crate) mod encoding;
 mod entity;
 mod error;
 mod etag;
+mod idempotency;
 mod index;
 mod names;
 mod operation;
@@ -40,6 +41,10 @@ pub use entity::{
 };
 pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, ETagText, IfMatch};
+pub use idempotency::{
+    record_key, record_properties, seal_outcome, IdempotencyKey, Recorded, RequestDigest,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+};
 pub use index::{
     put_escaped, put_value, successor_of_prefix, type_tag, Index, IndexDefinition, IndexEntry,
     IndexRange, IndexScope, IndexState, TooManyEntries, MAX_INDEXES_PER_TABLE,

@@ -37,6 +37,29 @@ impl TableName {
         })
     }
 
+    /// A table of the server's own: `name` starts with `$`, which no name a client gives can, so
+    /// no client can name, list or delete it; the store keeps it as any other table.
+    pub(crate) fn hidden(name: &str) -> TableName {
+        debug_assert!(name.starts_with('$'));
+        TableName {
+            display: name.to_owned(),
+            folded: name.to_ascii_lowercase(),
+        }
+    }
+
+    /// A name as a store kept it: a client's ([`TableName::parse`]) or the server's own.
+    pub fn stored(name: &str) -> Result<TableName, ValidationError> {
+        match name.starts_with('$') {
+            true => Ok(TableName::hidden(name)),
+            false => TableName::parse(name),
+        }
+    }
+
+    /// Whether this is a table of the server's own ([`TableName::hidden`]).
+    pub fn is_hidden(&self) -> bool {
+        self.folded.starts_with('$')
+    }
+
     /// The name in the case it was given.
     pub fn as_str(&self) -> &str {
         &self.display

@@ -443,9 +443,16 @@ pub(super) async fn submit_batch(call: &Call<'_>) -> Answer {
         })
         .collect();
     let request_bytes = request.body.len();
+    let claim = request.idempotency_claim(access)?;
     let committed = api
         .executor
-        .transact(table.clone(), partition_key, operations, request_bytes)
+        .transact(
+            table.clone(),
+            partition_key,
+            operations,
+            request_bytes,
+            claim,
+        )
         .await;
     let outcome = match committed {
         Ok(pending) => api.executor.durable(pending).await,

@@ -17,6 +17,7 @@ use super::{Answer, Call, RestApi};
 use crate::engine::MatchSink;
 use crate::error::ErrorCode;
 use crate::executor::WorkError;
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{
     EntityKey, IfMatch, NewEntity, Operation, StoredEntity, UpsertMode, ValidationError,
 };
@@ -41,7 +42,8 @@ pub(super) async fn insert(call: &Call<'_>, table: String) -> Answer {
     )?;
     let content = request.return_content(true);
     let metadata = request.metadata();
-    let stored = write_durably(api, &table, operation).await?;
+    let claim = request.idempotency_claim(access)?;
+    let stored = write_durably(api, &table, operation, claim).await?;
     let mut response = if content {
         let json = odata::EntityJson::element(metadata, base, &table).stored(&stored);
         json_text_response(StatusCode::CREATED, metadata, json)
@@ -72,13 +74,18 @@ pub(super) async fn parse_body<T: Send + 'static>(
         .map_err(|_| Failure::from(WorkError::Panicked))?
 }
 
-/// Applies one write and answers once it is durable: the entity as stored.
+/// Applies one write (once, with an idempotency `claim`) and answers once it is durable: the
+/// entity as stored.
 pub(super) async fn write_durably(
     api: &RestApi,
     table: &str,
     operation: Operation,
+    claim: Option<IdempotencyClaim>,
 ) -> Result<StoredEntity, Failure> {
-    let pending = api.executor.write(table.to_owned(), operation).await?;
+    let pending = api
+        .executor
+        .write(table.to_owned(), operation, claim)
+        .await?;
     api.executor.durable(pending).await?.ok_or_else(|| {
         tracing::error!(table, "a REST write stored no entity");
         Failure::of(
@@ -122,7 +129,8 @@ pub(super) async fn write(call: &Call<'_>, table: String, key: EntityKey) -> Ans
     })
     .await?;
     let operation = entity_write(entity, if_match, request.method == http::Method::PUT);
-    let etag = write_durably(api, &table, operation).await?.etag();
+    let claim = request.idempotency_claim(access)?;
+    let etag = write_durably(api, &table, operation, claim).await?.etag();
     let mut response = StatusCode::NO_CONTENT.into_response();
     response
         .headers_mut()
@@ -143,7 +151,8 @@ pub(super) async fn delete(call: &Call<'_>, table: String, key: EntityKey) -> An
         &key.row_key,
     )?;
     let delete = Operation::Delete { key, if_match };
-    let pending = api.executor.write(table, delete).await?;
+    let claim = request.idempotency_claim(access)?;
+    let pending = api.executor.write(table, delete, claim).await?;
     api.executor.durable(pending).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

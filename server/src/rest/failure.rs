@@ -103,6 +103,7 @@ pub(super) fn status_of(code: ErrorCode) -> StatusCode {
         | C::IndexValueAlreadyExists => StatusCode::CONFLICT,
         C::UpdateConditionNotSatisfied | C::IndexNotReady => StatusCode::PRECONDITION_FAILED,
         C::ChangeFeedCursorExpired => StatusCode::GONE,
+        C::IdempotentParameterMismatch => StatusCode::UNPROCESSABLE_ENTITY,
         C::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         C::InvalidAuthenticationInfo => StatusCode::UNAUTHORIZED,
         C::AuthenticationFailed

@@ -15,6 +15,7 @@ use super::{paths, sas, shared_key, RestApi, ACCOUNT};
 use crate::auth::Access;
 use crate::error::ErrorCode;
 use crate::error::TableError;
+use crate::idempotency::IdempotencyClaim;
 use crate::model::{AccessPolicy, IfMatch, ValidationError};
 
 /// What the secondary location's account name adds to the primary's.
@@ -146,6 +147,16 @@ impl Request {
             Some(p) if p.contains("return-content") => true,
             _ => default,
         }
+    }
+
+    /// The `Idempotency-Key` header (the IETF httpapi draft's name) as `access`'s claim: a write
+    /// sent again with it applies once ([`crate::idempotency`]).
+    pub(super) fn idempotency_claim(
+        &self,
+        access: &crate::auth::Access,
+    ) -> Result<Option<IdempotencyClaim>, Failure> {
+        let key = self.header("idempotency-key").unwrap_or("");
+        IdempotencyClaim::parse(access.idempotency_scope(), key).map_err(Failure::invalid)
     }
 
     pub(super) fn if_match(&self) -> Result<Option<IfMatch>, Failure> {

@@ -45,6 +45,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use changes::{FeedBatch, FeedEnd, FeedPosition, StoredChange};
+pub(crate) use codec::decode_selected;
 pub use codec::{EntityView, PropertyBytes, Shown, StoredProperties, StoredValue};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
@@ -147,7 +148,7 @@ pub type CommitOutcome = Result<Committed, Rejection>;
 
 /// One partition's part of a [`Commit`]: its table, its partition, its operations in order, and
 /// each one's position in the whole commit.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PartitionBatch {
     /// The table, by name (ignoring case).
     pub table: TableName,
@@ -158,12 +159,34 @@ pub struct PartitionBatch {
     /// Each operation's position in the transaction: where its result goes, and the index a
     /// refusal names.
     pub positions: Vec<usize>,
+    /// The batch is the commit's idempotency record (one insert): the store seals the commit's
+    /// outcome into it once every batch is planned ([`seal_record`]).
+    pub seals_outcome: bool,
+}
+
+/// Seals a commit's outcome into its idempotency record (the batch that
+/// [`PartitionBatch::seals_outcome`]) once every batch is planned (`planned`, each batch with its
+/// plan) and before anything is written: each store's apply calls it between the two, whatever
+/// its strategy, so that the record and the outcome it names commit together. Gives the record's
+/// place in `planned`, whose row the store encodes again; `None` if the commit has no record.
+pub fn seal_record(
+    planned: &mut [(&PartitionBatch, &mut crate::model::CommitPlan)],
+    operations: usize,
+) -> Option<usize> {
+    let at = planned.iter().position(|(batch, _)| batch.seals_outcome)?;
+    let mut record = planned[at].1.results.first_mut()?.take()?;
+    let others = planned
+        .iter()
+        .map(|(batch, plan)| (batch.positions.as_slice(), plan.results.as_slice()));
+    crate::model::seal_outcome(&mut record, others, operations);
+    planned[at].1.results[0] = Some(record);
+    Some(at)
 }
 
 /// A commit, the one way entities are written ([`Store::commit`]): one or more partition
 /// batches, of one or more tables, applied all together or not at all. A single-entity write is
 /// the smallest (one batch of one operation).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Commit {
     /// One batch per partition, each of a different table and partition; their positions are
     /// together `0..operations`, ascending within each batch.
@@ -186,6 +209,7 @@ impl Commit {
                 partition_key,
                 operations,
                 positions: (0..count).collect(),
+                seals_outcome: false,
             }],
             operations: count,
         }

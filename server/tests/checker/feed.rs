@@ -82,6 +82,7 @@ pub(crate) async fn run_writer(
                 let expires = choice == 4;
                 let rk = format!("{}{writer}-{n}", if expires { "t" } else { "w" });
                 let request = pb::InsertEntityRequest {
+                    idempotency_key: String::new(),
                     table: EVENTS.into(),
                     entity: Some(event(&pk, &rk, expires)),
                     return_no_content: true,
@@ -116,6 +117,7 @@ pub(crate) async fn run_writer(
             7 if !live.is_empty() => {
                 let key = live.swap_remove(rng.below(live.len()));
                 let request = pb::DeleteEntityRequest {
+                    idempotency_key: String::new(),
                     table: EVENTS.into(),
                     partition_key: key.0.clone(),
                     row_key: key.1.clone(),
@@ -177,6 +179,7 @@ async fn insert_three(
         })
         .collect();
     let request = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: EVENTS.into(),
         partition_key: pk.clone(),
         operations,

@@ -318,6 +318,7 @@ async fn transact_write(
     appends: &[(Key, Element)],
 ) -> Outcome {
     let request = pb::TransactWriteRequest {
+        idempotency_key: String::new(),
         operations: reads
             .iter()
             .zip(operations(reads, appends))
@@ -340,6 +341,7 @@ async fn submit_transaction(
     appends: &[(Key, Element)],
 ) -> Outcome {
     let request = pb::SubmitTransactionRequest {
+        idempotency_key: String::new(),
         table: reads[0].table.into(),
         partition_key: reads[0].pk.clone(),
         operations: operations(reads, appends),
@@ -357,6 +359,7 @@ async fn write_one(client: &mut super::servers::Client, read: &Read, element: El
     let written = match &read.etag {
         Some(etag) => client
             .update_entity(pb::UpdateEntityRequest {
+                idempotency_key: String::new(),
                 table: read.table.into(),
                 entity,
                 if_match: etag.clone(),
@@ -366,6 +369,7 @@ async fn write_one(client: &mut super::servers::Client, read: &Read, element: El
             .map(drop),
         None => client
             .insert_entity(pb::InsertEntityRequest {
+                idempotency_key: String::new(),
                 table: read.table.into(),
                 entity,
                 return_no_content: true,

@@ -259,6 +259,7 @@ pub async fn stalled_scan(
             .collect();
         client
             .submit_transaction(pb::SubmitTransactionRequest {
+                idempotency_key: String::new(),
                 table: table.into(),
                 partition_key: "p".into(),
                 operations,
@@ -301,7 +302,10 @@ pub fn fill_sized(engine: &trestle_server::Engine, table: &str, rows: usize, blo
                     Operation::Insert(NewEntity::new(key, properties).unwrap())
                 })
                 .collect();
-            let pending = engine.transact(table, "p", operations, 0).await.unwrap();
+            let pending = engine
+                .transact(table, "p", operations, 0, None)
+                .await
+                .unwrap();
             engine.wait(pending).unwrap();
         }
     };

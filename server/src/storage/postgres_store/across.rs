@@ -122,10 +122,11 @@ fn commit_in(
     let keys = RowKeys::of(parts);
     let read_rows = prepared.get(client, READ_ROWS)?;
     let rows = client.query(&read_rows, &keys.params())?;
-    let plans = match plan_parts(parts, &rows, &catalogs)? {
+    let mut plans = match plan_parts(parts, &rows, &catalogs)? {
         Ok(plans) => plans,
         Err(rejection) => return Ok(Err(rejection)),
     };
+    seal_plans(parts, &mut plans, operations);
     let (written, removed) = rows_of(parts, &plans);
     if !written.tables.is_empty() {
         let write = prepared.get(client, WRITE_ROWS)?;
@@ -273,6 +274,13 @@ pub(super) fn plan_parts(
         Some(rejection) => Err(rejection),
         None => Ok(plans),
     })
+}
+
+/// Seals the commit's outcome into its idempotency record, if it has one
+/// ([`crate::storage::seal_record`]), before [`rows_of`] encodes the rows.
+pub(super) fn seal_plans(parts: &[Part<'_>], plans: &mut [CommitPlan], operations: usize) {
+    let mut pairs: Vec<_> = parts.iter().map(|part| part.batch).zip(plans).collect();
+    crate::storage::seal_record(&mut pairs, operations);
 }
 
 /// The entity rows every plan writes and those it removes, each as one statement's arrays

@@ -139,7 +139,7 @@ impl PostgresStore {
         let Some(first) = rows.first() else {
             return Ok(None);
         };
-        let name = TableName::parse(first.get::<_, &str>(0))
+        let name = TableName::stored(first.get::<_, &str>(0))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
         let trimmed_to = first
             .get::<_, Option<i64>>(2)

@@ -335,7 +335,7 @@ impl PostgresStore {
         &self,
         row: &postgres::Row,
     ) -> Result<Arc<PostgresTable>, StorageError> {
-        let name = TableName::parse(row.get::<_, &str>(1))
+        let name = TableName::stored(row.get::<_, &str>(1))
             .map_err(|_| StorageError::Corrupt("a table name in the catalog is invalid".into()))?;
         self.table_of(row.get(0), name, row.get(2))
     }
@@ -480,7 +480,7 @@ impl Store for PostgresStore {
         )?;
         let mut names: Vec<TableName> = rows
             .iter()
-            .filter_map(|row| TableName::parse(row.get::<_, &str>(0)).ok())
+            .filter_map(|row| TableName::stored(row.get::<_, &str>(0)).ok())
             .collect();
         let more = names.len() > limit;
         names.truncate(limit);

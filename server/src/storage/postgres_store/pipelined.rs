@@ -180,13 +180,14 @@ impl PostgresStore {
             connection.end(ROLLBACK).await?;
             return Ok(None);
         }
-        let plans = match plan_parts(&parts, &rows, &catalogs)? {
+        let mut plans = match plan_parts(&parts, &rows, &catalogs)? {
             Ok(plans) => plans,
             Err(rejection) => {
                 connection.end(ROLLBACK).await?;
                 return Ok(Some(Err(rejection)));
             }
         };
+        across::seal_plans(&parts, &mut plans, operations);
         let (written, removed) = rows_of(&parts, &plans);
         let records = feed_records(&parts, &plans, &catalogs);
         let mut write: Vec<Pipelined<'_>> = Vec::new();

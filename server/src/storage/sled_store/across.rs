@@ -24,11 +24,11 @@ use super::key;
 use super::locks::PartitionGuard;
 use super::table::{Gate, SledTable};
 use super::undo::{RowChange, TreeRows};
-use super::{EntityView, RejectReason, Rejection, SledStore, StorageError};
+use super::{codec, EntityView, RejectReason, Rejection, SledStore, StorageError};
 use crate::model::{CommitPlan, EntityKey, StoredEntity, Ticks};
 use crate::storage::{
-    at_position, first_by_position, CommitOutcome, Committed, FoundVisitor, IndexCatalog,
-    PartitionBatch, TableKey,
+    at_position, first_by_position, seal_record, CommitOutcome, Committed, FoundVisitor,
+    IndexCatalog, PartitionBatch, TableKey,
 };
 
 /// One partition's part of a commit: its table, and the batch.
@@ -93,6 +93,21 @@ fn plan_parts(
     })
 }
 
+/// Seals the commit's outcome into its idempotency record, if it has one
+/// ([`crate::storage::seal_record`]), and encodes the record's row again.
+fn seal_record_row(parts: &[Part], planned: &mut [PlannedPart], operations: usize) {
+    let mut pairs: Vec<_> = (parts.iter().map(|part| &part.batch))
+        .zip(planned.iter_mut().map(|part| &mut part.plan))
+        .collect();
+    let Some(at) = seal_record(&mut pairs, operations) else {
+        return;
+    };
+    let part = &mut planned[at];
+    if let (Some(record), Some(row)) = (&part.plan.results[0], part.rows.first_mut()) {
+        row.after = Some(codec::encode(record.timestamp, &record.properties));
+    }
+}
+
 /// The refusal of a commit naming a table that does not exist, at that table's first position.
 fn table_gone(position: usize) -> Rejection {
     Rejection {
@@ -125,6 +140,7 @@ impl SledStore {
             Ok(planned) => planned,
             Err(rejection) => return Ok(Ok(Err(rejection))),
         };
+        seal_record_row(&parts, &mut planned, operations);
         let mut stored = vec![None; operations];
         if planned.iter().all(|part| part.rows.is_empty()) {
             place_results(&parts, planned, &mut stored);
@@ -429,6 +445,7 @@ mod tests {
             partition_key: partition_key.into(),
             operations: vec![insert(partition_key, n)],
             positions: vec![position],
+            seals_outcome: false,
         }
     }
 

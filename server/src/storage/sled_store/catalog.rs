@@ -51,7 +51,7 @@ impl TableRecord {
         };
         let id = u64::from_be_bytes(bytes[2..10].try_into().map_err(|_| corrupt())?);
         let name = std::str::from_utf8(&bytes[10..]).map_err(|_| corrupt())?;
-        let name = TableName::parse(name).map_err(|_| corrupt())?;
+        let name = TableName::stored(name).map_err(|_| corrupt())?;
         Ok(TableRecord { id, state, name })
     }
 }

@@ -1,0 +1,223 @@
+//! Idempotency keys: a client's name for one logical write, so that a retry of it applies once.
+//!
+//! A write sent with a key carries, in the same commit, a *record* of it: an insert into the
+//! store's hidden idempotency table, at the caller's credential and the key, holding the request's
+//! digest and, sealed in by the store once the commit is planned ([`seal_outcome`]), each
+//! operation's timestamp (from which its ETag derives). Being an insert, a second commit with the
+//! same key is refused where the record is, by the store's own locks and rules, on every server
+//! over the same database; the engine then reads the record and answers the first outcome
+//! (`crate::idempotency`). What bounds it: a record is the key, a 32-byte digest and 9 bytes per
+//! operation (at most 100), and it lives for the window by the table's time to live, which the
+//! housekeeping sweeps.
+
+use std::fmt::{Debug, Write as _};
+
+use super::{EntityKey, Properties, StoredEntity, Ticks, ValidationError, Value, TTL_PROPERTY};
+
+/// The longest idempotency key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
+
+/// The record's property holding the request's digest.
+const DIGEST_PROPERTY: &str = "Digest";
+/// The record's property holding the outcome: per operation `0`, or `1` and its timestamp's 8
+/// bytes (little-endian), in the request's order.
+const OUTCOME_PROPERTY: &str = "Outcome";
+
+/// A client's name for one logical write: 1 to 128 printable ASCII characters other than space,
+/// `/`, `\`, `#` and `?` (so that it is a valid row key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// The key `text` names; `None` for the empty string (no key).
+    pub fn parse(text: &str) -> Result<Option<IdempotencyKey>, ValidationError> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let allowed = |c: char| c.is_ascii_graphic() && !matches!(c, '/' | '\\' | '#' | '?');
+        if text.len() > MAX_IDEMPOTENCY_KEY_BYTES || !text.chars().all(allowed) {
+            return Err(ValidationError::Argument(format!(
+                "an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_BYTES} printable ASCII \
+                 characters other than space, '/', '\\', '#' and '?'"
+            )));
+        }
+        Ok(Some(IdempotencyKey(text.to_owned())))
+    }
+
+    /// The key as the client sent it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The SHA-256 of a request in the model's form, which is canonical: properties are in name
+/// order, and the same request decodes to the same value whatever protocol or client sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestDigest([u8; 32]);
+
+impl RequestDigest {
+    /// The digest of `request` (validated model values, formatted as `Debug` shows them).
+    pub fn of(request: &impl Debug) -> RequestDigest {
+        let mut sink = DigestSink(ring::digest::Context::new(&ring::digest::SHA256));
+        write!(sink, "{request:?}").expect("a digest takes any text");
+        let mut bytes = [0; 32];
+        bytes.copy_from_slice(sink.0.finish().as_ref());
+        RequestDigest(bytes)
+    }
+}
+
+impl RequestDigest {
+    /// The digest in lower-case hexadecimal.
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+}
+
+/// Feeds formatted text to a digest without building the text.
+struct DigestSink(ring::digest::Context);
+
+impl std::fmt::Write for DigestSink {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.0.update(text.as_bytes());
+        Ok(())
+    }
+}
+
+/// The custom properties of a new record of a request with `digest`, living `window_seconds`.
+pub fn record_properties(digest: RequestDigest, window_seconds: u64) -> Properties {
+    let seconds = i64::try_from(window_seconds).unwrap_or(i64::MAX);
+    Properties::from([
+        (DIGEST_PROPERTY.to_owned(), Value::Binary(digest.0.to_vec())),
+        (TTL_PROPERTY.to_owned(), Value::Int64(seconds)),
+    ])
+}
+
+/// Seals the commit's outcome into its record (`record`, as planned): every operation's
+/// timestamp, from `parts` (each planned batch's positions in the request and results), for
+/// `operations` operations.
+pub fn seal_outcome<'a>(
+    record: &mut StoredEntity,
+    parts: impl Iterator<Item = (&'a [usize], &'a [Option<StoredEntity>])>,
+    operations: usize,
+) {
+    let mut stamps: Vec<Option<Ticks>> = vec![None; operations];
+    for (positions, results) in parts {
+        for (&position, result) in positions.iter().zip(results) {
+            if let Some(stamp) = stamps.get_mut(position) {
+                *stamp = result.as_ref().map(|entity| entity.timestamp);
+            }
+        }
+    }
+    let mut outcome = Vec::with_capacity(operations * 9);
+    for stamp in stamps {
+        match stamp {
+            Some(Ticks(ticks)) => {
+                outcome.push(1);
+                outcome.extend_from_slice(&ticks.to_le_bytes());
+            }
+            None => outcome.push(0),
+        }
+    }
+    record
+        .properties
+        .insert(OUTCOME_PROPERTY.to_owned(), Value::Binary(outcome));
+}
+
+/// A record as read back: the request it names and what the commit stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The digest of the request that wrote it.
+    pub digest: RequestDigest,
+    /// Each operation's stored timestamp (`None`: it stored no entity).
+    pub stamps: Vec<Option<Ticks>>,
+}
+
+impl Recorded {
+    /// The record `properties` hold; `None` if they are not one.
+    pub fn read(properties: &Properties) -> Option<Recorded> {
+        let Some(Value::Binary(digest)) = properties.get(DIGEST_PROPERTY) else {
+            return None;
+        };
+        let Some(Value::Binary(outcome)) = properties.get(OUTCOME_PROPERTY) else {
+            return None;
+        };
+        let digest = RequestDigest(digest.as_slice().try_into().ok()?);
+        let mut stamps = Vec::new();
+        let mut rest = outcome.as_slice();
+        while let Some((&tag, tail)) = rest.split_first() {
+            rest = tail;
+            stamps.push(match tag {
+                0 => None,
+                1 => {
+                    let (ticks, tail) = rest.split_first_chunk::<8>()?;
+                    rest = tail;
+                    Some(Ticks(i64::from_le_bytes(*ticks)))
+                }
+                _ => return None,
+            });
+        }
+        Some(Recorded { digest, stamps })
+    }
+}
+
+/// Where the record of `key` sent by `scope` (the caller's credential) is: a partition of its own
+/// (so that records of one caller never queue on one lock), the empty row key.
+pub fn record_key(scope: &str, key: &IdempotencyKey) -> EntityKey {
+    EntityKey {
+        partition_key: format!("{scope}:{}", key.as_str()),
+        row_key: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_printable_ascii_of_at_most_128_bytes_and_empty_is_none() {
+        assert_eq!(IdempotencyKey::parse("").unwrap(), None);
+        let uuid = "0190b4d2-7c1e-7a3b-9c4d-5e6f7a8b9c0d";
+        assert_eq!(IdempotencyKey::parse(uuid).unwrap().unwrap().as_str(), uuid);
+        assert!(IdempotencyKey::parse(&"k".repeat(128)).unwrap().is_some());
+        for bad in [
+            "k".repeat(129),
+            "a b".into(),
+            "a/b".into(),
+            "a?b".into(),
+            "é".into(),
+        ] {
+            assert!(IdempotencyKey::parse(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_digest_tells_requests_apart_and_repeats_for_the_same_one() {
+        let a = RequestDigest::of(&("write", "orders", 1));
+        assert_eq!(a, RequestDigest::of(&("write", "orders", 1)));
+        assert_ne!(a, RequestDigest::of(&("write", "orders", 2)));
+    }
+
+    #[test]
+    fn a_sealed_record_reads_back_its_digest_and_each_operation_s_stamp() {
+        let digest = RequestDigest::of(&"request");
+        let key = EntityKey::new("p".into(), "r".into()).unwrap();
+        let entity = |ticks| StoredEntity {
+            key: key.clone(),
+            properties: Properties::new(),
+            timestamp: Ticks(ticks),
+        };
+        let mut record = StoredEntity {
+            properties: record_properties(digest, 600),
+            ..entity(7)
+        };
+        // Two batches, positions interleaved; position 1 stored nothing (a delete).
+        let first = ([0, 2], [Some(entity(5)), Some(entity(6))]);
+        let second = ([1], [None]);
+        let parts = [(&first.0[..], &first.1[..]), (&second.0[..], &second.1[..])];
+        seal_outcome(&mut record, parts.into_iter(), 3);
+        let recorded = Recorded::read(&record.properties).unwrap();
+        assert_eq!(recorded.digest, digest);
+        assert_eq!(recorded.stamps, vec![Some(Ticks(5)), None, Some(Ticks(6))]);
+        assert_eq!(Recorded::read(&Properties::new()), None);
+    }
+}

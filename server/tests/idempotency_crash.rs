@@ -1,0 +1,145 @@
+//! Idempotency keys through SIGKILL: 8 clients count on counters of their own with keyed
+//! increments while the server is killed; each then sends its unanswered call again, with the
+//! same key, to the restarted server (sled) or to the other server over the same database
+//! (PostgreSQL), and every counter is exactly the number of calls its client made: the
+//! unanswered one applied once, whether or not it had committed before the kill. A retry of an
+//! acknowledged call answers its first ETag and counts nothing.
+
+#[path = "../../tests/common/postgres.rs"]
+mod postgres_cluster;
+mod support;
+
+use std::time::Duration;
+
+use support::{Client, ServerProcess};
+use trestle_proto::pb;
+
+const TABLE: &str = "Counters";
+const CLIENTS: usize = 8;
+
+fn increment(client_no: usize, call: usize) -> pb::PatchEntityRequest {
+    pb::PatchEntityRequest {
+        table: TABLE.into(),
+        partition_key: "counters".into(),
+        row_key: format!("c{client_no}"),
+        operations: vec![pb::PatchStep {
+            step: Some(pb::patch_step::Step::Increment(pb::IncrementStep {
+                property: "N".into(),
+                by: Some(pb::Value {
+                    kind: Some(pb::value::Kind::Int64Value(1)),
+                }),
+            })),
+        }],
+        upsert: true,
+        idempotency_key: format!("client-{client_no}-call-{call}"),
+        ..Default::default()
+    }
+}
+
+/// What one client saw: the ETag of each answered call, and its unanswered call, if any.
+struct Calls {
+    answered: Vec<String>,
+    unanswered: Option<usize>,
+}
+
+/// Counts until a call goes unanswered (the server killed).
+async fn count_until_unanswered(mut client: Client, client_no: usize) -> Calls {
+    let mut answered = Vec::new();
+    loop {
+        let call = answered.len();
+        match client.patch_entity(increment(client_no, call)).await {
+            Ok(reply) => answered.push(reply.into_inner().etag),
+            Err(_) => {
+                return Calls {
+                    answered,
+                    unanswered: Some(call),
+                }
+            }
+        }
+        if answered.len() == 100_000 {
+            return Calls {
+                answered,
+                unanswered: None,
+            };
+        }
+    }
+}
+
+/// Runs the clients on `victim` until it is killed, then retries each unanswered call on
+/// `survivor` (which `restart` gives) and checks every counter.
+async fn count_through_a_kill(victim: ServerProcess, restart: impl FnOnce() -> ServerProcess) {
+    let mut setup = victim.client().await;
+    support::create_table(&mut setup, TABLE).await;
+    let mut tasks = Vec::new();
+    for client_no in 0..CLIENTS {
+        let client = victim.client().await;
+        tasks.push(tokio::spawn(count_until_unanswered(client, client_no)));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    victim.kill_9();
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.push(task.await.unwrap());
+    }
+    let survivor = restart();
+    let mut client = survivor.client().await;
+    for (client_no, calls) in seen.iter().enumerate() {
+        assert!(calls.answered.len() > 5, "client {client_no} barely ran");
+        let mut made = calls.answered.len();
+        if let Some(call) = calls.unanswered {
+            client
+                .patch_entity(increment(client_no, call))
+                .await
+                .expect("the unanswered call, sent again");
+            made += 1;
+        }
+        let last = calls.answered.len() - 1;
+        let again = client
+            .patch_entity(increment(client_no, last))
+            .await
+            .expect("an answered call, sent again");
+        assert_eq!(again.into_inner().etag, calls.answered[last]);
+        let counted = client
+            .get_entity(pb::GetEntityRequest {
+                table: TABLE.into(),
+                partition_key: "counters".into(),
+                row_key: format!("c{client_no}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            support::int64(&counted, "N"),
+            made as i64,
+            "client {client_no}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_increments_through_a_kill_of_the_sled_server_count_each_call_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = ServerProcess::start(dir.path());
+    let data_dir = dir.path().to_owned();
+    count_through_a_kill(victim, move || ServerProcess::start(&data_dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_increments_through_a_kill_of_one_of_two_postgres_servers_count_each_call_once() {
+    // (The cluster's programs and its admin connection block: off the runtime's turn.)
+    let Some((_cluster, url)) = tokio::task::block_in_place(|| {
+        let cluster = postgres_cluster::Postgres::start()?;
+        let url = cluster.database("counters");
+        Some((cluster, url))
+    }) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let start = |n: usize| {
+        let data_dir = dir.path().join(format!("unused-{n}"));
+        ServerProcess::start_with(&data_dir, &["--store", &url])
+    };
+    let (victim, survivor) = (start(0), start(1));
+    count_through_a_kill(victim, move || survivor).await;
+}

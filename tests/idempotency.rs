@@ -1,0 +1,343 @@
+//! Retry-safe writes end to end, on either store: a write sent again with its idempotency key
+//! applies once and answers the first outcome (the same ETag and Timestamp, the same results),
+//! whether an insert, an increment, a delete, a partition transaction or a transaction across
+//! tables; the same key with another request is `IdempotentParameterMismatch` and changes
+//! nothing; one credential's keys never answer another's; a key outlives its window only as long
+//! as the window; a malformed key is refused; the hidden records table is never listed.
+
+mod common;
+
+use common::{
+    assert_error, entity, get_request, insert_request, int32, int64, transaction, tx_insert,
+    tx_merge, RawClient, TestServer,
+};
+use tonic::Code;
+use trestle_proto::access::{mint, Grant, KeyRing, Permissions};
+use trestle_proto::pb;
+use trestle_server::auth::Authenticator;
+
+const T: &str = "Orders";
+
+fn keyed_insert(entity: pb::Entity, key: &str) -> pb::InsertEntityRequest {
+    pb::InsertEntityRequest {
+        idempotency_key: key.into(),
+        ..insert_request(T, entity)
+    }
+}
+
+fn increment(row_key: &str, key: &str) -> pb::PatchEntityRequest {
+    pb::PatchEntityRequest {
+        table: T.into(),
+        partition_key: "p".into(),
+        row_key: row_key.into(),
+        operations: vec![pb::PatchStep {
+            step: Some(pb::patch_step::Step::Increment(pb::IncrementStep {
+                property: "N".into(),
+                by: Some(int64(1)),
+            })),
+        }],
+        upsert: true,
+        idempotency_key: key.into(),
+        ..Default::default()
+    }
+}
+
+async fn counter(client: &mut RawClient, row_key: &str) -> i64 {
+    let found = client
+        .get_entity(get_request(T, "p", row_key))
+        .await
+        .expect("get")
+        .into_inner();
+    match found.properties["N"].kind {
+        Some(pb::value::Kind::Int64Value(n)) => n,
+        ref other => panic!("N is {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_retried_insert_answers_its_first_etag_and_applies_once() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let sent = keyed_insert(entity("p", "r", &[("N", int32(1))]), "insert-1");
+    let first = client
+        .insert_entity(sent.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    // Without its key the retry would be EntityAlreadyExists.
+    for _ in 0..3 {
+        let again = client
+            .insert_entity(sent.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(again.etag, first.etag);
+        assert_eq!(again.timestamp, first.timestamp);
+        assert_eq!(again.properties, first.properties);
+    }
+    let stored = client.get_entity(get_request(T, "p", "r")).await.unwrap();
+    assert_eq!(stored.into_inner().etag, first.etag);
+    let unkeyed = client
+        .insert_entity(insert_request(T, sent.entity.unwrap()))
+        .await;
+    assert_error(unkeyed, Code::AlreadyExists, "EntityAlreadyExists");
+}
+
+#[tokio::test]
+async fn a_retried_increment_counts_once_and_a_new_key_counts_again() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let first = client.patch_entity(increment("c", "inc-1")).await.unwrap();
+    let first = first.into_inner();
+    for _ in 0..3 {
+        let again = client.patch_entity(increment("c", "inc-1")).await.unwrap();
+        let again = again.into_inner();
+        assert_eq!(again.etag, first.etag);
+        assert_eq!(
+            again.properties, first.properties,
+            "the stored entity, unchanged since"
+        );
+    }
+    assert_eq!(counter(&mut client, "c").await, 1);
+    client.patch_entity(increment("c", "inc-2")).await.unwrap();
+    assert_eq!(counter(&mut client, "c").await, 2);
+    // Changed since: the replay still names the first version, by its ETag and Timestamp.
+    let late = client.patch_entity(increment("c", "inc-1")).await.unwrap();
+    let late = late.into_inner();
+    assert_eq!((late.etag, late.timestamp), (first.etag, first.timestamp));
+    assert_eq!(counter(&mut client, "c").await, 2);
+}
+
+#[tokio::test]
+async fn retried_transactions_apply_once_and_answer_the_same_results() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    client
+        .create_table(pb::CreateTableRequest {
+            table: "Ledger".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut batch = transaction(
+        T,
+        "p",
+        vec![
+            tx_insert(entity("p", "a", &[("N", int32(1))])),
+            tx_insert(entity("p", "b", &[("N", int32(2))])),
+        ],
+    );
+    batch.idempotency_key = "batch-1".into();
+    let first = client.submit_transaction(batch.clone()).await.unwrap();
+    let again = client.submit_transaction(batch).await.unwrap();
+    assert_eq!(first.into_inner(), again.into_inner());
+
+    let op = |table: &str, operation| pb::TableOperation {
+        table: table.into(),
+        partition_key: "p".into(),
+        operation: Some(operation),
+    };
+    let across = pb::TransactWriteRequest {
+        operations: vec![
+            op(T, tx_merge(entity("p", "a", &[("M", int32(7))]), "*")),
+            op(
+                "Ledger",
+                tx_insert(entity("p", "entry-1", &[("N", int32(1))])),
+            ),
+        ],
+        idempotency_key: "across-1".into(),
+    };
+    let first = client.transact_write(across.clone()).await.unwrap();
+    let again = client.transact_write(across).await.unwrap();
+    assert_eq!(first.into_inner(), again.into_inner());
+}
+
+#[tokio::test]
+async fn a_retried_delete_answers_success_once_the_entity_is_gone() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    client
+        .insert_entity(insert_request(T, entity("p", "r", &[])))
+        .await
+        .unwrap();
+    let delete = pb::DeleteEntityRequest {
+        table: T.into(),
+        partition_key: "p".into(),
+        row_key: "r".into(),
+        if_match: "*".into(),
+        idempotency_key: "delete-1".into(),
+    };
+    client.delete_entity(delete.clone()).await.unwrap();
+    client.delete_entity(delete.clone()).await.unwrap();
+    let unkeyed = pb::DeleteEntityRequest {
+        idempotency_key: String::new(),
+        ..delete
+    };
+    assert_error(
+        client.delete_entity(unkeyed).await,
+        Code::NotFound,
+        "ResourceNotFound",
+    );
+}
+
+#[tokio::test]
+async fn the_same_key_on_another_request_is_refused_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let first = keyed_insert(entity("p", "a", &[]), "k");
+    client.insert_entity(first).await.unwrap();
+    let other = keyed_insert(entity("p", "b", &[]), "k");
+    let refused = client.insert_entity(other).await;
+    assert_error(
+        refused,
+        Code::InvalidArgument,
+        "IdempotentParameterMismatch",
+    );
+    let missing = client.get_entity(get_request(T, "p", "b")).await;
+    assert_error(missing, Code::NotFound, "ResourceNotFound");
+    // The key stays the first request's.
+    let transaction = pb::SubmitTransactionRequest {
+        idempotency_key: "k".into(),
+        ..transaction(T, "p", vec![tx_insert(entity("p", "c", &[]))])
+    };
+    let refused = client.submit_transaction(transaction).await;
+    assert_error(
+        refused,
+        Code::InvalidArgument,
+        "IdempotentParameterMismatch",
+    );
+}
+
+#[tokio::test]
+async fn malformed_keys_are_refused_before_anything_is_written() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    for bad in ["a key", "a/b", &"k".repeat(129)] {
+        let refused = client
+            .insert_entity(keyed_insert(entity("p", "r", &[]), bad))
+            .await;
+        assert_error(refused, Code::InvalidArgument, "InvalidInput");
+    }
+    let missing = client.get_entity(get_request(T, "p", "r")).await;
+    assert_error(missing, Code::NotFound, "ResourceNotFound");
+}
+
+#[tokio::test]
+async fn a_key_answers_retries_for_its_window_only() {
+    let server =
+        TestServer::start_with(|config| config.limits.idempotency_window_seconds = 1).await;
+    let mut client = server.client_with_table(T).await;
+    let sent = keyed_insert(entity("p", "r", &[]), "short-lived");
+    client.insert_entity(sent.clone()).await.unwrap();
+    client.insert_entity(sent.clone()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    // The record expired: the retry is a new call, and the row is there.
+    let late = client.insert_entity(sent).await;
+    assert_error(late, Code::AlreadyExists, "EntityAlreadyExists");
+}
+
+#[tokio::test]
+async fn one_credential_s_keys_never_answer_another_s_and_the_records_stay_hidden() {
+    let keys = KeyRing::generate().unwrap();
+    let authenticator = Authenticator::with_keys(keys.clone());
+    let server = TestServer::start_with(|config| config.authenticator = authenticator).await;
+    let mut admin = server.client_as(&keys.signing_key().secret_text()).await;
+    admin
+        .create_table(pb::CreateTableRequest {
+            table: T.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let token = mint(
+        keys.signing_key(),
+        &Grant::new(Permissions::parse("raud").unwrap(), 600),
+    );
+    let mut scoped = server.client_as(&token).await;
+    admin
+        .insert_entity(keyed_insert(entity("p", "a", &[]), "shared"))
+        .await
+        .unwrap();
+    // The same key from another credential is its own: a new call, not a mismatch.
+    scoped
+        .insert_entity(keyed_insert(entity("p", "b", &[]), "shared"))
+        .await
+        .unwrap();
+    let tables = admin
+        .list_tables(pb::ListTablesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .tables;
+    let names: Vec<_> = tables.into_iter().map(|table| table.name).collect();
+    assert_eq!(names, vec![T.to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_one_call_sent_at_once_apply_once_and_all_answer_it() {
+    let server = TestServer::start().await;
+    let client = server.client_with_table(T).await;
+    let copies: Vec<_> = (0..16)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move { client.patch_entity(increment("c", "at-once")).await })
+        })
+        .collect();
+    let mut etags = Vec::new();
+    for copy in copies {
+        etags.push(
+            copy.await
+                .unwrap()
+                .expect("every copy answers")
+                .into_inner()
+                .etag,
+        );
+    }
+    etags.dedup();
+    assert_eq!(etags.len(), 1, "one outcome: {etags:?}");
+    assert_eq!(counter(&mut client.clone(), "c").await, 1);
+}
+
+/// The `ETag` header of a REST answer's `head`.
+fn etag_of(head: &str) -> String {
+    let line = head
+        .lines()
+        .find(|line| line.to_ascii_lowercase().starts_with("etag:"))
+        .unwrap_or_else(|| panic!("no ETag in {head}"));
+    line[5..].trim().to_owned()
+}
+
+#[tokio::test]
+async fn over_rest_the_idempotency_key_header_makes_a_retried_insert_apply_once() {
+    let (_server, rest) = common::rest::server(|_| {}).await;
+    let mut socket = tokio::net::TcpStream::connect(rest).await.unwrap();
+    let created = common::rest::exchange(
+        &mut socket,
+        "POST",
+        "/devstoreaccount1/Tables",
+        br#"{"TableName":"Orders"}"#,
+    )
+    .await;
+    assert_eq!(created.0, 201, "{}", created.1);
+    let insert = |key: &'static str, body: &'static [u8]| {
+        let header = format!("Idempotency-Key: {key}\r\n");
+        async move {
+            let mut socket = tokio::net::TcpStream::connect(rest).await.unwrap();
+            let path = "/devstoreaccount1/Orders";
+            common::rest::exchange_with(&mut socket, "POST", path, &header, body).await
+        }
+    };
+    let body = br#"{"PartitionKey":"p","RowKey":"r","N":1}"#;
+    let first = insert("rest-1", body).await;
+    assert_eq!(first.0, 201, "{}", first.1);
+    let again = insert("rest-1", body).await;
+    assert_eq!(again.0, 201, "{}", again.1);
+    assert_eq!(etag_of(&again.1), etag_of(&first.1));
+    let other = insert("rest-1", br#"{"PartitionKey":"p","RowKey":"s"}"#).await;
+    common::rest::assert_refused(&other, 422, "IdempotentParameterMismatch");
+    let malformed = insert("a/b", br#"{"PartitionKey":"p","RowKey":"t"}"#).await;
+    common::rest::assert_refused(&malformed, 400, "InvalidInput");
+    let unkeyed =
+        common::rest::exchange(&mut socket, "POST", "/devstoreaccount1/Orders", body).await;
+    common::rest::assert_refused(&unkeyed, 409, "EntityAlreadyExists");
+}
