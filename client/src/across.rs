@@ -32,6 +32,8 @@ pub struct CrossTransaction {
     client: Client,
     operations: Vec<pb::TableOperation>,
     entities: HashSet<(String, EntityKey)>,
+    /// The caller's idempotency key ([`CrossTransaction::idempotency_key`]); empty: a new one.
+    idempotency_key: String,
 }
 
 impl CrossTransaction {
@@ -40,7 +42,16 @@ impl CrossTransaction {
             client,
             operations: Vec::new(),
             entities: HashSet::new(),
+            idempotency_key: String::new(),
         }
+    }
+
+    /// The transaction committing with `key` as its idempotency key, in place of the new one the
+    /// SDK makes: for a caller who retries it itself, across restarts too
+    /// ([`crate::TableClient::idempotency_key`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> CrossTransaction {
+        self.idempotency_key = key.into();
+        self
     }
 
     /// Operations added so far.
@@ -197,12 +208,12 @@ impl CrossTransaction {
             ));
         }
         let request = pb::TransactWriteRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.idempotency_key,
             operations: self.operations,
         };
         let response = self
             .client
-            .write(request, |mut c, r| async move { c.transact_write(r).await })
+            .write_once(request, |mut c, r| async move { c.transact_write(r).await })
             .await?;
         Ok(etags(response.results))
     }

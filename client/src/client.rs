@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
@@ -11,7 +11,26 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use trestle_proto::pb;
 use trestle_proto::pb::table_service_client::TableServiceClient;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use crate::idempotency::{new_key, Keyed};
+
+/// What may be sent again after a failure that leaves its fate unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Safety {
+    /// A read, or a write carrying an idempotency key: anything retryable.
+    Idempotent,
+    /// A write without a key: only what never reached the server, or it turned away unread.
+    OnlyUnsent,
+}
+
+/// A random 50-100% of `backoff`.
+fn jittered(backoff: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    backoff.mul_f64(0.5 + (random % 1_000) as f64 / 2_000.0)
+}
 
 /// The generated gRPC stub the client drives, every request carrying the credential.
 pub(crate) type Stub = TableServiceClient<InterceptedService<Channel, Credential>>;
@@ -49,13 +68,20 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
 /// The per-request timeout [`Client::builder`] uses unless told otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Which failures are retried, and how often.
+/// Which failures are retried, and for how long.
 ///
 /// Only what is safe is ever retried: reads (gets, query pages, counts, listings) when the server
-/// is unavailable, and any request that certainly never reached the server (the connection could
-/// not be made). A write that may have applied (a timeout, a dropped connection) is never retried:
-/// retrying a conditional write could fail on its own success, and retrying an insert could
-/// report a conflict with itself. Read-modify-write loops on ETag conflicts are the caller's.
+/// is unavailable; entity writes and transactions when the server is unavailable, the request
+/// timed out or the connection failed, because each carries an idempotency key (one per logical
+/// call, or the caller's own: [`crate::TableClient::idempotency_key`]) with which the server
+/// applies it once however often it arrives; anything the server turned away unread (`ServerBusy`)
+/// or that certainly never reached it. Other writes (tables, indexes, settings) are retried only
+/// then. Read-modify-write loops on ETag conflicts are the caller's
+/// ([`crate::retry_on_conflict`]).
+///
+/// Waits between attempts grow twofold from `initial_backoff` to `max_backoff`, each a random
+/// 50-100% of that (so that clients a failover interrupted together do not retry together), until
+/// `max_attempts` or `deadline` after the first attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included (1 = never retry).
@@ -64,20 +90,25 @@ pub struct RetryPolicy {
     pub initial_backoff: Duration,
     /// Longest wait between attempts.
     pub max_backoff: Duration,
+    /// No attempt starts later than this after the first.
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
+    /// Up to 30 s (a PostgreSQL failover's usual span) in at most 20 attempts, from 50 ms apart to
+    /// 2 s.
     fn default() -> Self {
         RetryPolicy {
-            max_attempts: 4,
+            max_attempts: 20,
             initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(2),
+            deadline: Duration::from_secs(30),
         }
     }
 }
 
 impl RetryPolicy {
-    /// Never retry.
+    /// Never retry (writes then carry no idempotency key unless the caller gives one).
     pub fn none() -> RetryPolicy {
         RetryPolicy {
             max_attempts: 1,
@@ -269,41 +300,63 @@ impl Client {
         F: Fn(Stub, R) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.attempt(true, request, call).await
+        self.attempt(Safety::Idempotent, request, call).await
     }
 
-    /// Runs a write, retried only if it certainly never reached the server.
+    /// Runs a write without an idempotency key (a table's, an index's, a setting's), retried
+    /// only if it certainly never reached the server.
     pub(crate) async fn write<R, T, F, Fut>(&self, request: R, call: F) -> Result<T>
     where
         R: Clone,
         F: Fn(Stub, R) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.attempt(false, request, call).await
+        self.attempt(Safety::OnlyUnsent, request, call).await
     }
 
-    async fn attempt<R, T, F, Fut>(&self, idempotent: bool, request: R, call: F) -> Result<T>
+    /// Runs an entity write or a transaction once however often it is sent: with the key it
+    /// carries, or a new one if it carries none and the policy retries; retried as a read is.
+    pub(crate) async fn write_once<R, T, F, Fut>(&self, mut request: R, call: F) -> Result<T>
+    where
+        R: Clone + Keyed,
+        F: Fn(Stub, R) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let key = request.idempotency_key();
+        if key.is_empty() && self.retry.max_attempts > 1 {
+            *key = new_key();
+        }
+        let safety = match key.is_empty() {
+            true => Safety::OnlyUnsent,
+            false => Safety::Idempotent,
+        };
+        self.attempt(safety, request, call).await
+    }
+
+    async fn attempt<R, T, F, Fut>(&self, safety: Safety, request: R, call: F) -> Result<T>
     where
         R: Clone,
         F: Fn(Stub, R) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let started = Instant::now();
         let mut backoff = self.retry.initial_backoff;
         let mut attempt = 1;
         loop {
-            match call(self.inner.clone(), request.clone()).await {
+            let error = match call(self.inner.clone(), request.clone()).await {
                 Ok(response) => return Ok(response.into_inner()),
-                Err(status) => {
-                    let error = Error::from_status(status);
-                    let retryable = error.never_sent()
-                        || error.kind() == crate::ErrorKind::Busy
-                        || (idempotent && error.kind() == crate::ErrorKind::Unavailable);
-                    if !retryable || attempt >= self.retry.max_attempts {
-                        return Err(error);
-                    }
-                }
+                Err(status) => Error::from_status(status),
+            };
+            let wait = jittered(backoff);
+            let retryable = error.never_sent()
+                || error.kind() == ErrorKind::Busy
+                || (safety == Safety::Idempotent
+                    && matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Timeout));
+            let in_time = started.elapsed() + wait <= self.retry.deadline;
+            if !retryable || attempt >= self.retry.max_attempts || !in_time {
+                return Err(error);
             }
-            tokio::time::sleep(backoff).await;
+            tokio::time::sleep(wait).await;
             backoff = (backoff * 2).min(self.retry.max_backoff);
             attempt += 1;
         }

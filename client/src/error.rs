@@ -20,7 +20,7 @@ pub enum ErrorKind {
     InvalidInput,
     /// The request or entity is over a size limit.
     TooLarge,
-    /// The server could not be reached or went away.
+    /// The server could not be reached or went away (the connection broke mid-request).
     Unavailable,
     /// The request timed out.
     Timeout,
@@ -176,6 +176,8 @@ impl Error {
             Code::PermissionDenied => ErrorKind::PermissionDenied,
             Code::Unavailable | Code::Cancelled => ErrorKind::Unavailable,
             Code::DeadlineExceeded => ErrorKind::Timeout,
+            // Made here, not sent by the server: the connection broke midway (a server killed).
+            Code::Unknown if std::error::Error::source(&status).is_some() => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         };
         Error {

@@ -87,6 +87,7 @@ mod client;
 mod convert;
 mod entity;
 mod error;
+mod idempotency;
 mod index;
 pub mod keys;
 mod mapping;

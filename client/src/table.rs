@@ -10,6 +10,7 @@ use crate::client::{Client, Stub};
 use crate::convert::{patch_condition, patch_if_match, patch_steps, typed, upsert_mode, wire};
 use crate::entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 use crate::error::{ErrorCode, Result};
+use crate::idempotency::Keyed;
 use crate::patch::Patch;
 use crate::query::{Filter, Query};
 use crate::transaction::Transaction;
@@ -29,11 +30,48 @@ impl Client {
 pub struct TableClient {
     pub(crate) client: Client,
     name: String,
+    /// The key the handle's writes carry ([`TableClient::idempotency_key`]); `None`: a new one
+    /// per call.
+    idempotency_key: Option<String>,
 }
 
 impl TableClient {
     pub(crate) fn new(client: Client, name: String) -> TableClient {
-        TableClient { client, name }
+        TableClient {
+            client,
+            name,
+            idempotency_key: None,
+        }
+    }
+
+    /// This handle with every write carrying `key` as its idempotency key, in place of the new
+    /// one the SDK makes for each call: for a caller who retries one logical call itself, across
+    /// process restarts too, within the server's window (10 minutes by default). A key names one
+    /// call: another write with it is refused `IdempotentParameterMismatch`.
+    ///
+    /// ```no_run
+    /// #[derive(serde::Serialize)]
+    /// struct Charge {
+    ///     cents: i64,
+    /// }
+    /// # async fn charge(orders: &trestle_client::TableClient) -> trestle_client::Result<()> {
+    /// // The order's id makes the key: running this again after a crash charges once.
+    /// orders
+    ///     .idempotency_key("charge-order-1017")
+    ///     .insert(("customer-7", "charge-1017"), &Charge { cents: 4200 })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotency_key(&self, key: impl Into<String>) -> TableClient {
+        TableClient {
+            idempotency_key: Some(key.into()),
+            ..self.clone()
+        }
+    }
+
+    /// The key a write of this handle sends (empty: the SDK makes one).
+    fn key(&self) -> String {
+        self.idempotency_key.clone().unwrap_or_default()
     }
 
     /// The table as `GetTable` describes it (its indexes, its stored access policies).
@@ -126,7 +164,7 @@ impl TableClient {
         value: &T,
     ) -> Result<ETag> {
         let request = pb::InsertEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             return_no_content: true,
@@ -147,7 +185,7 @@ impl TableClient {
         if_match: impl Into<IfMatch>,
     ) -> Result<ETag> {
         let request = pb::UpdateEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             if_match: if_match.into().to_wire(),
@@ -169,7 +207,7 @@ impl TableClient {
         if_match: impl Into<IfMatch>,
     ) -> Result<ETag> {
         let request = pb::MergeEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), properties)?),
             if_match: if_match.into().to_wire(),
@@ -193,7 +231,7 @@ impl TableClient {
     ) -> Result<Entity<T>> {
         let key = key.into();
         let request = pb::PatchEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             partition_key: key.partition_key,
             row_key: key.row_key,
@@ -205,7 +243,7 @@ impl TableClient {
         };
         let stored = self
             .client
-            .write(request, |mut c, r| async move { c.patch_entity(r).await })
+            .write_once(request, |mut c, r| async move { c.patch_entity(r).await })
             .await?;
         typed(stored)
     }
@@ -218,7 +256,7 @@ impl TableClient {
         mode: UpsertMode,
     ) -> Result<ETag> {
         let request = pb::UpsertEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             entity: Some(wire(&key.into(), value)?),
             mode: upsert_mode(mode) as i32,
@@ -240,14 +278,14 @@ impl TableClient {
     ) -> Result<()> {
         let key = key.into();
         let request = pb::DeleteEntityRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.key(),
             table: self.name.clone(),
             partition_key: key.partition_key,
             row_key: key.row_key,
             if_match: if_match.into().to_wire(),
         };
         self.client
-            .write(request, |mut c, r| async move { c.delete_entity(r).await })
+            .write_once(request, |mut c, r| async move { c.delete_entity(r).await })
             .await?;
         Ok(())
     }
@@ -333,16 +371,21 @@ impl TableClient {
     /// Sends a single-entity write that asks for no content back; returns the new ETag.
     async fn write_for_etag<R, F, Fut>(&self, request: R, call: F) -> Result<ETag>
     where
-        R: Clone,
+        R: Clone + Keyed,
         F: Fn(Stub, R) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<pb::Entity>, tonic::Status>>,
     {
-        let stored = self.client.write(request, call).await?;
+        let stored = self.client.write_once(request, call).await?;
         Ok(ETag::new(stored.etag))
     }
 
     /// A transaction on one partition of this table.
     pub fn transaction(&self, partition_key: impl Into<String>) -> Transaction {
-        Transaction::new(self.client.clone(), self.name.clone(), partition_key.into())
+        let transaction =
+            Transaction::new(self.client.clone(), self.name.clone(), partition_key.into());
+        match &self.idempotency_key {
+            Some(key) => transaction.idempotency_key(key.clone()),
+            None => transaction,
+        }
     }
 }

@@ -26,6 +26,8 @@ pub struct Transaction {
     partition_key: String,
     operations: Vec<pb::TransactionOperation>,
     rows: HashSet<String>,
+    /// The caller's idempotency key ([`Transaction::idempotency_key`]); empty: a new one.
+    idempotency_key: String,
 }
 
 /// The row an operation of a transaction acts on: its RowKey alone (in the transaction's
@@ -78,7 +80,16 @@ impl Transaction {
             partition_key,
             operations: Vec::new(),
             rows: HashSet::new(),
+            idempotency_key: String::new(),
         }
+    }
+
+    /// The transaction committing with `key` as its idempotency key, in place of the new one the
+    /// SDK makes: for a caller who retries it itself, across restarts too
+    /// ([`crate::TableClient::idempotency_key`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Transaction {
+        self.idempotency_key = key.into();
+        self
     }
 
     /// The partition the transaction acts on.
@@ -225,14 +236,14 @@ impl Transaction {
             ));
         }
         let request = pb::SubmitTransactionRequest {
-            idempotency_key: String::new(),
+            idempotency_key: self.idempotency_key,
             table: self.table,
             partition_key: self.partition_key,
             operations: self.operations,
         };
         let response = self
             .client
-            .write(
+            .write_once(
                 request,
                 |mut c, r| async move { c.submit_transaction(r).await },
             )

@@ -1,4 +1,6 @@
-//! Idempotency keys through SIGKILL: 8 clients count on counters of their own with keyed
+//! Idempotency keys through SIGKILL: the SDK with its default settings, 8 tasks counting while the
+//! server is killed and restarted by a supervisor three times, sees no error and counts each call
+//! once. And 8 raw clients count on counters of their own with keyed
 //! increments while the server is killed; each then sends its unanswered call again, with the
 //! same key, to the restarted server (sled) or to the other server over the same database
 //! (PostgreSQL), and every counter is exactly the number of calls its client made: the
@@ -9,7 +11,7 @@
 mod postgres_cluster;
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::{Client, ServerProcess};
 use trestle_proto::pb;
@@ -142,4 +144,79 @@ async fn keyed_increments_through_a_kill_of_one_of_two_postgres_servers_count_ea
     };
     let (victim, survivor) = (start(0), start(1));
     count_through_a_kill(victim, move || survivor).await;
+}
+
+/// The SDK with its default policy: each of `CLIENTS` tasks increments its own counter until
+/// `stop`; how many calls each made. Any error reaches the application and fails the test.
+async fn sdk_increments(endpoint: String, stop: Instant) -> Vec<usize> {
+    let client = trestle_client::Client::connect(endpoint).await.unwrap();
+    let table = client.table(TABLE);
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|client_no| {
+            let table = table.clone();
+            tokio::spawn(async move {
+                let patch = trestle_client::Patch::new().increment("N", 1i64).upsert();
+                let mut calls = 0;
+                while Instant::now() < stop {
+                    let (call, row) = (calls, ("counters", format!("sdk-{client_no}")));
+                    let done: Result<trestle_client::Entity<serde_json::Value>, _> =
+                        table.patch(row, &patch).await;
+                    if let Err(error) = done {
+                        panic!(
+                            "call {call} of client {client_no} reached the application: {error}"
+                        );
+                    }
+                    calls += 1;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut made = Vec::new();
+    for task in tasks {
+        made.push(task.await.unwrap());
+    }
+    made
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_s_writes_go_through_a_killed_and_restarted_server_with_no_error_and_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = support::free_port();
+    let args = ["--listen", listen.as_str()];
+    let server = ServerProcess::start_with(dir.path(), &args);
+    support::create_table(&mut server.client().await, TABLE).await;
+    let endpoint = format!("http://{listen}");
+    let stop = Instant::now() + Duration::from_secs(5);
+    let load = tokio::spawn(sdk_increments(endpoint, stop));
+    // The supervisor: SIGKILL mid-load, a new process on the same port a moment later; three
+    // times, so that some call's commit is durable when its answer is lost.
+    let mut server = server;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        server.kill_9();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server = ServerProcess::start_with(dir.path(), &args);
+    }
+    let restarted = server;
+    let made = load.await.expect("no error reached the application");
+    let mut client = restarted.client().await;
+    for (client_no, made) in made.into_iter().enumerate() {
+        let counted = client
+            .get_entity(pb::GetEntityRequest {
+                table: TABLE.into(),
+                partition_key: "counters".into(),
+                row_key: format!("sdk-{client_no}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(made > 10, "client {client_no} made {made} calls");
+        assert_eq!(
+            support::int64(&counted, "N"),
+            made as i64,
+            "client {client_no}"
+        );
+    }
 }
