@@ -54,6 +54,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "echo_stream",
     "point_read",
     "insert",
+    "insert_idempotent",
     "tx_insert_100",
     "tx_insert_10",
     "tx_cross_10",
@@ -675,6 +676,21 @@ async fn run_workloads(
             "echo_stream" => (workloads::echo_stream(echo, plan).await, true, true),
             "point_read" => (workloads::point_read(client, plan).await, false, false),
             "insert" => (workloads::insert(client, plan).await, false, false),
+            "insert_idempotent" => {
+                let m = workloads::insert_idempotent(client, plan).await;
+                let server_sample = before.zip(sample());
+                rows.push(compared_row(
+                    &rows,
+                    &named(workload),
+                    &named("insert"),
+                    m,
+                    false,
+                    server_sample,
+                    ceilings,
+                    "inserts each with an idempotency key (recorded in the same commit)",
+                ));
+                continue;
+            }
             "tx_insert_100" => (workloads::tx_insert_100(client, plan).await, false, false),
             "tx_hot_update" => (workloads::tx_hot_update(client, plan).await, false, false),
             "scan_paged" => (

@@ -228,6 +228,15 @@ pub(crate) async fn insert(client: &Client, plan: &Plan) -> Measurement {
     insert_rows(client, table, "w", warmup, duration, |_| {}).await
 }
 
+/// `insert`'s work, each insert with an idempotency key of its own (as the SDK sends): what
+/// recording the key in the same commit costs.
+pub(crate) async fn insert_idempotent(client: &Client, plan: &Plan) -> Measurement {
+    let table = "InsertKeyedBench";
+    create_table(client, table, false).await;
+    let (warmup, duration) = (plan.warmup, plan.duration);
+    insert_keyed_rows(client, table, "k", warmup, duration, true, |_| {}).await
+}
+
 /// Creates `table`, keeping a change feed if `change_feed`.
 pub(crate) async fn create_table(client: &Client, table: &str, change_feed: bool) {
     let create = pb::CreateTableRequest {
@@ -249,6 +258,19 @@ pub(crate) async fn insert_rows(
     duration: Duration,
     acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
 ) -> Measurement {
+    insert_keyed_rows(client, table, prefix, warmup, duration, false, acknowledged).await
+}
+
+/// [`insert_rows`], each insert with an idempotency key (its row key) if `keyed`.
+async fn insert_keyed_rows(
+    client: &Client,
+    table: &str,
+    prefix: &'static str,
+    warmup: Duration,
+    duration: Duration,
+    keyed: bool,
+    acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
+) -> Measurement {
     let (client, table) = (client.clone(), table.to_owned());
     drive(64, warmup, duration, move |worker, seq| {
         let mut client = client.clone();
@@ -260,11 +282,17 @@ pub(crate) async fn insert_rows(
             seq as i32,
         );
         let (table, acknowledged) = (table.clone(), acknowledged.clone());
+        let idempotency_key = if keyed {
+            row_key.clone()
+        } else {
+            String::new()
+        };
         async move {
             client
                 .insert_entity(pb::InsertEntityRequest {
                     table,
                     entity: Some(entity),
+                    idempotency_key,
                     ..Default::default()
                 })
                 .await

@@ -7,7 +7,10 @@
 //! to one key (`UpdateEntity`/`InsertEntity`); some only read. Some reads of one partition's keys
 //! are a page of a query of the partition instead, segmented (`segment`/`total_segments`) and
 //! sorted (`order_by` RowKey descending) at random, which must read one snapshot of the
-//! partition, in the segment that holds it (and nothing in another), in its order.
+//! partition, in the segment that holds it (and nothing in another), in its order. Half the
+//! writes carry an idempotency key, and one left in doubt by a fault is sent again with it to any
+//! server until its outcome is known: the retry must answer the first outcome and apply nothing
+//! twice, or the history shows it.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -151,11 +154,20 @@ pub(crate) async fn run_client(
                 (key_name(r.table, &r.pk, &r.rk), next_element)
             })
             .collect();
-        let outcome = match kind {
-            3..=5 => transact_write(&mut client, &reads, &appends).await,
-            6..=8 => submit_transaction(&mut client, &reads, &appends).await,
-            _ => write_one(&mut client, &reads[0], appends[0].1).await,
+        // Half the writes carry an idempotency key; one left in doubt (no answer: a server
+        // killed) is sent again with it, to any server, until its outcome is known.
+        let key = match rng.below(2) {
+            0 => format!("client-{client_no}-{next_element}"),
+            _ => String::new(),
         };
+        let mut outcome = write(kind, &mut client, &reads, &appends, &key).await;
+        let mut retries = 0;
+        while outcome == Outcome::Unknown && !key.is_empty() && retries < RETRIES {
+            tokio::time::sleep(RETRY_EVERY).await;
+            let mut client = servers.pick(&mut rng);
+            outcome = write(kind, &mut client, &reads, &appends, &key).await;
+            retries += 1;
+        }
         history.push(Transaction {
             outcome,
             reads: reads
@@ -166,6 +178,26 @@ pub(crate) async fn run_client(
         });
     }
     history
+}
+
+/// How often, and how far apart, a keyed write left in doubt is sent again.
+const RETRIES: usize = 60;
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The write of transaction `kind` (across tables, in a partition, or of one key), with the
+/// idempotency key `key` (empty: none).
+async fn write(
+    kind: usize,
+    client: &mut super::servers::Client,
+    reads: &[Read],
+    appends: &[(Key, Element)],
+    key: &str,
+) -> Outcome {
+    match kind {
+        3..=5 => transact_write(client, reads, appends, key).await,
+        6..=8 => submit_transaction(client, reads, appends, key).await,
+        _ => write_one(client, &reads[0], appends[0].1, key).await,
+    }
 }
 
 /// `count` distinct numbers below `n`.
@@ -316,9 +348,10 @@ async fn transact_write(
     client: &mut super::servers::Client,
     reads: &[Read],
     appends: &[(Key, Element)],
+    key: &str,
 ) -> Outcome {
     let request = pb::TransactWriteRequest {
-        idempotency_key: String::new(),
+        idempotency_key: key.into(),
         operations: reads
             .iter()
             .zip(operations(reads, appends))
@@ -339,9 +372,10 @@ async fn submit_transaction(
     client: &mut super::servers::Client,
     reads: &[Read],
     appends: &[(Key, Element)],
+    key: &str,
 ) -> Outcome {
     let request = pb::SubmitTransactionRequest {
-        idempotency_key: String::new(),
+        idempotency_key: key.into(),
         table: reads[0].table.into(),
         partition_key: reads[0].pk.clone(),
         operations: operations(reads, appends),
@@ -352,14 +386,19 @@ async fn submit_transaction(
     }
 }
 
-async fn write_one(client: &mut super::servers::Client, read: &Read, element: Element) -> Outcome {
+async fn write_one(
+    client: &mut super::servers::Client,
+    read: &Read,
+    element: Element,
+    key: &str,
+) -> Outcome {
     let mut list = read.list.clone();
     list.push(element);
     let entity = Some(entity_with(&read.pk, &read.rk, &list));
     let written = match &read.etag {
         Some(etag) => client
             .update_entity(pb::UpdateEntityRequest {
-                idempotency_key: String::new(),
+                idempotency_key: key.into(),
                 table: read.table.into(),
                 entity,
                 if_match: etag.clone(),
@@ -369,7 +408,7 @@ async fn write_one(client: &mut super::servers::Client, read: &Read, element: El
             .map(drop),
         None => client
             .insert_entity(pb::InsertEntityRequest {
-                idempotency_key: String::new(),
+                idempotency_key: key.into(),
                 table: read.table.into(),
                 entity,
                 return_no_content: true,

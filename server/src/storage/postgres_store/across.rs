@@ -61,7 +61,10 @@ impl PostgresStore {
             let table = match tables.get(&folded) {
                 Some(table) => table.clone(),
                 None => match self.postgres_table(&batch.table)? {
-                    Some(table) => tables.entry(folded).or_insert(table).clone(),
+                    Some(table) => {
+                        self.keep_known(&batch.table, &table);
+                        tables.entry(folded).or_insert(table).clone()
+                    }
                     None => {
                         return Ok(Err(Rejection {
                             index: batch.positions[0],

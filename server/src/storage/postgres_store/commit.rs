@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::one_trip::{OneTrip, INSERT_ROWS};
 use super::rows::planned_rows;
-use super::{PostgresStore, KNOWN_TABLES_AT_MOST};
+use super::PostgresStore;
 use crate::model::{Operation, TableName};
 use crate::storage::{
     on_blocking_pool, Commit, CommitOutcome, RejectReason, Rejection, StorageError,
@@ -125,13 +125,7 @@ impl PostgresStore {
         let Some(table) = self.postgres_table(name)? else {
             return Ok(None);
         };
-        {
-            let mut known = known();
-            if known.len() >= KNOWN_TABLES_AT_MOST {
-                known.clear();
-            }
-            known.insert(name.folded().to_owned(), table.clone());
-        }
+        self.keep_known(name, &table);
         table.commit_operations(partition_key, operations).map(Some)
     }
 }

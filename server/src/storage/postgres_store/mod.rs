@@ -305,6 +305,16 @@ impl PostgresStore {
         known.get(name.folded()).cloned()
     }
 
+    /// Keeps `table` as the live table called `name`, for the awaited strategies' next commits
+    /// (at most [`KNOWN_TABLES_AT_MOST`]: past them, the tables kept are forgotten).
+    fn keep_known(&self, name: &TableName, table: &Arc<PostgresTable>) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= KNOWN_TABLES_AT_MOST {
+            known.clear();
+        }
+        known.insert(name.folded().to_owned(), table.clone());
+    }
+
     /// The table `id` whose catalog is stored as `stored`.
     fn table_of(
         &self,
