@@ -121,7 +121,8 @@ impl RetryPolicy {
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ClientBuilder {
-    endpoint: String,
+    /// The servers' addresses: one, or several serving one store.
+    endpoints: Vec<String>,
     timeout: Duration,
     retry: RetryPolicy,
     token: Option<Secret>,
@@ -149,7 +150,16 @@ enum CaSource {
 impl ClientBuilder {
     /// The server address, e.g. `http://127.0.0.1:50051`.
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.endpoint = endpoint.into();
+        self.endpoints = vec![endpoint.into()];
+        self
+    }
+
+    /// Several servers over one store (PostgreSQL): requests are spread over those that answer,
+    /// and a request that fails on one for want of it (a server killed or stopped) is retried
+    /// ([`RetryPolicy`]) on the others. The connections are made as requests need them, so
+    /// [`ClientBuilder::connect`] does not fail for a server that is down.
+    pub fn endpoints<S: Into<String>>(mut self, endpoints: impl IntoIterator<Item = S>) -> Self {
+        self.endpoints = endpoints.into_iter().map(Into::into).collect();
         self
     }
 
@@ -194,21 +204,17 @@ impl ClientBuilder {
     /// Connects; an `https://` endpoint is reached over TLS, checked against the configured
     /// authority or else the system's roots.
     pub async fn connect(self) -> Result<Client> {
-        if !self.endpoint.contains("://") {
-            return Err(Error::invalid(format!(
-                "endpoint '{}' has no scheme: write http://{} (or https:// for TLS)",
-                self.endpoint, self.endpoint
-            )));
-        }
-        let mut endpoint = Endpoint::from_shared(self.endpoint.clone())
-            .map_err(|e| Error::invalid(format!("endpoint '{}': {e}", self.endpoint)))?
-            .timeout(self.timeout)
-            .tcp_nodelay(true);
-        if self.endpoint.starts_with("https://") {
-            endpoint = endpoint
-                .tls_config(self.tls_config()?)
-                .map_err(|e| Error::invalid(format!("TLS settings: {e}")))?;
-        }
+        let endpoints = (self.endpoints.iter())
+            .map(|address| self.endpoint_of(address))
+            .collect::<Result<Vec<Endpoint>>>()?;
+        let channel = match endpoints.as_slice() {
+            [] => return Err(Error::invalid("no endpoint to connect to")),
+            [endpoint] => endpoint
+                .connect()
+                .await
+                .map_err(|error| Error::from_transport(&self.endpoints[0], error))?,
+            _ => Channel::balance_list(endpoints.into_iter()),
+        };
         let credential = match &self.token {
             Some(Secret(token)) => Credential(Some(
                 format!("Bearer {token}")
@@ -217,15 +223,30 @@ impl ClientBuilder {
             )),
             None => Credential(None),
         };
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|error| Error::from_transport(&self.endpoint, error))?;
         Ok(Client {
             inner: TableServiceClient::with_interceptor(channel, credential)
                 .max_decoding_message_size(16 << 20),
             retry: self.retry,
         })
+    }
+
+    /// The endpoint `address` names, with the builder's timeout and TLS settings.
+    fn endpoint_of(&self, address: &str) -> Result<Endpoint> {
+        if !address.contains("://") {
+            return Err(Error::invalid(format!(
+                "endpoint '{address}' has no scheme: write http://{address} (or https:// for TLS)"
+            )));
+        }
+        let mut endpoint = Endpoint::from_shared(address.to_owned())
+            .map_err(|e| Error::invalid(format!("endpoint '{address}': {e}")))?
+            .timeout(self.timeout)
+            .tcp_nodelay(true);
+        if address.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(self.tls_config()?)
+                .map_err(|e| Error::invalid(format!("TLS settings: {e}")))?;
+        }
+        Ok(endpoint)
     }
 
     fn tls_config(&self) -> Result<ClientTlsConfig> {
@@ -263,7 +284,7 @@ impl Client {
     /// [`RetryPolicy::default`].
     pub fn builder() -> ClientBuilder {
         ClientBuilder {
-            endpoint: DEFAULT_ENDPOINT.to_owned(),
+            endpoints: vec![DEFAULT_ENDPOINT.to_owned()],
             timeout: DEFAULT_TIMEOUT,
             retry: RetryPolicy::default(),
             token: None,

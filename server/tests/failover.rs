@@ -7,7 +7,9 @@
 //! back as a standby, a planned switchover. Throughout, every request answers at once or within
 //! its deadline, and every failure is `ServiceUnavailable`; afterwards not one acknowledged write
 //! is missing, no transaction is there in part, and every counter equals its markers. The time
-//! from the kill until writes succeed again is printed.
+//! from the kill until writes succeed again is printed. And the SDK with its default settings,
+//! given both servers, through the primary's death and a Trestle server's SIGKILL: no error
+//! reaches the application, and each call applies once.
 
 #[path = "../../tests/common/bank.rs"]
 mod bank;
@@ -504,4 +506,157 @@ async fn the_primary_dies_then_a_switchover_and_nothing_acknowledged_is_lost() {
 
     let mut client = clients[1].clone();
     check(&mut client, &[failover, switchover]).await;
+}
+
+/// Tasks of the SDK's failover test, each doing every kind of call in turn.
+const SDK_TASKS: usize = 16;
+/// Appends one list entity takes before the next begins.
+const LIST_LENGTH: usize = 50;
+
+/// What one task's calls acknowledged.
+#[derive(Debug, Default)]
+struct SdkCalls {
+    increments: i64,
+    appends: Vec<i64>,
+    transfers: i64,
+}
+
+/// One task of the SDK with its default settings until `stop`: increments of its counter,
+/// appends to its lists, and transfers (two increments, -1 and +1, in one `TransactWrite` across
+/// tables). Any error reaches the application: the task panics.
+async fn sdk_calls(client: trestle_client::Client, task: usize, stop: Instant) -> SdkCalls {
+    let mut calls = SdkCalls::default();
+    let by = |n: i64| trestle_client::Patch::new().increment("N", n).upsert();
+    let (counters, lists) = (client.table("Counters"), client.table("Lists"));
+    let one = by(1);
+    let mut call = 0i64;
+    while Instant::now() < stop {
+        let done = match call % 3 {
+            0 => {
+                let key = ("counters", format!("c{task}"));
+                let done = counters.patch::<serde_json::Value>(key, &one).await;
+                done.map(|_| calls.increments += 1)
+            }
+            1 => {
+                let n = calls.appends.len();
+                let key = ("lists", format!("l{task}-{:04}", n / LIST_LENGTH));
+                let append = trestle_client::Patch::new().append("L", &call).upsert();
+                let done = lists.patch::<serde_json::Value>(key, &append).await;
+                done.map(|_| calls.appends.push(call))
+            }
+            _ => {
+                let mut transfer = client.transaction();
+                transfer
+                    .patch("Accounts", ("from", format!("a{task}")), &by(-1))
+                    .and_then(|tx| tx.patch("Ledger", ("to", format!("a{task}")), &by(1)))
+                    .expect("a valid transaction");
+                transfer.commit().await.map(|_| calls.transfers += 1)
+            }
+        };
+        if let Err(error) = done {
+            panic!("call {call} of task {task} reached the application: {error}");
+        }
+        call += 1;
+    }
+    calls
+}
+
+/// The `N` of `table`'s entity `(pk, rk)`, 0 if it is absent.
+async fn n_of(client: &mut Client, table: &str, pk: &str, rk: &str) -> i64 {
+    let found = client
+        .get_entity(pb::GetEntityRequest {
+            table: table.into(),
+            partition_key: pk.into(),
+            row_key: rk.into(),
+            ..Default::default()
+        })
+        .await;
+    match found {
+        Ok(entity) => int64(&entity.into_inner(), "N"),
+        Err(status) if status.code() == Code::NotFound => 0,
+        Err(status) => panic!("reading {table}: {status:?}"),
+    }
+}
+
+/// The SDK with its default settings against both servers (`ClientBuilder::endpoints`), 16 tasks
+/// of increments, appends and transfers, while the primary's machine dies and then one Trestle
+/// server is SIGKILLed: no error reaches the application, every counter equals its acknowledged
+/// calls, every list holds each acknowledged append once and in order, and every transfer's two
+/// sides match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_rides_through_a_primary_failover_and_a_killed_server_with_no_error() {
+    let Some(cluster) = tokio::task::block_in_place(Cluster::start) else {
+        return;
+    };
+    let url = cluster.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut servers: Vec<ServerProcess> = (0..2)
+        .map(|n| {
+            let data_dir = dir.path().join(format!("unused-{n}"));
+            ServerProcess::start_with(&data_dir, &["--store", &url])
+        })
+        .collect();
+    let endpoints: Vec<String> = servers
+        .iter()
+        .map(|s| format!("http://{}", s.addr))
+        .collect();
+    let mut setup = servers[1].client().await;
+    for table in ["Counters", "Lists", "Accounts", "Ledger"] {
+        create_table(&mut setup, table).await;
+    }
+    let sdk = trestle_client::Client::builder()
+        .endpoints(endpoints)
+        .connect()
+        .await
+        .unwrap();
+    let stop = Instant::now() + Duration::from_secs(30);
+    let tasks: Vec<_> = (0..SDK_TASKS)
+        .map(|task| tokio::spawn(sdk_calls(sdk.clone(), task, stop)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let dead = cluster.leader();
+    tokio::task::block_in_place(|| cluster.run(&["kill", &dead]));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    servers.remove(0).kill_9();
+    let mut client = servers[0].client().await;
+    for (task, calls) in tasks.into_iter().enumerate() {
+        let calls = calls.await.expect("no error reached the application");
+        assert!(
+            calls.increments > 0 && calls.transfers > 0,
+            "task {task}: {calls:?}"
+        );
+        let counted = n_of(&mut client, "Counters", "counters", &format!("c{task}")).await;
+        assert_eq!(counted, calls.increments, "task {task}'s counter");
+        let from = n_of(&mut client, "Accounts", "from", &format!("a{task}")).await;
+        let to = n_of(&mut client, "Ledger", "to", &format!("a{task}")).await;
+        assert_eq!(
+            (from, to),
+            (-calls.transfers, calls.transfers),
+            "task {task}'s transfers"
+        );
+        let mut appended = Vec::new();
+        for list in 0..calls.appends.len().div_ceil(LIST_LENGTH) {
+            let entity = client
+                .get_entity(pb::GetEntityRequest {
+                    table: "Lists".into(),
+                    partition_key: "lists".into(),
+                    row_key: format!("l{task}-{list:04}"),
+                    ..Default::default()
+                })
+                .await
+                .expect("an acknowledged list")
+                .into_inner();
+            let Some(pb::value::Kind::ArrayValue(array)) = &entity.properties["L"].kind else {
+                panic!("L is not an array");
+            };
+            appended.extend(array.values.iter().map(|value| match value.kind {
+                Some(pb::value::Kind::Int64Value(n)) => n,
+                ref other => panic!("an element is {other:?}"),
+            }));
+        }
+        assert_eq!(
+            appended, calls.appends,
+            "task {task}'s appends, each once, in order"
+        );
+    }
 }
