@@ -341,3 +341,45 @@ async fn over_rest_the_idempotency_key_header_makes_a_retried_insert_apply_once(
         common::rest::exchange(&mut socket, "POST", "/devstoreaccount1/Orders", body).await;
     common::rest::assert_refused(&unkeyed, 409, "EntityAlreadyExists");
 }
+
+#[tokio::test]
+async fn a_retried_refusal_answers_the_same_refusal_even_once_the_write_would_apply() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    client
+        .insert_entity(insert_request(T, entity("p", "r", &[])))
+        .await
+        .unwrap();
+    let sent = keyed_insert(entity("p", "r", &[("N", int32(1))]), "refused-1");
+    let refused = client.insert_entity(sent.clone()).await;
+    assert_error(refused, Code::AlreadyExists, "EntityAlreadyExists");
+    let delete = pb::DeleteEntityRequest {
+        table: T.into(),
+        partition_key: "p".into(),
+        row_key: "r".into(),
+        if_match: "*".into(),
+        idempotency_key: String::new(),
+    };
+    client.delete_entity(delete).await.unwrap();
+    // The first answer, not a new evaluation: nothing is inserted.
+    let again = client.insert_entity(sent).await;
+    assert_error(again, Code::AlreadyExists, "EntityAlreadyExists");
+    let missing = client.get_entity(get_request(T, "p", "r")).await;
+    assert_error(missing, Code::NotFound, "ResourceNotFound");
+    // A transaction's refusal keeps its operation's index.
+    let mut batch = transaction(
+        T,
+        "p",
+        vec![
+            tx_insert(entity("p", "a", &[])),
+            tx_merge(entity("p", "absent", &[]), "*"),
+        ],
+    );
+    batch.idempotency_key = "refused-2".into();
+    for _ in 0..2 {
+        let refused = client.submit_transaction(batch.clone()).await;
+        let status = refused.unwrap_err();
+        assert_eq!(common::reason(&status), "ResourceNotFound");
+        assert_eq!(common::operation_index(&status), Some(1));
+    }
+}

@@ -10,8 +10,9 @@
 //! record and answers the first outcome: each entity's Timestamp and ETag, its properties (those
 //! the request sent, or for a merge or patch those stored, if the entity has not changed since),
 //! and the same durability wait. The same key with another request is
-//! `IdempotentParameterMismatch`. A refused write records nothing (it changed nothing, so a retry
-//! of it is decided afresh).
+//! `IdempotentParameterMismatch`. A refused write (a stale ETag, an existing entity, a false
+//! condition) records its refusal once refused, in a commit of the record alone, and a retry
+//! answers that refusal; except a merge whose entity would break a limit, decided afresh.
 //!
 //! Bounded by: the record's size ([`crate::model::MAX_IDEMPOTENCY_KEY_BYTES`], 9 bytes per
 //! operation) and its lifetime, the window, after which the table's time to live expires it and
@@ -20,9 +21,9 @@
 use crate::engine::Engine;
 use crate::error::TableError;
 use crate::model::{
-    record_key, record_properties, EntityKey, IdempotencyKey, NewEntity, Operation, Properties,
-    Recorded, Refusal, RequestDigest, StoredEntity, TableName, Ticks, TimeToLive, UpsertMode,
-    ValidationError,
+    record_key, record_properties, refusal_properties, EntityKey, IdempotencyKey, NewEntity,
+    Operation, Properties, Recorded, RecordedOutcome, Refusal, RequestDigest, StoredEntity,
+    TableName, Ticks, TimeToLive, UpsertMode, ValidationError,
 };
 use crate::storage::{
     decode_selected, on_blocking_pool, Commit, CommitOutcome, Committed, CreateRefusal, EntityView,
@@ -98,10 +99,13 @@ impl Engine {
                     }
                 }
                 Err(Rejection { index, reason }) if index > 0 => {
-                    return Ok(Err(Rejection {
+                    let refused = Rejection {
                         index: index - 1,
                         reason,
-                    }))
+                    };
+                    return self
+                        .record_refusal(&commit, claim, digest, &at, refused)
+                        .await;
                 }
                 Err(rejection) => {
                     return Err(internal(format!(
@@ -113,6 +117,42 @@ impl Engine {
         Err(internal(
             "an idempotency record could be neither written nor read".to_owned(),
         ))
+    }
+
+    /// Records that the request `commit` (sent with `claim`) was `refused`, in a commit of the
+    /// record alone after the refused one (which wrote nothing), and answers the refusal; if a
+    /// copy of the request recorded its outcome meanwhile, that outcome.
+    async fn record_refusal(
+        &self,
+        commit: &Commit,
+        claim: &IdempotencyClaim,
+        digest: RequestDigest,
+        at: &EntityKey,
+        refused: Rejection,
+    ) -> Result<CommitOutcome, TableError> {
+        let RejectReason::Refused { refusal, .. } = &refused.reason else {
+            return Ok(Err(refused));
+        };
+        let window = self.idempotency_window_seconds;
+        let Some(properties) = refusal_properties(digest, window, refused.index, refusal) else {
+            return Ok(Err(refused));
+        };
+        let record = Operation::Insert(NewEntity::new(at.clone(), properties)?);
+        let alone = Commit::on_partition(records_table(), at.partition_key.clone(), vec![record]);
+        match self.store_arc().commit(alone).await? {
+            Err(Rejection {
+                reason:
+                    RejectReason::Refused {
+                        refusal: Refusal::AlreadyExists,
+                        ..
+                    },
+                ..
+            }) => match self.read_entity(&records_table(), at).await? {
+                Some(record) => self.replay(commit, claim, digest, &record).await,
+                None => Ok(Err(refused)),
+            },
+            _ => Ok(Err(refused)),
+        }
     }
 
     /// `commit` with its record at position 0, its own operations one place on.
@@ -175,10 +215,22 @@ impl Engine {
                 window_seconds: self.idempotency_window_seconds,
             });
         }
+        let stamps = match recorded.outcome {
+            RecordedOutcome::Committed(stamps) => stamps,
+            RecordedOutcome::Refused(index, refusal) => {
+                let row_key = (commit.batches.iter())
+                    .flat_map(|batch| batch.operations.iter().zip(&batch.positions))
+                    .find(|(_, &position)| position == index)
+                    .map(|(operation, _)| operation.row_key().to_owned())
+                    .ok_or_else(|| internal("a recorded refusal names no operation".into()))?;
+                let reason = RejectReason::Refused { row_key, refusal };
+                return Ok(Err(Rejection { index, reason }));
+            }
+        };
         let mut stored = vec![None; commit.operations];
         for batch in &commit.batches {
             for (operation, &position) in batch.operations.iter().zip(&batch.positions) {
-                if let Some(&Some(stamp)) = recorded.stamps.get(position + 1) {
+                if let Some(&Some(stamp)) = stamps.get(position + 1) {
                     let entity = self.replayed(&batch.table, operation, stamp).await?;
                     stored[position] = Some(entity);
                 }

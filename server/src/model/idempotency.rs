@@ -12,7 +12,9 @@
 
 use std::fmt::{Debug, Write as _};
 
-use super::{EntityKey, Properties, StoredEntity, Ticks, ValidationError, Value, TTL_PROPERTY};
+use super::{
+    EntityKey, Properties, Refusal, StoredEntity, Ticks, ValidationError, Value, TTL_PROPERTY,
+};
 
 /// The longest idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 128;
@@ -22,6 +24,9 @@ const DIGEST_PROPERTY: &str = "Digest";
 /// The record's property holding the outcome: per operation `0`, or `1` and its timestamp's 8
 /// bytes (little-endian), in the request's order.
 const OUTCOME_PROPERTY: &str = "Outcome";
+/// The record's property holding a refusal instead: the refused operation's position, its kind
+/// and the kind's detail, space separated (`2 NotFound`, `0 PatchConditionFalse N gt 3`).
+const REFUSED_PROPERTY: &str = "Refused";
 
 /// A client's name for one logical write: 1 to 128 printable ASCII characters other than space,
 /// `/`, `\`, `#` and `?` (so that it is a valid row key).
@@ -92,6 +97,29 @@ pub fn record_properties(digest: RequestDigest, window_seconds: u64) -> Properti
     ])
 }
 
+/// The custom properties of a record of a request with `digest` refused at operation `position`
+/// for `refusal`, living `window_seconds`; `None` for a refusal a record does not keep (an entity
+/// a merge would make invalid: the retry is decided afresh, and refused the same way).
+pub fn refusal_properties(
+    digest: RequestDigest,
+    window_seconds: u64,
+    position: usize,
+    refusal: &Refusal,
+) -> Option<Properties> {
+    let detail = match refusal {
+        Refusal::NotFound => "NotFound".to_owned(),
+        Refusal::AlreadyExists => "AlreadyExists".to_owned(),
+        Refusal::ConditionNotSatisfied => "ConditionNotSatisfied".to_owned(),
+        Refusal::PatchConditionFalse { condition } => format!("PatchConditionFalse {condition}"),
+        Refusal::IndexValueTaken { index, .. } => format!("IndexValueTaken {index}"),
+        Refusal::Invalid(_) => return None,
+    };
+    let mut properties = record_properties(digest, window_seconds);
+    let refused = Value::String(format!("{position} {detail}"));
+    properties.insert(REFUSED_PROPERTY.to_owned(), refused);
+    Some(properties)
+}
+
 /// Seals the commit's outcome into its record (`record`, as planned): every operation's
 /// timestamp, from `parts` (each planned batch's positions in the request and results), for
 /// `operations` operations.
@@ -123,13 +151,24 @@ pub fn seal_outcome<'a>(
         .insert(OUTCOME_PROPERTY.to_owned(), Value::Binary(outcome));
 }
 
-/// A record as read back: the request it names and what the commit stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A record as read back: the request it names and what the commit stored, or its refusal.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
     /// The digest of the request that wrote it.
     pub digest: RequestDigest,
-    /// Each operation's stored timestamp (`None`: it stored no entity).
-    pub stamps: Vec<Option<Ticks>>,
+    /// What the request did.
+    pub outcome: RecordedOutcome,
+}
+
+/// What a recorded request did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordedOutcome {
+    /// It committed: each operation's stored timestamp (`None`: it stored no entity), the
+    /// record's own first.
+    Committed(Vec<Option<Ticks>>),
+    /// It was refused at this operation (a position in the request), for this; nothing of it
+    /// was written. (The entity a refusal of an index value names is not kept.)
+    Refused(usize, Refusal),
 }
 
 impl Recorded {
@@ -138,10 +177,32 @@ impl Recorded {
         let Some(Value::Binary(digest)) = properties.get(DIGEST_PROPERTY) else {
             return None;
         };
+        let digest = RequestDigest(digest.as_slice().try_into().ok()?);
+        if let Some(Value::String(refused)) = properties.get(REFUSED_PROPERTY) {
+            let (position, refused) = refused.split_once(' ')?;
+            let (kind, detail) = refused.split_once(' ').unwrap_or((refused, ""));
+            let refusal = match kind {
+                "NotFound" => Refusal::NotFound,
+                "AlreadyExists" => Refusal::AlreadyExists,
+                "ConditionNotSatisfied" => Refusal::ConditionNotSatisfied,
+                "PatchConditionFalse" => Refusal::PatchConditionFalse {
+                    condition: detail.to_owned(),
+                },
+                "IndexValueTaken" => Refusal::IndexValueTaken {
+                    index: detail.to_owned(),
+                    holder: EntityKey {
+                        partition_key: String::new(),
+                        row_key: String::new(),
+                    },
+                },
+                _ => return None,
+            };
+            let outcome = RecordedOutcome::Refused(position.parse().ok()?, refusal);
+            return Some(Recorded { digest, outcome });
+        }
         let Some(Value::Binary(outcome)) = properties.get(OUTCOME_PROPERTY) else {
             return None;
         };
-        let digest = RequestDigest(digest.as_slice().try_into().ok()?);
         let mut stamps = Vec::new();
         let mut rest = outcome.as_slice();
         while let Some((&tag, tail)) = rest.split_first() {
@@ -156,7 +217,8 @@ impl Recorded {
                 _ => return None,
             });
         }
-        Some(Recorded { digest, stamps })
+        let outcome = RecordedOutcome::Committed(stamps);
+        Some(Recorded { digest, outcome })
     }
 }
 
@@ -217,7 +279,27 @@ mod tests {
         seal_outcome(&mut record, parts.into_iter(), 3);
         let recorded = Recorded::read(&record.properties).unwrap();
         assert_eq!(recorded.digest, digest);
-        assert_eq!(recorded.stamps, vec![Some(Ticks(5)), None, Some(Ticks(6))]);
+        let stamps = vec![Some(Ticks(5)), None, Some(Ticks(6))];
+        assert_eq!(recorded.outcome, RecordedOutcome::Committed(stamps));
         assert_eq!(Recorded::read(&Properties::new()), None);
+    }
+
+    #[test]
+    fn a_refusal_reads_back_with_its_position_and_detail_and_an_invalid_entity_is_not_kept() {
+        let digest = RequestDigest::of(&"request");
+        let condition = Refusal::PatchConditionFalse {
+            condition: "N gt 3".into(),
+        };
+        for (position, refusal) in [(2, Refusal::NotFound), (0, condition)] {
+            let properties = refusal_properties(digest, 60, position, &refusal).unwrap();
+            let recorded = Recorded::read(&properties).unwrap();
+            assert_eq!(recorded.digest, digest);
+            assert_eq!(
+                recorded.outcome,
+                RecordedOutcome::Refused(position, refusal)
+            );
+        }
+        let invalid = Refusal::Invalid(ValidationError::EntityMissing);
+        assert_eq!(refusal_properties(digest, 60, 0, &invalid), None);
     }
 }
