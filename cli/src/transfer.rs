@@ -294,6 +294,19 @@ fn add(
     Ok(())
 }
 
+/// The idempotency key of a batch: a digest of the table, the mode and the batch's entities, so
+/// that a run again after an interruption sends each batch it had sent with the same key, and a
+/// batch that had committed answers as it did (written, not skipped) without applying again.
+fn batch_key(table: &str, mode: ImportMode, batch: &[(EntityKey, Properties)]) -> String {
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    digest.update(format!("{table}\0{mode:?}\0{batch:?}").as_bytes());
+    let hex: String = (digest.finish().as_ref().iter())
+        .take(16)
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("import-{hex}")
+}
+
 /// Writes one partition's batch in one transaction (insert or replace); for an insert refused
 /// because an entity exists, one at a time, skipping those that exist.
 async fn write_batch(
@@ -304,7 +317,8 @@ async fn write_batch(
     let Some((first, _)) = batch.first() else {
         return Ok(ImportReport::default());
     };
-    let mut tx = table.transaction(first.partition_key.clone());
+    let key = batch_key(table.name(), mode, &batch);
+    let mut tx = (table.transaction(first.partition_key.clone())).idempotency_key(key);
     for (key, properties) in &batch {
         match mode {
             ImportMode::Insert => tx.insert(key.row_key.clone(), properties)?,
