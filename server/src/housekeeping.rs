@@ -3,7 +3,9 @@
 //! the expired ones (at most [`SWEEP_EXAMINED`] examined a table a pass, resuming where the last
 //! pass stopped, so its cost per second is bounded), each removal a commit of its own kind
 //! (`Operation::Expire`, an `EXPIRE` record in the feed) that leaves an entity rewritten
-//! meanwhile alone. Work runs on the blocking pool. Over PostgreSQL one server at a time does it
+//! meanwhile alone. A table of the server's own whose entities all live as long (the
+//! idempotency records) is examined again only once its soonest expiry comes ([`Sweep`]). Work
+//! runs on the blocking pool. Over PostgreSQL one server at a time does it
 //! (the store names the tables to tend only to the server holding its housekeeping lease).
 
 use std::collections::HashMap;
@@ -15,6 +17,7 @@ use crate::engine::Engine;
 use crate::error::TableError;
 use crate::model::{
     ETag, EntityKey, IfMatch, KeyPosition, KeyRange, Operation, Ticks, TICKS_PER_SECOND,
+    TTL_PROPERTY,
 };
 use crate::storage::{Commit, KeyScan, Table, Visit};
 
@@ -27,8 +30,20 @@ const SWEEP_EXAMINED: usize = 50_000;
 /// Expired entities one commit removes (of one partition), at most.
 const EXPIRE_BATCH: usize = 100;
 
-/// Where each table's sweep for expired entities resumes (by table id).
-type SweepPositions = HashMap<u64, KeyPosition>;
+/// Where each table's sweep for expired entities stands (by table id).
+type SweepPositions = HashMap<u64, Sweep>;
+
+/// A table's sweep between passes.
+#[derive(Debug, Clone)]
+pub(crate) enum Sweep {
+    /// Midway through the table: the next pass resumes at this key; the soonest expiry of the
+    /// entities examined so far that had not expired.
+    ResumeAt(KeyPosition, Option<Ticks>),
+    /// A table of the server's own, whose entities all live as long and so expire in the order
+    /// they were written (the idempotency records): swept whole, nothing in it expires before
+    /// this, so no pass examines it until then.
+    IdleUntil(Ticks),
+}
 
 /// Runs the housekeeping of `engine` every [`EVERY`] until the task is aborted.
 pub(crate) fn run_in_background(engine: Arc<Engine>) -> tokio::task::JoinHandle<()> {
@@ -128,9 +143,13 @@ fn sweep(
     positions: &mut SweepPositions,
 ) -> Result<usize, TableError> {
     let ttl = table.time_to_live();
-    let start = match positions.remove(&table.id()) {
-        Some(position) => Bound::Included(position),
-        None => Bound::Unbounded,
+    let (start, mut soonest) = match positions.remove(&table.id()) {
+        Some(Sweep::IdleUntil(until)) if until > now => {
+            positions.insert(table.id(), Sweep::IdleUntil(until));
+            return Ok(0);
+        }
+        Some(Sweep::ResumeAt(position, soonest)) => (Bound::Included(position), soonest),
+        Some(Sweep::IdleUntil(_)) | None => (Bound::Unbounded, None),
     };
     let range = KeyRange {
         start,
@@ -143,17 +162,28 @@ fn sweep(
             return Ok(Visit::Stop);
         }
         examined += 1;
-        if entity.expired(ttl, now)? {
-            let key = EntityKey {
-                partition_key: entity.partition_key.to_owned(),
-                row_key: entity.row_key.to_owned(),
-            };
-            expired.push((key, ETag::for_timestamp(entity.timestamp)));
+        let own = entity.property(TTL_PROPERTY)?;
+        match ttl.and_then(|ttl| ttl.expiry(entity.timestamp, own)) {
+            Some(expiry) if expiry <= now => {
+                let key = EntityKey {
+                    partition_key: entity.partition_key.to_owned(),
+                    row_key: entity.row_key.to_owned(),
+                };
+                expired.push((key, ETag::for_timestamp(entity.timestamp)));
+            }
+            Some(expiry) => soonest = Some(soonest.map_or(expiry, |s| s.min(expiry))),
+            None => {}
         }
         Ok(Visit::Next)
     })?;
-    if let Some(position) = stopped_at {
-        positions.insert(table.id(), position);
+    match (stopped_at, soonest) {
+        (Some(position), _) => {
+            positions.insert(table.id(), Sweep::ResumeAt(position, soonest));
+        }
+        (None, Some(soonest)) if table.name().is_hidden() => {
+            positions.insert(table.id(), Sweep::IdleUntil(soonest));
+        }
+        (None, _) => {}
     }
     let mut removed = 0;
     for batch in by_partition(expired) {
@@ -191,4 +221,73 @@ fn by_partition(expired: Vec<(EntityKey, ETag)>) -> Vec<Vec<(EntityKey, ETag)>> 
         }
     }
     batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::IdempotencyClaim;
+    use crate::model::{NewEntity, Properties};
+    use crate::storage::StoreConfig;
+
+    fn seconds(n: i64) -> Ticks {
+        Ticks(Ticks::now().0 + n * TICKS_PER_SECOND)
+    }
+
+    async fn keyed_insert(engine: &Engine, row_key: &str) {
+        let key = EntityKey::new("p".into(), row_key.into()).unwrap();
+        let insert = Operation::Insert(NewEntity::new(key, Properties::new()).unwrap());
+        let claim = IdempotencyClaim::parse("account".into(), row_key).unwrap();
+        let written = engine
+            .write("Orders", insert, claim.as_ref())
+            .await
+            .unwrap();
+        assert!(written.value.is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idempotency_records_are_swept_once_expired_and_not_examined_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(&StoreConfig::embedded(dir.path()))
+            .unwrap()
+            .with_idempotency_window(2);
+        engine.create_table("Orders").unwrap();
+        keyed_insert(&engine, "first").await;
+        let engine = Arc::new(engine);
+        let passes = |at: Ticks, positions: SweepPositions| {
+            let engine = engine.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut positions = positions;
+                let done = pass(&engine, at, &mut positions).unwrap();
+                (done.expired, positions)
+            })
+        };
+        // Not expired yet: examined once, then left alone until its expiry.
+        let (expired, positions) = passes(Ticks::now(), SweepPositions::new()).await.unwrap();
+        assert_eq!(expired, 0);
+        assert!(
+            positions
+                .values()
+                .any(|sweep| matches!(sweep, Sweep::IdleUntil(_))),
+            "{positions:?}"
+        );
+        keyed_insert(&engine, "second").await;
+        let (expired, positions) = passes(seconds(1), positions).await.unwrap();
+        assert_eq!(expired, 0, "not examined before the soonest expiry");
+        let idle = positions.values().find_map(|sweep| match sweep {
+            Sweep::IdleUntil(until) => Some(*until),
+            Sweep::ResumeAt(..) => None,
+        });
+        assert!(
+            idle.is_some_and(|until| until > seconds(1)),
+            "{positions:?}"
+        );
+        let (expired, positions) = passes(seconds(3), positions).await.unwrap();
+        assert_eq!(
+            expired, 2,
+            "both records, the second written while it idled"
+        );
+        let (expired, _) = passes(seconds(4), positions).await.unwrap();
+        assert_eq!(expired, 0);
+    }
 }
