@@ -263,13 +263,25 @@ async fn one_credential_s_keys_never_answer_another_s_and_the_records_stay_hidde
         .insert_entity(keyed_insert(entity("p", "b", &[]), "shared"))
         .await
         .unwrap();
-    let tables = admin
-        .list_tables(pb::ListTablesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .tables;
-    let names: Vec<_> = tables.into_iter().map(|table| table.name).collect();
+    // Listed a table a page, the hidden table's page is empty and its token goes on.
+    let mut names = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = admin
+            .list_tables(pb::ListTablesRequest {
+                prefix: String::new(),
+                page_size: 1,
+                page_token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        names.extend(page.tables.into_iter().map(|table| table.name));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
     assert_eq!(names, vec![T.to_owned()]);
 }
 

@@ -184,8 +184,10 @@ impl TablesToken {
         let bytes = seal.open(text)?;
         match bytes.as_slice() {
             [VERSION, TABLES_KIND, name @ ..] => match std::str::from_utf8(name) {
+                // A folded name, or one of the server's own tables (`$`...), which a page may
+                // end with though it does not show it.
                 Ok(after)
-                    if after
+                    if (after.strip_prefix('$').unwrap_or(after))
                         .bytes()
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) =>
                 {
