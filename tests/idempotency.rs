@@ -42,6 +42,17 @@ fn increment(row_key: &str, key: &str) -> pb::PatchEntityRequest {
     }
 }
 
+/// A delete of entity (`p`, `row_key`) of any version, with the idempotency key `key`.
+fn delete_any(row_key: &str, key: &str) -> pb::DeleteEntityRequest {
+    pb::DeleteEntityRequest {
+        table: T.into(),
+        partition_key: "p".into(),
+        row_key: row_key.into(),
+        if_match: "*".into(),
+        idempotency_key: key.into(),
+    }
+}
+
 async fn counter(client: &mut RawClient, row_key: &str) -> i64 {
     let found = client
         .get_entity(get_request(T, "p", row_key))
@@ -160,13 +171,7 @@ async fn a_retried_delete_answers_success_once_the_entity_is_gone() {
         .insert_entity(insert_request(T, entity("p", "r", &[])))
         .await
         .unwrap();
-    let delete = pb::DeleteEntityRequest {
-        table: T.into(),
-        partition_key: "p".into(),
-        row_key: "r".into(),
-        if_match: "*".into(),
-        idempotency_key: "delete-1".into(),
-    };
+    let delete = delete_any("r", "delete-1");
     client.delete_entity(delete.clone()).await.unwrap();
     client.delete_entity(delete.clone()).await.unwrap();
     let unkeyed = pb::DeleteEntityRequest {
@@ -365,14 +370,7 @@ async fn a_retried_refusal_answers_the_same_refusal_even_once_the_write_would_ap
     let sent = keyed_insert(entity("p", "r", &[("N", int32(1))]), "refused-1");
     let refused = client.insert_entity(sent.clone()).await;
     assert_error(refused, Code::AlreadyExists, "EntityAlreadyExists");
-    let delete = pb::DeleteEntityRequest {
-        table: T.into(),
-        partition_key: "p".into(),
-        row_key: "r".into(),
-        if_match: "*".into(),
-        idempotency_key: String::new(),
-    };
-    client.delete_entity(delete).await.unwrap();
+    client.delete_entity(delete_any("r", "")).await.unwrap();
     // The first answer, not a new evaluation: nothing is inserted.
     let again = client.insert_entity(sent).await;
     assert_error(again, Code::AlreadyExists, "EntityAlreadyExists");

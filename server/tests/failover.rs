@@ -107,6 +107,22 @@ impl Drop for Cluster {
     }
 }
 
+/// Two Trestle servers over the database `url` (their unused data directories in `dir`), and
+/// their endpoints.
+fn two_servers(url: &str, dir: &Path) -> (Vec<ServerProcess>, Vec<String>) {
+    let servers: Vec<ServerProcess> = (0..2)
+        .map(|n| {
+            let data_dir = dir.join(format!("unused-{n}"));
+            ServerProcess::start_with(&data_dir, &["--store", url])
+        })
+        .collect();
+    let endpoints = servers
+        .iter()
+        .map(|s| format!("http://{}", s.addr))
+        .collect();
+    (servers, endpoints)
+}
+
 /// One request a worker made: when, and whether it failed.
 struct Attempt {
     started: Instant,
@@ -431,16 +447,7 @@ async fn the_primary_dies_then_a_switchover_and_nothing_acknowledged_is_lost() {
     };
     let url = cluster.url();
     let dir = tempfile::tempdir().unwrap();
-    let servers: Vec<ServerProcess> = (0..2)
-        .map(|n| {
-            let data_dir = dir.path().join(format!("unused-{n}"));
-            ServerProcess::start_with(&data_dir, &["--store", &url])
-        })
-        .collect();
-    let endpoints: Vec<String> = servers
-        .iter()
-        .map(|s| format!("http://{}", s.addr))
-        .collect();
+    let (servers, endpoints) = two_servers(&url, dir.path());
     let mut clients = Vec::new();
     for server in &servers {
         clients.push(server.client().await);
@@ -590,16 +597,7 @@ async fn the_sdk_rides_through_a_primary_failover_and_a_killed_server_with_no_er
     };
     let url = cluster.url();
     let dir = tempfile::tempdir().unwrap();
-    let mut servers: Vec<ServerProcess> = (0..2)
-        .map(|n| {
-            let data_dir = dir.path().join(format!("unused-{n}"));
-            ServerProcess::start_with(&data_dir, &["--store", &url])
-        })
-        .collect();
-    let endpoints: Vec<String> = servers
-        .iter()
-        .map(|s| format!("http://{}", s.addr))
-        .collect();
+    let (mut servers, endpoints) = two_servers(&url, dir.path());
     let mut setup = servers[1].client().await;
     for table in ["Counters", "Lists", "Accounts", "Ledger"] {
         create_table(&mut setup, table).await;

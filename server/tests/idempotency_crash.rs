@@ -38,6 +38,21 @@ fn increment(client_no: usize, call: usize) -> pb::PatchEntityRequest {
     }
 }
 
+/// The count of counter `row_key`, read through `client`.
+async fn counter(client: &mut Client, row_key: String) -> i64 {
+    let counted = client
+        .get_entity(pb::GetEntityRequest {
+            table: TABLE.into(),
+            partition_key: "counters".into(),
+            row_key,
+            ..Default::default()
+        })
+        .await
+        .expect("a counter")
+        .into_inner();
+    support::int64(&counted, "N")
+}
+
 /// What one client saw: the ETag of each answered call, and its unanswered call, if any.
 struct Calls {
     answered: Vec<String>,
@@ -101,21 +116,8 @@ async fn count_through_a_kill(victim: ServerProcess, restart: impl FnOnce() -> S
             .await
             .expect("an answered call, sent again");
         assert_eq!(again.into_inner().etag, calls.answered[last]);
-        let counted = client
-            .get_entity(pb::GetEntityRequest {
-                table: TABLE.into(),
-                partition_key: "counters".into(),
-                row_key: format!("c{client_no}"),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(
-            support::int64(&counted, "N"),
-            made as i64,
-            "client {client_no}"
-        );
+        let counted = counter(&mut client, format!("c{client_no}")).await;
+        assert_eq!(counted, made as i64, "client {client_no}");
     }
 }
 
@@ -202,21 +204,8 @@ async fn the_sdk_s_writes_go_through_a_killed_and_restarted_server_with_no_error
     let made = load.await.expect("no error reached the application");
     let mut client = restarted.client().await;
     for (client_no, made) in made.into_iter().enumerate() {
-        let counted = client
-            .get_entity(pb::GetEntityRequest {
-                table: TABLE.into(),
-                partition_key: "counters".into(),
-                row_key: format!("sdk-{client_no}"),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let counted = counter(&mut client, format!("sdk-{client_no}")).await;
         assert!(made > 10, "client {client_no} made {made} calls");
-        assert_eq!(
-            support::int64(&counted, "N"),
-            made as i64,
-            "client {client_no}"
-        );
+        assert_eq!(counted, made as i64, "client {client_no}");
     }
 }

@@ -282,6 +282,9 @@ pub(super) fn plan_parts(
 /// Seals the commit's outcome into its idempotency record, if it has one
 /// ([`crate::storage::seal_record`]), before [`rows_of`] encodes the rows.
 pub(super) fn seal_plans(parts: &[Part<'_>], plans: &mut [CommitPlan], operations: usize) {
+    if !parts.iter().any(|part| part.batch.seals_outcome) {
+        return;
+    }
     let mut pairs: Vec<_> = parts.iter().map(|part| part.batch).zip(plans).collect();
     crate::storage::seal_record(&mut pairs, operations);
 }

@@ -96,6 +96,9 @@ fn plan_parts(
 /// Seals the commit's outcome into its idempotency record, if it has one
 /// ([`crate::storage::seal_record`]), and encodes the record's row again.
 fn seal_record_row(parts: &[Part], planned: &mut [PlannedPart], operations: usize) {
+    if !parts.iter().any(|part| part.batch.seals_outcome) {
+        return;
+    }
     let mut pairs: Vec<_> = (parts.iter().map(|part| &part.batch))
         .zip(planned.iter_mut().map(|part| &mut part.plan))
         .collect();
