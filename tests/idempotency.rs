@@ -393,3 +393,109 @@ async fn a_retried_refusal_answers_the_same_refusal_even_once_the_write_would_ap
         assert_eq!(common::operation_index(&status), Some(1));
     }
 }
+
+/// Every record of `table`'s feed from its start, without following.
+async fn feed_of(client: &mut RawClient, table: &str) -> Vec<pb::Change> {
+    let request = pb::ReadChangesRequest {
+        table: table.into(),
+        ..Default::default()
+    };
+    let mut stream = client.read_changes(request).await.unwrap().into_inner();
+    let mut changes = Vec::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        changes.extend(batch.changes);
+    }
+    changes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_inserts_sent_at_once_each_apply_whole_once_or_are_refused_and_recorded() {
+    const LEDGER: &str = "Ledger";
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let create = pb::CreateTableRequest {
+        table: LEDGER.into(),
+        change_feed: true,
+        ..Default::default()
+    };
+    client.create_table(create).await.unwrap();
+    let insert = |pk: &str, rk: &str, key: &str| pb::InsertEntityRequest {
+        idempotency_key: key.into(),
+        ..insert_request(LEDGER, entity(pk, rk, &[("N", int32(1))]))
+    };
+    let taken = insert("p", "taken", "warm-up");
+    client.insert_entity(taken).await.unwrap();
+    // Two copies of each new entity's insert, and inserts of the one taken, all at once (on
+    // PostgreSQL they go together: `keyed_inserts.rs`).
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        for _copy in 0..2 {
+            calls.push(insert(
+                &format!("p{}", i % 4),
+                &format!("n{i}"),
+                &format!("new-{i}"),
+            ));
+        }
+    }
+    let refused: Vec<_> = (0..8)
+        .map(|j| insert("p", "taken", &format!("taken-{j}")))
+        .collect();
+    calls.extend(refused.iter().cloned());
+    let sent: Vec<_> = calls
+        .iter()
+        .map(|call| {
+            let (mut client, call) = (client.clone(), call.clone());
+            tokio::spawn(async move { client.insert_entity(call).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for call in sent {
+        answers.push(call.await.unwrap());
+    }
+    for (i, pair) in answers[..32].chunks(2).enumerate() {
+        let etags: Vec<_> = pair
+            .iter()
+            .map(|answer| {
+                answer
+                    .as_ref()
+                    .expect("a new entity's insert")
+                    .get_ref()
+                    .etag
+                    .clone()
+            })
+            .collect();
+        assert_eq!(
+            etags[0], etags[1],
+            "both copies of insert {i} answer its one outcome"
+        );
+    }
+    for answer in answers.drain(32..) {
+        assert_error(answer, Code::AlreadyExists, "EntityAlreadyExists");
+    }
+    // The refusals were recorded: sent again once the insert would apply, each answers them.
+    let delete = pb::DeleteEntityRequest {
+        table: LEDGER.into(),
+        partition_key: "p".into(),
+        row_key: "taken".into(),
+        if_match: "*".into(),
+        ..Default::default()
+    };
+    client.delete_entity(delete).await.unwrap();
+    for call in refused {
+        let again = client.insert_entity(call).await;
+        assert_error(again, Code::AlreadyExists, "EntityAlreadyExists");
+    }
+    let missing = client.get_entity(get_request(LEDGER, "p", "taken")).await;
+    assert_error(missing, Code::NotFound, "ResourceNotFound");
+    let mut inserted: Vec<String> = feed_of(&mut client, LEDGER)
+        .await
+        .iter()
+        .filter(|change| change.kind == pb::ChangeKind::Insert as i32)
+        .map(|change| change.row_key.clone())
+        .collect();
+    inserted.sort();
+    let mut expected: Vec<String> = (0..16).map(|i| format!("n{i}")).collect();
+    expected.push("taken".into());
+    expected.sort();
+    assert_eq!(inserted, expected, "each insert's change recorded once");
+}

@@ -55,24 +55,32 @@ impl Together for InsertEach {
     }
 
     async fn send(&self, pool: &AwaitedPool, batch: Vec<OneTripInsert>) -> Vec<Self::Answer> {
-        let sent = call(pool, self.table_id, &batch)
-            .await
-            .map_err(|error| SharedFault::of(&error));
-        batch
-            .into_iter()
-            .enumerate()
-            .map(|(at, insert)| {
-                let place = at as i32 + 1;
-                let told = match &sent {
-                    Ok(Some(places)) if places.binary_search(&place).is_ok() => Ok(Sent::Inserted),
-                    Ok(Some(_)) => Ok(Sent::RowExists),
-                    Ok(None) => Ok(Sent::CatalogChanged),
-                    Err(fault) => Err(fault.error()),
-                };
-                (insert, told)
-            })
-            .collect()
+        let sent = call(pool, self.table_id, &batch).await;
+        told_each(batch, sent)
     }
+}
+
+/// Each insert of `batch` with what the database did with it, given what the call answered (the
+/// places, from 1, of those it inserted, or `None` if the catalog changed).
+pub(super) fn told_each<T>(
+    batch: Vec<T>,
+    sent: Result<Option<Vec<i32>>, StorageError>,
+) -> Vec<(T, Result<Sent, StorageError>)> {
+    let sent = sent.map_err(|error| SharedFault::of(&error));
+    batch
+        .into_iter()
+        .enumerate()
+        .map(|(at, insert)| {
+            let place = at as i32 + 1;
+            let told = match &sent {
+                Ok(Some(places)) if places.binary_search(&place).is_ok() => Ok(Sent::Inserted),
+                Ok(Some(_)) => Ok(Sent::RowExists),
+                Ok(None) => Ok(Sent::CatalogChanged),
+                Err(fault) => Err(fault.error()),
+            };
+            (insert, told)
+        })
+        .collect()
 }
 
 /// Calls `trestle_insert_each` with `batch`: the inserts' places (from 1) it inserted, or `None`

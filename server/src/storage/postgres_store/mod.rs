@@ -28,6 +28,7 @@ mod changes;
 mod commit;
 mod indexes;
 mod insert_batches;
+mod keyed_inserts;
 mod lease;
 mod many_keys;
 mod one_trip;
@@ -54,6 +55,7 @@ use postgres::Client;
 
 use self::awaited_pool::AwaitedPool;
 use self::insert_batches::{InsertBatches, InsertEach};
+use self::keyed_inserts::{KeyedInsertBatches, KeyedInsertEach};
 use self::one_trip::PlainCatalog;
 use self::point_reads::{PointReads, WaitingReads};
 use self::pool::Pool;
@@ -146,6 +148,53 @@ BEGIN
         SELECT t, (row_number() OVER (ORDER BY n) - 1)::int4, at, change FROM done
         WHERE change IS NOT NULL)
     SELECT coalesce(array_agg(n::int4 ORDER BY n), '{}') INTO inserted FROM done;
+    RETURN inserted;
+END $$;
+CREATE OR REPLACE FUNCTION trestle_insert_keyed_each(t bigint, rt bigint, tables bigint[],
+    partition_locks bigint[], catalog bytea, record_catalog bytea, pks bytea[], rks bytea[],
+    records bytea[], ats int8[], changes bytea[], record_pks bytea[], record_rks bytea[],
+    record_records bytea[])
+RETURNS int4[] LANGUAGE plpgsql AS $$
+DECLARE
+    lock_key bigint;
+    kept int4[];
+    inserted int4[];
+BEGIN
+    FOREACH lock_key IN ARRAY tables LOOP
+        PERFORM pg_advisory_xact_lock_shared(",
+    table_lock_class!(),
+    ", (lock_key % 2147483647)::int4);
+    END LOOP;
+    FOREACH lock_key IN ARRAY partition_locks LOOP
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END LOOP;
+    IF (SELECT count(*) FROM trestle_tables WHERE live
+            AND ((id = t AND indexes = catalog) OR (id = rt AND indexes = record_catalog))) < 2 THEN
+        RETURN NULL;
+    END IF;
+    WITH w AS (
+        SELECT * FROM unnest(record_pks, record_rks, record_records) WITH ORDINALITY
+            AS w(pk, rk, record, n)),
+    ins AS (
+        INSERT INTO trestle_entities (table_id, pk, rk, record)
+        SELECT rt, pk, rk, record FROM w ORDER BY n ON CONFLICT DO NOTHING RETURNING pk, rk)
+    SELECT coalesce(array_agg(w.n::int4), '{}') INTO kept
+        FROM w JOIN ins ON ins.pk = w.pk AND ins.rk = w.rk;
+    WITH w AS (
+        SELECT * FROM unnest(pks, rks, records, ats, changes) WITH ORDINALITY
+            AS w(pk, rk, record, at, change, n) WHERE n::int4 = ANY(kept)),
+    ins AS (
+        INSERT INTO trestle_entities (table_id, pk, rk, record)
+        SELECT t, pk, rk, record FROM w ORDER BY n ON CONFLICT DO NOTHING RETURNING pk, rk),
+    done AS (SELECT w.n, w.at, w.change FROM w JOIN ins ON ins.pk = w.pk AND ins.rk = w.rk),
+    recorded AS (
+        INSERT INTO trestle_changes (table_id, record, at, change)
+        SELECT t, (row_number() OVER (ORDER BY n) - 1)::int4, at, change FROM done
+        WHERE change IS NOT NULL)
+    SELECT coalesce(array_agg(n::int4 ORDER BY n), '{}') INTO inserted FROM done;
+    DELETE FROM trestle_entities WHERE table_id = rt AND (pk, rk) IN (
+        SELECT pk, rk FROM unnest(record_pks, record_rks) WITH ORDINALITY AS w(pk, rk, n)
+        WHERE n::int4 = ANY(kept) AND NOT n::int4 = ANY(inserted));
     RETURN inserted;
 END $$;
 CREATE OR REPLACE FUNCTION trestle_feed_horizon(t bigint) RETURNS int8
@@ -330,6 +379,7 @@ impl PostgresStore {
             scan_batches: self.scan_batches.clone(),
             plain: Mutex::new(PlainCatalog::of(stored, &catalog).map(Arc::new)),
             insert_batches: InsertBatches::new(InsertEach { table_id: id }),
+            keyed_insert_batches: KeyedInsertBatches::new(KeyedInsertEach { table_id: id }),
             catalog,
         }))
     }

@@ -15,7 +15,7 @@ use postgres::types::ToSql;
 use super::rows::PlannedRows;
 use super::sql::partition_lock;
 use crate::model::{plan_commit, ChangeFeed, CommitPlan, Operation, PlanRules, Ticks, TimeToLive};
-use crate::storage::{changes, Committed, IndexCatalog};
+use crate::storage::{changes, seal_record, Committed, IndexCatalog, PartitionBatch};
 
 /// Calls the schema's function: its transaction is the statement's own.
 pub(super) const INSERT_ROWS: &str = "SELECT trestle_insert_rows($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -68,6 +68,14 @@ impl PlainCatalog {
     }
 }
 
+/// The change records of `plan` (on `partition_key`), if `catalog` keeps a feed.
+fn changes_of(catalog: &PlainCatalog, plan: &CommitPlan, partition_key: &str) -> Vec<Vec<u8>> {
+    match catalog.change_feed {
+        Some(_) => changes::records_of(plan, partition_key),
+        None => Vec::new(),
+    }
+}
+
 /// How a one-trip insert went.
 pub(super) enum OneTrip {
     /// Committed.
@@ -112,10 +120,7 @@ impl OneTripInsert {
             rules,
         )
         .ok()?;
-        let changes = match catalog.change_feed {
-            Some(_) => changes::records_of(&plan, partition_key),
-            None => Vec::new(),
-        };
+        let changes = changes_of(&catalog, &plan, partition_key);
         Some(OneTripInsert {
             partition_lock: partition_lock(table_id, partition_key),
             partition_key: partition_key.as_bytes().to_vec(),
@@ -123,6 +128,23 @@ impl OneTripInsert {
             plan,
             changes,
         })
+    }
+
+    /// Seals the outcome of the commit of `inserts` (its every batch, each with its insert
+    /// planned) into its idempotency record ([`crate::storage::seal_record`]), and makes the
+    /// record's change records again.
+    pub(super) fn seal(inserts: [(&PartitionBatch, &mut OneTripInsert); 2], operations: usize) {
+        let [(first_batch, first), (second_batch, second)] = inserts;
+        let mut plans = [
+            (first_batch, &mut first.plan),
+            (second_batch, &mut second.plan),
+        ];
+        let (sealed, batch) = match seal_record(&mut plans, operations) {
+            Some(0) => (first, first_batch),
+            Some(_) => (second, second_batch),
+            None => return,
+        };
+        sealed.changes = changes_of(&sealed.catalog, &sealed.plan, &batch.partition_key);
     }
 
     /// The commit's plan.

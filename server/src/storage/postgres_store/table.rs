@@ -11,6 +11,7 @@ use postgres::types::ToSql;
 use postgres::Transaction;
 
 use super::insert_batches::InsertBatches;
+use super::keyed_inserts::KeyedInsertBatches;
 use super::one_trip::{OneTrip, PlainCatalog};
 use super::pool::{is_unique_violation, retrying, Pool, Prepared};
 use super::records;
@@ -84,6 +85,8 @@ pub struct PostgresTable {
     pub(super) plain: Mutex<Option<Arc<PlainCatalog>>>,
     /// Its single-entity inserts on their way, sent together (awaited).
     pub(super) insert_batches: InsertBatches,
+    /// Its single-entity inserts with an idempotency key on their way, sent together (awaited).
+    pub(super) keyed_insert_batches: KeyedInsertBatches,
 }
 
 impl Table for PostgresTable {
