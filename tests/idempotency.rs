@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    assert_error, entity, get_request, insert_request, int32, int64, transaction, tx_insert,
-    tx_merge, RawClient, TestServer,
+    assert_error, entity, fill_partition, get_request, insert_request, int32, int64, transaction,
+    tx_insert, tx_merge, RawClient, TestServer,
 };
 use tonic::Code;
 use trestle_proto::access::{mint, Grant, KeyRing, Permissions};
@@ -498,4 +498,45 @@ async fn keyed_inserts_sent_at_once_each_apply_whole_once_or_are_refused_and_rec
     expected.push("taken".into());
     expected.sort();
     assert_eq!(inserted, expected, "each insert's change recorded once");
+}
+
+#[tokio::test]
+async fn a_retried_bulk_delete_answers_its_first_count_and_continuation_and_deletes_nothing() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    fill_partition(&mut client, T, "p", 1200).await;
+    let bulk = |key: &str, filter: &str| pb::DeleteEntitiesRequest {
+        table: T.into(),
+        partition_key: Some("p".into()),
+        filter: filter.into(),
+        idempotency_key: key.into(),
+        ..Default::default()
+    };
+    let first = client.delete_entities(bulk("bulk-1", "")).await.unwrap();
+    let first = first.into_inner();
+    assert_eq!(first.deleted, 1000);
+    // Entities that match again: the retry answers the first call and deletes none of them.
+    fill_partition(&mut client, T, "p", 3).await;
+    for _ in 0..2 {
+        let again = client.delete_entities(bulk("bulk-1", "")).await.unwrap();
+        let again = again.into_inner();
+        assert_eq!(again, first);
+    }
+    let kept = client.get_entity(get_request(T, "p", "000000")).await;
+    assert!(kept.is_ok(), "{kept:?}");
+    // The same key on another call, or on a write, is refused and deletes nothing.
+    let other = client.delete_entities(bulk("bulk-1", "V ge 0")).await;
+    assert_error(other, Code::InvalidArgument, "IdempotentParameterMismatch");
+    let written = keyed_insert(entity("p", "x", &[]), "inserted-1");
+    client.insert_entity(written).await.unwrap();
+    let other = client.delete_entities(bulk("inserted-1", "")).await;
+    assert_error(other, Code::InvalidArgument, "IdempotentParameterMismatch");
+    let as_insert = keyed_insert(entity("p", "y", &[]), "bulk-1");
+    let other = client.insert_entity(as_insert).await;
+    assert_error(other, Code::InvalidArgument, "IdempotentParameterMismatch");
+    // A new key is a new call: it goes on where the first left off (the 200 left and `x`).
+    let mut next = bulk("bulk-2", "");
+    next.continuation_token = first.continuation_token;
+    let next = client.delete_entities(next).await.unwrap().into_inner();
+    assert_eq!((next.deleted, next.continuation_token.as_str()), (201, ""));
 }

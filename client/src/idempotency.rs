@@ -28,6 +28,7 @@ keyed!(
     pb::UpsertEntityRequest,
     pb::PatchEntityRequest,
     pb::DeleteEntityRequest,
+    pb::DeleteEntitiesRequest,
     pb::SubmitTransactionRequest,
     pb::TransactWriteRequest,
 );

@@ -320,14 +320,14 @@ impl TableClient {
             row_key_end: end.into(),
             filter: filter.map(|f| f.as_str().to_owned()).unwrap_or_default(),
             continuation_token: String::new(),
+            idempotency_key: String::new(),
         };
         let mut deleted = 0;
         loop {
-            // Deleting what matches is the same work however often it is asked for: retried as
-            // a read is.
+            // Each call with a key of its own: a retry answers the count it deleted.
             let answer = self
                 .client
-                .read(request.clone(), |mut c, r| async move {
+                .write_once(request.clone(), |mut c, r| async move {
                     c.delete_entities(r).await
                 })
                 .await?;

@@ -18,13 +18,15 @@
 //! operation) and its lifetime, the window, after which the table's time to live expires it and
 //! the housekeeping sweeps it (on PostgreSQL under the housekeeping lease).
 
+use crate::bulk_delete::Deleted;
 use crate::engine::Engine;
 use crate::error::TableError;
 use crate::model::{
-    record_key, record_properties, refusal_properties, EntityKey, IdempotencyKey, NewEntity,
-    Operation, Properties, Recorded, RecordedOutcome, Refusal, RequestDigest, StoredEntity,
-    TableName, Ticks, TimeToLive, UpsertMode, ValidationError,
+    bulk_delete_properties, record_key, record_properties, refusal_properties, EntityKey,
+    IdempotencyKey, NewEntity, Operation, Properties, Recorded, RecordedOutcome, Refusal,
+    RequestDigest, StoredEntity, TableName, Ticks, TimeToLive, UpsertMode, ValidationError,
 };
+use crate::query::QuerySpec;
 use crate::storage::{
     decode_selected, on_blocking_pool, Commit, CommitOutcome, Committed, CreateRefusal, EntityView,
     PartitionBatch, RejectReason, Rejection, StorageError,
@@ -137,21 +139,112 @@ impl Engine {
         let Some(properties) = refusal_properties(digest, window, refused.index, refusal) else {
             return Ok(Err(refused));
         };
-        let record = Operation::Insert(NewEntity::new(at.clone(), properties)?);
-        let alone = Commit::on_partition(records_table(), at.partition_key.clone(), vec![record]);
-        match self.store_arc().commit(alone).await? {
-            Err(Rejection {
-                reason:
-                    RejectReason::Refused {
-                        refusal: Refusal::AlreadyExists,
-                        ..
-                    },
-                ..
-            }) => match self.read_entity(&records_table(), at).await? {
-                Some(record) => self.replay(commit, claim, digest, &record).await,
-                None => Ok(Err(refused)),
-            },
-            _ => Ok(Err(refused)),
+        match self.record_alone(at, properties).await? {
+            Some(record) => self.replay(commit, claim, digest, &record).await,
+            None => Ok(Err(refused)),
+        }
+    }
+
+    /// Writes a record of `properties` at `at` in a commit of its own: `None` once written, or
+    /// the record a copy of the request wrote there first.
+    async fn record_alone(
+        &self,
+        at: &EntityKey,
+        properties: Properties,
+    ) -> Result<Option<StoredEntity>, TableError> {
+        for _ in 0..ATTEMPTS {
+            let record = Operation::Insert(NewEntity::new(at.clone(), properties.clone())?);
+            let partition = at.partition_key.clone();
+            let alone = Commit::on_partition(records_table(), partition, vec![record]);
+            match self.store_arc().commit(alone).await? {
+                Ok(_) => return Ok(None),
+                Err(Rejection {
+                    reason: RejectReason::TableGone,
+                    ..
+                }) => self.create_records_table().await?,
+                Err(Rejection {
+                    reason:
+                        RejectReason::Refused {
+                            refusal: Refusal::AlreadyExists,
+                            ..
+                        },
+                    ..
+                }) => {
+                    if let Some(record) = self.read_entity(&records_table(), at).await? {
+                        return Ok(Some(record));
+                    }
+                }
+                Err(rejection) => {
+                    return Err(internal(format!(
+                        "an idempotency record was refused: {rejection:?}"
+                    )))
+                }
+            }
+        }
+        Err(internal(
+            "an idempotency record could be neither written nor read".to_owned(),
+        ))
+    }
+
+    /// [`Engine::delete_matching`] with `claim`: once a call has answered, a retry within the
+    /// window answers its count and continuation and deletes nothing; the same key with another
+    /// call is `IdempotentParameterMismatch`. A bulk delete is many commits, so its record is
+    /// written once it has answered, in a commit of its own: a retry of a call cut short (a
+    /// fault, a crash) runs again, and deletes, counting them, only the entities that still
+    /// match (each delete is conditioned on the ETag read, so none applies twice). On the
+    /// blocking pool, as `delete_matching`.
+    pub(crate) fn delete_matching_once(
+        &self,
+        table: &str,
+        spec: QuerySpec,
+        continuation: &str,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Deleted, TableError> {
+        let Some(claim) = claim else {
+            return self.delete_matching(table, spec, continuation);
+        };
+        let request = ("DeleteEntities", table.to_lowercase(), &spec, continuation);
+        let digest = RequestDigest::of(&request);
+        let at = record_key(&claim.scope, &claim.key);
+        if let Some(record) = self.run_here(self.read_entity(&records_table(), &at))? {
+            return self.recorded_deletion(claim, digest, &record);
+        }
+        let deleted = self.delete_matching(table, spec, continuation)?;
+        let (count, next) = (deleted.count, deleted.continuation.as_deref());
+        let window = self.idempotency_window_seconds;
+        let properties = bulk_delete_properties(digest, window, count, next);
+        match self.run_here(self.record_alone(&at, properties))? {
+            None => Ok(deleted),
+            Some(record) => self.recorded_deletion(claim, digest, &record),
+        }
+    }
+
+    /// The answer a bulk delete's `record` holds for the call with `digest` (sent with `claim`).
+    fn recorded_deletion(
+        &self,
+        claim: &IdempotencyClaim,
+        digest: RequestDigest,
+        record: &StoredEntity,
+    ) -> Result<Deleted, TableError> {
+        let recorded = Recorded::read(&record.properties)
+            .ok_or_else(|| internal("an idempotency record is unreadable".to_owned()))?;
+        match recorded.outcome {
+            RecordedOutcome::Deleted {
+                count,
+                continuation,
+            } if recorded.digest == digest => Ok(Deleted {
+                count,
+                continuation,
+            }),
+            _ => Err(self.mismatch(claim)),
+        }
+    }
+
+    /// The refusal of `claim`'s key sent again with another request.
+    fn mismatch(&self, claim: &IdempotencyClaim) -> TableError {
+        TableError::IdempotentParameterMismatch {
+            key: claim.key.as_str().to_owned(),
+            window_seconds: self.idempotency_window_seconds,
         }
     }
 
@@ -210,13 +303,11 @@ impl Engine {
         let recorded = Recorded::read(&record.properties)
             .ok_or_else(|| internal("an idempotency record is unreadable".to_owned()))?;
         if recorded.digest != digest {
-            return Err(TableError::IdempotentParameterMismatch {
-                key: claim.key.as_str().to_owned(),
-                window_seconds: self.idempotency_window_seconds,
-            });
+            return Err(self.mismatch(claim));
         }
         let stamps = match recorded.outcome {
             RecordedOutcome::Committed(stamps) => stamps,
+            RecordedOutcome::Deleted { .. } => return Err(self.mismatch(claim)),
             RecordedOutcome::Refused(index, refusal) => {
                 let row_key = (commit.batches.iter())
                     .flat_map(|batch| batch.operations.iter().zip(&batch.positions))

@@ -655,10 +655,13 @@ impl service::table_service_server::TableService for TableApi {
         };
         let table = req.table;
         admitted.access.delete_matching(&table, &mut spec)?;
+        let claim = admitted.claim(&req.idempotency_key)?;
         let continuation = req.continuation_token;
         let deleted = self
             .executor
-            .blocking(move |engine| engine.delete_matching(&table, spec, &continuation))
+            .blocking(move |engine| {
+                engine.delete_matching_once(&table, spec, &continuation, claim.as_ref())
+            })
             .await?;
         Ok(Response::new(pb::DeleteEntitiesResponse {
             deleted: deleted.count,

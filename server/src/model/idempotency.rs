@@ -27,6 +27,10 @@ const OUTCOME_PROPERTY: &str = "Outcome";
 /// The record's property holding a refusal instead: the refused operation's position, its kind
 /// and the kind's detail, space separated (`2 NotFound`, `0 PatchConditionFalse N gt 3`).
 const REFUSED_PROPERTY: &str = "Refused";
+/// The record's property holding, for a bulk delete (`DeleteEntities`), how many entities the
+/// call deleted; beside it, where the next call resumes, unless the range was done.
+const DELETED_PROPERTY: &str = "Deleted";
+const CONTINUATION_PROPERTY: &str = "Continuation";
 
 /// A client's name for one logical write: 1 to 128 printable ASCII characters other than space,
 /// `/`, `\`, `#` and `?` (so that it is a valid row key).
@@ -120,6 +124,24 @@ pub fn refusal_properties(
     Some(properties)
 }
 
+/// The custom properties of a record of a bulk delete with `digest` that deleted `count`
+/// entities and answered `continuation` (`None`: the range is done), living `window_seconds`.
+pub fn bulk_delete_properties(
+    digest: RequestDigest,
+    window_seconds: u64,
+    count: u64,
+    continuation: Option<&str>,
+) -> Properties {
+    let mut properties = record_properties(digest, window_seconds);
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    properties.insert(DELETED_PROPERTY.to_owned(), Value::Int64(count));
+    if let Some(continuation) = continuation {
+        let continuation = Value::String(continuation.to_owned());
+        properties.insert(CONTINUATION_PROPERTY.to_owned(), continuation);
+    }
+    properties
+}
+
 /// Seals the commit's outcome into its record (`record`, as planned): every operation's
 /// timestamp, from `parts` (each planned batch's positions in the request and results), for
 /// `operations` operations.
@@ -169,6 +191,12 @@ pub enum RecordedOutcome {
     /// It was refused at this operation (a position in the request), for this; nothing of it
     /// was written. (The entity a refusal of an index value names is not kept.)
     Refused(usize, Refusal),
+    /// A bulk delete answered: how many entities it deleted, and where the next call resumes
+    /// (`None`: the range was done).
+    Deleted {
+        count: u64,
+        continuation: Option<String>,
+    },
 }
 
 impl Recorded {
@@ -198,6 +226,18 @@ impl Recorded {
                 _ => return None,
             };
             let outcome = RecordedOutcome::Refused(position.parse().ok()?, refusal);
+            return Some(Recorded { digest, outcome });
+        }
+        if let Some(Value::Int64(count)) = properties.get(DELETED_PROPERTY) {
+            let continuation = match properties.get(CONTINUATION_PROPERTY) {
+                Some(Value::String(continuation)) => Some(continuation.clone()),
+                _ => None,
+            };
+            let count = u64::try_from(*count).ok()?;
+            let outcome = RecordedOutcome::Deleted {
+                count,
+                continuation,
+            };
             return Some(Recorded { digest, outcome });
         }
         let Some(Value::Binary(outcome)) = properties.get(OUTCOME_PROPERTY) else {
@@ -301,5 +341,22 @@ mod tests {
         }
         let invalid = Refusal::Invalid(ValidationError::EntityMissing);
         assert_eq!(refusal_properties(digest, 60, 0, &invalid), None);
+    }
+
+    #[test]
+    fn a_bulk_delete_s_record_reads_back_its_count_and_continuation() {
+        let digest = RequestDigest::of(&"delete");
+        for continuation in [Some("token"), None] {
+            let properties = bulk_delete_properties(digest, 600, 1000, continuation);
+            let recorded = Recorded::read(&properties).unwrap();
+            assert_eq!(recorded.digest, digest);
+            let continuation = continuation.map(str::to_owned);
+            let count = 1000;
+            let deleted = RecordedOutcome::Deleted {
+                count,
+                continuation,
+            };
+            assert_eq!(recorded.outcome, deleted);
+        }
     }
 }

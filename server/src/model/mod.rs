@@ -42,8 +42,8 @@ pub use entity::{
 pub use error::{KeyKind, ValidationError};
 pub use etag::{ETag, ETagText, IfMatch};
 pub use idempotency::{
-    record_key, record_properties, refusal_properties, seal_outcome, IdempotencyKey, Recorded,
-    RecordedOutcome, RequestDigest, MAX_IDEMPOTENCY_KEY_BYTES,
+    bulk_delete_properties, record_key, record_properties, refusal_properties, seal_outcome,
+    IdempotencyKey, Recorded, RecordedOutcome, RequestDigest, MAX_IDEMPOTENCY_KEY_BYTES,
 };
 pub use index::{
     put_escaped, put_value, successor_of_prefix, type_tag, Index, IndexDefinition, IndexEntry,
