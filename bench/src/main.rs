@@ -679,16 +679,23 @@ async fn run_workloads(
             "insert_idempotent" => {
                 let m = workloads::insert_idempotent(client, plan).await;
                 let server_sample = before.zip(sample());
-                rows.push(compared_row(
+                let mut row = compared_row(
                     &rows,
                     &named(workload),
                     &named("insert"),
-                    m,
+                    m.clone(),
                     false,
                     server_sample,
                     ceilings,
                     "inserts each with an idempotency key (recorded in the same commit)",
+                );
+                announce(&format!("{}'s work without a key", named(workload)), plan);
+                let pair = workloads::insert_pair(client, plan).await.entities_per_s();
+                row.note.push_str(&format!(
+                    "; {:.0}% of the same two rows written without a key right after (a TransactWrite of two inserts: {pair:.0}/s)",
+                    100.0 * m.entities_per_s() / pair
                 ));
+                rows.push(row);
                 continue;
             }
             "tx_insert_100" => (workloads::tx_insert_100(client, plan).await, false, false),

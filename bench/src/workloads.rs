@@ -237,6 +237,50 @@ pub(crate) async fn insert_idempotent(client: &Client, plan: &Plan) -> Measureme
     insert_keyed_rows(client, table, "k", warmup, duration, true, |_| {}).await
 }
 
+/// What a keyed insert writes, without a key: each call a `TransactWrite` of two inserts, an
+/// entity as `insert`'s into one table and a small one into a partition of its own of another
+/// (as a key's record is), 64 at once: calls/s, the fair comparison for `insert_idempotent`.
+pub(crate) async fn insert_pair(client: &Client, plan: &Plan) -> Measurement {
+    let (entities, records) = ("InsertPairBench", "InsertPairRecords");
+    create_table(client, entities, false).await;
+    create_table(client, records, false).await;
+    let client = client.clone();
+    drive(64, plan.warmup, plan.duration, move |worker, seq| {
+        let mut client = client.clone();
+        let mut rng = Rng::new((worker as u64) << 32 | seq);
+        let row_key = format!("{worker:02}-{seq:09}");
+        let entity = small_entity(
+            format!("p{:08}", rng.below(100_000_000)),
+            row_key.clone(),
+            seq as i32,
+        );
+        let record = small_entity(row_key, String::new(), 0);
+        let operations = [(entities, entity), (records, record)]
+            .into_iter()
+            .map(|(table, entity)| pb::TableOperation {
+                table: table.into(),
+                partition_key: entity.partition_key.clone(),
+                operation: Some(pb::TransactionOperation {
+                    operation: Some(pb::transaction_operation::Operation::Insert(
+                        pb::InsertOperation {
+                            entity: Some(entity),
+                        },
+                    )),
+                }),
+            })
+            .collect();
+        async move {
+            let request = pb::TransactWriteRequest {
+                operations,
+                idempotency_key: String::new(),
+            };
+            client.transact_write(request).await.expect("transact");
+            OpResult::entities(1)
+        }
+    })
+    .await
+}
+
 /// Creates `table`, keeping a change feed if `change_feed`.
 pub(crate) async fn create_table(client: &Client, table: &str, change_feed: bool) {
     let create = pb::CreateTableRequest {

@@ -192,9 +192,11 @@ BEGIN
         SELECT t, (row_number() OVER (ORDER BY n) - 1)::int4, at, change FROM done
         WHERE change IS NOT NULL)
     SELECT coalesce(array_agg(n::int4 ORDER BY n), '{}') INTO inserted FROM done;
-    DELETE FROM trestle_entities WHERE table_id = rt AND (pk, rk) IN (
-        SELECT pk, rk FROM unnest(record_pks, record_rks) WITH ORDINALITY AS w(pk, rk, n)
-        WHERE n::int4 = ANY(kept) AND NOT n::int4 = ANY(inserted));
+    IF cardinality(inserted) < cardinality(kept) THEN
+        DELETE FROM trestle_entities WHERE table_id = rt AND (pk, rk) IN (
+            SELECT pk, rk FROM unnest(record_pks, record_rks) WITH ORDINALITY AS w(pk, rk, n)
+            WHERE n::int4 = ANY(kept) AND NOT n::int4 = ANY(inserted));
+    END IF;
     RETURN inserted;
 END $$;
 CREATE OR REPLACE FUNCTION trestle_feed_horizon(t bigint) RETURNS int8
