@@ -32,6 +32,7 @@ mod bench_pb {
 mod measure;
 mod postgres;
 mod rest;
+mod traces;
 mod workloads;
 
 use std::io::{BufRead, BufReader};
@@ -129,6 +130,11 @@ struct Args {
     /// print its rate beside point_read's: what keeping metrics costs.
     #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
     metrics_cost: bool,
+    /// Also run point_read on a server exporting its traces over OTLP/gRPC (to a collector this
+    /// benchmark serves) and print its rate beside point_read's: what tracing costs when on (off,
+    /// point_read's own row, the spans' callsites are disabled).
+    #[arg(long, conflicts_with_all = ["endpoint", "engine_only"])]
+    tracing_cost: bool,
     /// Internal: serve only the echo baseline and print its address. The benchmark runs its
     /// baseline in a process of its own this way, as the server it is compared with runs.
     #[arg(long, hide = true)]
@@ -165,11 +171,11 @@ impl ServerProcess {
     /// Starts a `trestle-server` (next to this binary) on a fresh temporary data directory, or
     /// over the PostgreSQL database at `store`.
     fn start(store: Option<&str>) -> ServerProcess {
-        ServerProcess::start_with(store, &[])
+        ServerProcess::start_with(store, &[], &[])
     }
 
-    /// [`ServerProcess::start`] with `extra` flags.
-    fn start_with(store: Option<&str>, extra: &[&str]) -> ServerProcess {
+    /// [`ServerProcess::start`] with `extra` flags and environment variables `env`.
+    fn start_with(store: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let exe = std::env::current_exe()
             .expect("current exe")
             .with_file_name("trestle-server");
@@ -195,7 +201,7 @@ impl ServerProcess {
         if let Some(url) = store {
             command.args(["--store", url]);
         }
-        command.args(extra);
+        command.args(extra).envs(env.iter().copied());
         ServerProcess::spawn(command, Some(data_dir))
     }
 
@@ -449,7 +455,22 @@ async fn main() {
         );
     }
     if args.metrics_cost {
-        rows.push(metrics_cost(&plan, &echo_process, &echo, &mut ceilings, &rows).await);
+        let server = ServerProcess::start_with(None, &["--metrics-listen", "127.0.0.1:0"], &[]);
+        let mut row = point_read_on(server, true, &plan, &echo_process, &echo, &mut ceilings).await;
+        row.note = share_of_point_read(&row, &rows, "without metrics");
+        rows.push(row);
+    }
+    if args.tracing_cost {
+        let collector = traces::Collector::serve().await;
+        let endpoint = [("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str())];
+        let server = ServerProcess::start_with(None, &[], &endpoint);
+        let mut row =
+            point_read_on(server, false, &plan, &echo_process, &echo, &mut ceilings).await;
+        row.workload = "point_read [OTLP traces]".into();
+        let spans = collector.spans();
+        let without = share_of_point_read(&row, &rows, "with tracing off");
+        row.note = format!("{without}; {spans} spans received");
+        rows.push(row);
     }
     if let Some(addr) = &args.azurite {
         let azurite = azurite_rows(&rest::Endpoint::azurite(addr), &selected, &plan, &rows).await;
@@ -463,16 +484,15 @@ async fn main() {
     print_rows(&rows, args.json);
 }
 
-/// point_read on a server keeping Prometheus metrics, its rate noted as a share of point_read's
-/// row in `rows` (if run).
-async fn metrics_cost(
+/// point_read on `server` (keeping Prometheus metrics if `metrics`).
+async fn point_read_on(
+    server: ServerProcess,
+    metrics: bool,
     plan: &Plan,
     echo_process: &ServerProcess,
     echo: &EchoClient<tonic::transport::Channel>,
     ceilings: &mut Ceilings,
-    rows: &[Row],
 ) -> Row {
-    let server = ServerProcess::start_with(None, &["--metrics-listen", "127.0.0.1:0"]);
     let endpoint = format!("http://{}", server.addr);
     let (client, framed) = framed::connect(endpoint.clone()).await;
     let target = Target {
@@ -481,23 +501,26 @@ async fn metrics_cost(
         framed,
         server: Some(server),
         store: None,
-        metrics: true,
+        metrics,
     };
-    let mut measured = run_workloads(&target, &["point_read"], plan, echo_process, echo, ceilings)
+    run_workloads(&target, &["point_read"], plan, echo_process, echo, ceilings)
         .await
         .pop()
-        .expect("a point_read row");
+        .expect("a point_read row")
+}
+
+/// `row`'s rate as a share of point_read's row in `rows` (if run), `what` the difference.
+fn share_of_point_read(row: &Row, rows: &[Row], what: &str) -> String {
     let without = rows
         .iter()
         .find(|row| row.workload == "point_read")
         .and_then(|row| row.ops_per_s);
-    if let (Some(with), Some(without)) = (measured.ops_per_s, without) {
-        measured.note = format!(
-            "{:.1}% of point_read without metrics",
-            100.0 * with / without
-        );
+    match (row.ops_per_s, without) {
+        (Some(with), Some(without)) => {
+            format!("{:.1}% of point_read {what}", 100.0 * with / without)
+        }
+        _ => String::new(),
     }
-    measured
 }
 
 /// The selected `rest_*` workloads run against Azurite at `azurite`, each row noting how many
