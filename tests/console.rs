@@ -1,7 +1,7 @@
 //! The web console (`--console-listen`) of a keyed server: in a real headless Chromium
 //! (`tests/azure-sdk/console_browser.mjs`, puppeteer-core driving the installed browser) a user
 //! signs in with the account key, changes the service's CORS rules, creates a table, inserts and
-//! edits an entity, runs a filter, changes the table's settings, watches a change arrive in a feed's tail and reads the
+//! edits an entity, runs a filter, changes the table's settings (access policies too), watches a change arrive in a feed's tail and reads the
 //! dashboard; a bad credential, a read-only token deleting a table or turning a feed off and a
 //! request without the CSRF token are refused; what the page did is then read back over gRPC. The page's screenshot is kept in
 //! `target/ci-artifacts/`. Raw HTTP covers what a browser would not send: no cookie, a cookie
@@ -173,6 +173,12 @@ async fn a_user_drives_the_console_in_a_browser() {
         "{seen}"
     );
     says("ttlSet", "Time to live: per entity");
+    says(
+        "policies",
+        "readers · r · from any time · until 2030-01-01T00:00:00",
+    );
+    assert!(!seen["policies"].to_string().contains("writers"), "{seen}");
+    says("policyFacts", "Access policies: readers.");
     says("readOnlyFeed", "AuthorizationPermissionMismatch");
     says("settings", "ByAmount");
     says("settings", "ready");
@@ -219,6 +225,10 @@ async fn a_user_drives_the_console_in_a_browser() {
     assert_eq!(feed, (true, 3600, true), "{settings:?}");
     assert!(settings.time_to_live, "{settings:?}");
     assert!(settings.indexes.is_empty(), "{:?}", settings.indexes);
+    let policies: Vec<(&str, &str)> = (settings.access_policies.iter())
+        .map(|policy| (policy.id.as_str(), policy.permissions.as_str()))
+        .collect();
+    assert_eq!(policies, [("readers", "r")], "{settings:?}");
     let (cookie, csrf) = sign_in(&console, &key).await;
     let signed = format!("Cookie: {cookie}\r\nx-trestle-csrf: {csrf}\r\n");
     let service = "/api/devstoreaccount1/?restype=service&comp=properties";

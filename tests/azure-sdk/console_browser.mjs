@@ -1,7 +1,7 @@
 // Drives the web console in headless Chromium (puppeteer-core over the installed browser), as
 // tests/console.rs starts it: signs in with the account key, creates a table, inserts and edits
 // an entity, runs a filter, changes the service's CORS rules and the table's settings (a feed, an index declared and dropped,
-// a time to live), watches a change arrive in a table's feed tail, reads the dashboard, then the
+// a time to live, access policies added and removed), watches a change arrive in a table's feed tail, reads the dashboard, then the
 // negative cases (a bad credential, a read-only token deleting a table or turning a feed off, a
 // request without the CSRF token). Prints one JSON object of what the page showed; exits non-zero on the
 // first step that did not happen.
@@ -142,6 +142,22 @@ try {
   await page.click("#ttl-form button");
   await messageMatching("Time to live on");
   seen.ttlSet = await text("#settings-facts");
+  // Stored access policies: two added, one removed.
+  const addPolicy = async (id, permissions) => {
+    await typeInto("#policy-id", id);
+    await typeInto("#policy-permissions", permissions);
+    await typeInto("#policy-expiry", "2030-01-01T00:00:00Z");
+    await page.click("#policy-form button");
+    await messageMatching(`Policy ${id} added`);
+    await page.waitForFunction((i) => document.getElementById("policies").textContent.includes(i), {}, id);
+  };
+  await addPolicy("readers", "r");
+  await addPolicy("writers", "raud");
+  await page.click("#policies button[data-policy='writers']");
+  await messageMatching("Policy writers removed");
+  await page.waitForFunction(() => !/writers/.test(document.getElementById("policies").textContent));
+  seen.policies = await text("#policies");
+  seen.policyFacts = await text("#settings-facts");
 
   // The feed's tail of Orders (made by the test with a feed and an index): a change arrives.
   await page.click("#go-tables");

@@ -164,6 +164,73 @@ function addCorsRule(event) {
   saveCors([...corsRules, rule], "CORS rule added.");
 }
 
+// The open table's stored access policies (Get and Set Table ACL through the REST endpoint, a
+// manager's call): shown, added to and removed from; the whole list is set each time.
+const POLICY_FIELDS = [["Start", "start"], ["Expiry", "expiry"], ["Permission", "permissions"]];
+let policies = [];
+
+async function loadPolicies() {
+  try {
+    const { text } = await call("GET", `${ACCOUNT}/${encodeURIComponent(current)}?comp=acl`);
+    const xml = new DOMParser().parseFromString(text, "application/xml");
+    policies = [...xml.getElementsByTagName("SignedIdentifier")].map((identifier) => {
+      const kept = { id: (identifier.getElementsByTagName("Id")[0] || {}).textContent || "" };
+      for (const [tag, field] of POLICY_FIELDS) kept[field] = (identifier.getElementsByTagName(tag)[0] || {}).textContent || "";
+      return kept;
+    });
+    drawPolicies();
+  } catch (error) {
+    policies = [];
+    $("policies").replaceChildren(el("li", error.message, "hint"));
+  }
+}
+
+function drawPolicies() {
+  const list = $("policies");
+  list.replaceChildren();
+  if (!policies.length) list.append(el("li", "No stored access policies.", "hint"));
+  policies.forEach((policy, at) => {
+    const item = el("li", `${policy.id} · ${policy.permissions || "no permissions"} · from ${policy.start || "any time"} · until ${policy.expiry || "no end"} `);
+    const remove = el("button", "Remove");
+    remove.type = "button";
+    remove.dataset.policy = policy.id;
+    remove.addEventListener("click", () => savePolicies(policies.filter((_, other) => other !== at), `Policy ${policy.id} removed.`));
+    item.append(remove);
+    list.append(item);
+  });
+}
+
+async function savePolicies(kept, done) {
+  const doc = document.implementation.createDocument(null, "SignedIdentifiers");
+  for (const policy of kept) {
+    const identifier = doc.createElement("SignedIdentifier");
+    const id = doc.createElement("Id");
+    id.textContent = policy.id;
+    const access = doc.createElement("AccessPolicy");
+    for (const [tag, field] of POLICY_FIELDS) {
+      if (!policy[field]) continue;
+      const value = doc.createElement(tag);
+      value.textContent = policy[field];
+      access.append(value);
+    }
+    identifier.append(id, access);
+    doc.documentElement.append(identifier);
+  }
+  const xml = `<?xml version="1.0" encoding="utf-8"?>${new XMLSerializer().serializeToString(doc)}`;
+  try {
+    await call("PUT", `${ACCOUNT}/${encodeURIComponent(current)}?comp=acl`, xml, { "Content-Type": "application/xml" });
+    say(done);
+    await loadSettings();
+  } catch (error) { failed(error); }
+}
+
+function addPolicy(event) {
+  event.preventDefault();
+  const policy = { id: $("policy-id").value.trim(), permissions: $("policy-permissions").value.trim(),
+    start: $("policy-start").value.trim(), expiry: $("policy-expiry").value.trim() };
+  savePolicies([...policies, policy], `Policy ${policy.id} added.`);
+}
+
 async function listTables(after) {
   try {
     const path = `${ACCOUNT}/Tables` + (after ? `?NextTableName=${encodeURIComponent(after)}` : "");
@@ -226,6 +293,7 @@ async function loadSettings() {
     const { json } = await call("GET", `/console/tables/${encodeURIComponent(current)}`);
     drawSettings(json);
   } catch (error) { $("settings-body").replaceChildren(el("p", error.message, "hint")); }
+  await loadPolicies();
 }
 
 // A table's settings as the console's calls describe them: the facts, the forms filled in, and
@@ -618,6 +686,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   $("ttl-form").addEventListener("submit", saveTimeToLive);
   $("index-form").addEventListener("submit", declareIndex);
   $("cors-form").addEventListener("submit", addCorsRule);
+  $("policy-form").addEventListener("submit", addPolicy);
   try {
     const answer = await fetch("/session", { credentials: "same-origin" });
     if (answer.ok) { signedIn(await answer.json()); return; }
