@@ -926,3 +926,151 @@ async fn feed_batches_of_large_entities_fit_a_clients_default_message_limit() {
         assert!(batches >= 12, "{batches} batches");
     }
 }
+
+/// Every record of `table`'s feed `filter` lets through, and the cursor the read ended at.
+async fn read_filtered(
+    client: &mut Client,
+    table: &str,
+    filter: &str,
+) -> (Vec<pb::Change>, String) {
+    let request = pb::ReadChangesRequest {
+        table: table.into(),
+        filter: filter.into(),
+        ..Default::default()
+    };
+    let mut stream = client.read_changes(request).await.unwrap().into_inner();
+    let (mut changes, mut cursor) = (Vec::new(), String::new());
+    while let Some(batch) = stream.message().await.unwrap() {
+        changes.extend(batch.changes);
+        cursor = batch.cursor;
+    }
+    (changes, cursor)
+}
+
+#[tokio::test]
+async fn a_filtered_feed_shows_the_records_either_image_matches_and_moves_past_the_rest() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let create = pb::CreateTableRequest {
+        table: "Sales".into(),
+        change_feed: true,
+        change_feed_before_images: true,
+        ..Default::default()
+    };
+    client.create_table(create).await.unwrap();
+    // A model of the table: each key's (Seller, Amount), written at random.
+    let matches = |sale: Option<&(String, i32)>| sale.is_some_and(|(s, a)| s == "s7" && *a > 100);
+    let mut model: std::collections::HashMap<String, (String, i32)> = Default::default();
+    let mut expected = Vec::new();
+    let mut seed = 7u64;
+    let mut next = |below: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % below
+    };
+    for _ in 0..300 {
+        let row_key = format!("r{}", next(12));
+        let (seller, amount) = (["s1", "s7"][next(2) as usize], next(200) as i32);
+        let before = model.get(&row_key).cloned();
+        let kind = match (next(3), &before) {
+            (0, Some(_)) => {
+                let delete = pb::DeleteEntityRequest {
+                    table: "Sales".into(),
+                    partition_key: "p".into(),
+                    row_key: row_key.clone(),
+                    if_match: "*".into(),
+                    ..Default::default()
+                };
+                client.delete_entity(delete).await.unwrap();
+                model.remove(&row_key);
+                pb::ChangeKind::Delete
+            }
+            (1, Some((kept_seller, _))) => {
+                let merge = pb::MergeEntityRequest {
+                    table: "Sales".into(),
+                    entity: Some(entity("p", &row_key, &[("Amount", int32(amount))])),
+                    if_match: "*".into(),
+                    ..Default::default()
+                };
+                client.merge_entity(merge).await.unwrap();
+                model.insert(row_key.clone(), (kept_seller.clone(), amount));
+                pb::ChangeKind::Merge
+            }
+            _ => {
+                let properties = [("Seller", string(seller)), ("Amount", int32(amount))];
+                let upsert = pb::UpsertEntityRequest {
+                    table: "Sales".into(),
+                    entity: Some(entity("p", &row_key, &properties)),
+                    mode: pb::UpsertMode::Replace as i32,
+                    ..Default::default()
+                };
+                client.upsert_entity(upsert).await.unwrap();
+                model.insert(row_key.clone(), (seller.to_owned(), amount));
+                match before {
+                    Some(_) => pb::ChangeKind::Replace,
+                    None => pb::ChangeKind::Insert,
+                }
+            }
+        };
+        let matched = match (matches(model.get(&row_key)), matches(before.as_ref())) {
+            (true, true) => pb::ChangeMatch::Both,
+            (true, false) => pb::ChangeMatch::Entity,
+            (false, true) => pb::ChangeMatch::Before,
+            (false, false) => continue,
+        };
+        expected.push((row_key, kind as i32, matched as i32));
+    }
+    let all = read_all(&mut client, "Sales", "").await;
+    assert_eq!(all.len(), 300);
+    let (shown, cursor) =
+        read_filtered(&mut client, "Sales", "Seller eq 's7' and Amount gt 100").await;
+    let shown: Vec<_> = shown
+        .iter()
+        .map(|change| (change.row_key.clone(), change.kind, change.matched))
+        .collect();
+    assert!(
+        expected.len() > 20 && expected.len() < 250,
+        "{}",
+        expected.len()
+    );
+    assert_eq!(shown, expected);
+    assert!(expected
+        .iter()
+        .any(|(_, kind, _)| *kind == pb::ChangeKind::Delete as i32));
+    assert_eq!(
+        cursor,
+        all.last().unwrap().cursor,
+        "the cursor moved past every record"
+    );
+    // No filter: no `matched`.
+    assert!(all.iter().all(|change| change.matched == 0));
+    // The SDK's filtered feed: the same records, each saying which image matched.
+    use futures_util::TryStreamExt;
+    use trestle_client::{ChangeMatch, Filter};
+    let filter = Filter::eq("Seller", "s7").and(Filter::gt("Amount", 100));
+    let sdk = server.sdk().await;
+    let typed: Vec<_> = (sdk.table("Sales").changes().filter(filter))
+        .stream::<trestle_client::Properties>()
+        .try_collect()
+        .await
+        .unwrap();
+    let matched: Vec<_> = typed.iter().map(|change| change.matched).collect();
+    let wanted: Vec<_> = (expected.iter())
+        .map(
+            |(_, _, matched)| match pb::ChangeMatch::try_from(*matched).unwrap() {
+                pb::ChangeMatch::Entity => Some(ChangeMatch::Entity),
+                pb::ChangeMatch::Before => Some(ChangeMatch::Before),
+                _ => Some(ChangeMatch::Both),
+            },
+        )
+        .collect();
+    assert_eq!(matched, wanted);
+    let request = pb::ReadChangesRequest {
+        table: "Sales".into(),
+        filter: "Amount gt".into(),
+        ..Default::default()
+    };
+    let refused = client.read_changes(request).await.map(drop);
+    common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
+}

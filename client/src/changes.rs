@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use trestle_proto::pb;
 
 use crate::convert::typed;
-use crate::query::{server_messages, EntityStream};
+use crate::query::{server_messages, EntityStream, Filter};
 use crate::{Entity, EntityKey, Error, Result, TableClient};
 
 /// Where a reader is in a change feed: after the record that gave it. Keep it (as text, or
@@ -82,6 +82,20 @@ pub struct Change<T> {
     pub transaction_id: u64,
     /// Resumes the feed after this change.
     pub cursor: FeedCursor,
+    /// In a filtered feed ([`ChangeFeed::filter`]), which image of the entity the filter
+    /// matched; `None` without a filter.
+    pub matched: Option<ChangeMatch>,
+}
+
+/// Which image of an entity a filtered feed's change matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeMatch {
+    /// The entity as the change left it ([`Change::entity`]).
+    Entity,
+    /// The entity before the change ([`Change::before`]).
+    Before,
+    /// Both.
+    Both,
 }
 
 /// A read of a table's change feed, built up then streamed ([`ChangeFeed::stream`]).
@@ -184,6 +198,14 @@ impl ChangeFeed {
         self
     }
 
+    /// Only the changes whose entity `filter` matches, as the change left it or, on a feed that
+    /// keeps before images, as it was before ([`Change::matched`] says which). A delete or an
+    /// expiry leaves no entity: it comes only through its before image.
+    pub fn filter(mut self, filter: Filter) -> Self {
+        self.request.filter = filter.as_str().to_owned();
+        self
+    }
+
     /// After the change `cursor` came with (a reader resuming where it stopped).
     pub fn from(mut self, cursor: FeedCursor) -> Self {
         self.request.cursor = cursor.0;
@@ -266,5 +288,11 @@ fn change_from_pb<T: DeserializeOwned>(change: pb::Change) -> Result<Change<T>> 
         before: change.before.map(typed).transpose()?,
         transaction_id: change.transaction_id,
         cursor: FeedCursor(change.cursor),
+        matched: match pb::ChangeMatch::try_from(change.matched) {
+            Ok(pb::ChangeMatch::Entity) => Some(ChangeMatch::Entity),
+            Ok(pb::ChangeMatch::Before) => Some(ChangeMatch::Before),
+            Ok(pb::ChangeMatch::Both) => Some(ChangeMatch::Both),
+            Ok(pb::ChangeMatch::Unspecified) | Err(_) => None,
+        },
     })
 }

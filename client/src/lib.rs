@@ -102,7 +102,7 @@ mod value;
 pub use access::AccessPolicy;
 pub use across::{CrossTransaction, Snapshot};
 pub use aggregate::{Aggregate, AggregateGroup};
-pub use changes::{Change, ChangeFeed, ChangeKind, FeedCursor, FeedSettings};
+pub use changes::{Change, ChangeFeed, ChangeKind, ChangeMatch, FeedCursor, FeedSettings};
 pub use client::{Client, ClientBuilder, RetryPolicy, DEFAULT_ENDPOINT, DEFAULT_TIMEOUT};
 pub use entity::{ETag, Entity, EntityKey, IfMatch, UpsertMode};
 pub use error::{Error, ErrorCode, ErrorKind, Result};

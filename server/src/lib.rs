@@ -24,6 +24,7 @@ mod console;
 pub mod engine;
 pub mod error;
 pub mod executor;
+mod feed_filter;
 mod feed_watch;
 pub mod grpc;
 mod housekeeping;

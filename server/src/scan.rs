@@ -32,6 +32,12 @@ struct FilterView<'v, 'a> {
     corrupt: Cell<Option<StorageError>>,
 }
 
+/// Whether the stored `entity` matches `filter`, each property it names decoded alone, or why
+/// its stored bytes could not be read: how every filter is evaluated on stored entities.
+pub(crate) fn entity_matches(filter: &Expr, entity: &EntityView<'_>) -> Result<bool, StorageError> {
+    FilterView::matches(filter, entity)
+}
+
 impl FilterView<'_, '_> {
     /// Whether `entity` matches `filter`, or why its stored bytes could not be read.
     fn matches(filter: &Expr, entity: &EntityView<'_>) -> Result<bool, StorageError> {

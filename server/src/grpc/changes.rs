@@ -1,7 +1,8 @@
 //! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
 //! blocking pool; with `follow`, a reader that has caught up waits for the table's watcher to
 //! see new commits ([`FeedWatch`]), until the reader goes away. A token bounded to a key range is shown only
-//! the records of its range, and a reader of one partition only that partition's. The stream
+//! the records of its range, a reader of one partition only that partition's, and a reader with a
+//! filter only the records it matches ([`FeedFilter`]). The stream
 //! holds the request's in-flight permit and a place among its connection's open scans while it
 //! lives. Its batches are the stream framing's ([`STREAM_BATCH_BYTES`], read so by the store:
 //! [`FeedBatch`]), each holding its share of the streams' memory budget until the transport takes
@@ -24,8 +25,9 @@ use super::{invalid, wire};
 use crate::auth::Access;
 use crate::error::TableError;
 use crate::executor::Executor;
+use crate::feed_filter::{FeedFilter, Matched};
 use crate::feed_watch::FeedWatch;
-use crate::model::{ChangeKind, ValidationError};
+use crate::model::{ChangeKind, ValidationError, WorkBudget};
 use crate::storage::{FeedBatch, FeedEnd, FeedPosition, StorageError, StoredChange};
 
 /// What one batch holds at most: 500 records, and the stream framing's bytes.
@@ -52,6 +54,8 @@ pub(crate) struct Reader {
     partition_key: Option<String>,
     /// Start after the newest record (the first response tells where that is).
     from_end: bool,
+    /// Only the records it matches, if given ([`FeedFilter`]).
+    filter: Option<FeedFilter>,
     access: Access,
     /// What its buffered batches may hold.
     limits: StreamLimits,
@@ -73,7 +77,10 @@ impl Reader {
         access: Access,
         limits: StreamLimits,
         holds: Holds,
+        work_budget: WorkBudget,
     ) -> Result<Reader, Status> {
+        let filter =
+            FeedFilter::parse(&request.filter, &mut work_budget.spend()).map_err(invalid)?;
         let after = match request.cursor.as_str() {
             "" => None,
             _ if request.from_end => {
@@ -89,6 +96,7 @@ impl Reader {
             follow: request.follow,
             partition_key: Some(request.partition_key).filter(|pk| !pk.is_empty()),
             from_end: request.from_end,
+            filter,
             access,
             limits,
             _holds: holds,
@@ -240,8 +248,18 @@ impl Reader {
             {
                 continue;
             }
+            let matched = match &self.filter {
+                None => pb::ChangeMatch::Unspecified,
+                Some(filter) => match filter.matched(change)? {
+                    None => continue,
+                    Some(Matched::After) => pb::ChangeMatch::Entity,
+                    Some(Matched::Before) => pb::ChangeMatch::Before,
+                    Some(Matched::Both) => pb::ChangeMatch::Both,
+                },
+            };
             let kind = kind_to_pb(change.kind) as i32;
-            wire::put_change(change, kind, &cursor_of(change.position), &mut changes)?;
+            let cursor = cursor_of(change.position);
+            wire::put_change(change, kind, &cursor, matched as i32, &mut changes)?;
         }
         Ok(ChangesReply {
             changes,

@@ -353,7 +353,14 @@ impl service::table_service_server::TableService for TableApi {
             _slot: slot,
             _open: crate::telemetry::OpenStream::opened(),
         };
-        let reader = changes::Reader::new(request, admitted.access, self.streams.clone(), holds)?;
+        let budget = self.executor.work_budget();
+        let reader = changes::Reader::new(
+            request,
+            admitted.access,
+            self.streams.clone(),
+            holds,
+            budget,
+        )?;
         let stream = reader.start(self.executor.clone(), &self.feeds).await?;
         Ok(Response::new(stream))
     }

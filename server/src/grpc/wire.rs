@@ -43,6 +43,7 @@ pub(super) const CHANGE_ENTITY: u32 = 4;
 pub(super) const CHANGE_TRANSACTION_ID: u32 = 5;
 pub(super) const CHANGE_CURSOR: u32 = 6;
 pub(super) const CHANGE_BEFORE: u32 = 7;
+pub(super) const CHANGE_MATCHED: u32 = 8;
 pub(super) const CHANGES_CHANGES: u32 = 1;
 pub(super) const CHANGES_CURSOR: u32 = 2;
 
@@ -93,6 +94,7 @@ pub(crate) fn put_change(
     change: &StoredChange,
     kind: i32,
     cursor: &str,
+    matched: i32,
     out: &mut Vec<u8>,
 ) -> Result<(), StorageError> {
     let mut message = Vec::with_capacity(64);
@@ -118,6 +120,9 @@ pub(crate) fn put_change(
     put_text(CHANGE_CURSOR, cursor, &mut message);
     if let Some(before) = change.before()? {
         put_bytes(CHANGE_BEFORE, &entity_message(&before)?, &mut message);
+    }
+    if matched != 0 {
+        put_varint(CHANGE_MATCHED, matched as u64, &mut message);
     }
     put_len_prefix(CHANGES_CHANGES, message.len(), out);
     out.extend_from_slice(&message);

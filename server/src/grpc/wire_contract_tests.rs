@@ -91,7 +91,7 @@ const HAND_ENCODED: &[(&str, &str, Fields)] = &[
         (wire::CHANGE_KIND, "kind"), (wire::CHANGE_PARTITION_KEY, "partition_key"),
         (wire::CHANGE_ROW_KEY, "row_key"), (wire::CHANGE_ENTITY, "entity"),
         (wire::CHANGE_TRANSACTION_ID, "transaction_id"), (wire::CHANGE_CURSOR, "cursor"),
-        (wire::CHANGE_BEFORE, "before"),
+        (wire::CHANGE_BEFORE, "before"), (wire::CHANGE_MATCHED, "matched"),
     ]),
     ("trestle.v1", "ReadChangesResponse", &[
         (wire::CHANGES_CHANGES, "changes"), (wire::CHANGES_CURSOR, "cursor"),
@@ -214,7 +214,16 @@ fn hand_encoded_changes_decode_with_the_generated_types() {
         let change = decode(position, record).unwrap();
         let kind = [pb::ChangeKind::Insert, pb::ChangeKind::Replace][n];
         let cursor = format!("9-{n}");
-        wire::put_change(&change, kind as i32, &cursor, &mut reply.changes).unwrap();
+        // The second as a filtered feed's record matching both images.
+        let matched = [pb::ChangeMatch::Unspecified, pb::ChangeMatch::Both][n];
+        wire::put_change(
+            &change,
+            kind as i32,
+            &cursor,
+            matched as i32,
+            &mut reply.changes,
+        )
+        .unwrap();
         expected.push(pb::Change {
             kind: kind as i32,
             partition_key: "p".into(),
@@ -223,6 +232,7 @@ fn hand_encoded_changes_decode_with_the_generated_types() {
             transaction_id: 9,
             cursor,
             before: [None, existing[0].clone()][n].clone().map(entity_to_pb),
+            matched: matched as i32,
         });
     }
     let bytes = reply.encode_reply_to_vec();

@@ -5,7 +5,8 @@
 //! exactly the feed read from the start, record for record in the same order; every acknowledged
 //! write has its record once; no record of a write refused; each entity's records in its commit
 //! order; and replaying the feed gives the table as stored. (The list tables' feeds are checked
-//! against the lists' version order by `check_list_feed`.)
+//! against the lists' version order by `check_list_feed`.) Each feed read whole through a filter
+//! holds exactly the records it matches (`check_filtered`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -267,12 +268,23 @@ pub(crate) async fn follow(
 
 /// `table`'s feed after `cursor` to its end now, read until a server answers.
 pub(crate) async fn read_to_end(servers: &Servers, table: &str, cursor: &str) -> Vec<Seen> {
+    read_filtered(servers, table, cursor, "").await
+}
+
+/// What every feed is read through too, once whole: a filtered feed must show exactly the
+/// records whose entity it matches (none of a delete or expiry: these tables keep no before
+/// images).
+pub(crate) const FILTER: &str = "PartitionKey ne 'p0'";
+
+/// [`read_to_end`] through `filter` (empty: none).
+async fn read_filtered(servers: &Servers, table: &str, cursor: &str, filter: &str) -> Vec<Seen> {
     let mut rng = Rng::new(11);
     for _ in 0..100 {
         let mut client = servers.pick(&mut rng);
         let request = pb::ReadChangesRequest {
             table: table.into(),
             cursor: cursor.into(),
+            filter: filter.into(),
             ..Default::default()
         };
         let read = async {
@@ -289,6 +301,23 @@ pub(crate) async fn read_to_end(servers: &Servers, table: &str, cursor: &str) ->
         }
     }
     panic!("no server answered a read of {table}'s feed");
+}
+
+/// `table`'s feed read whole through [`FILTER`] holds exactly the records of `from_start` (the
+/// feed read whole) whose entity it matches, in order.
+pub(crate) async fn check_filtered(servers: &Servers, table: &str, from_start: &[Seen]) {
+    let filtered = read_filtered(servers, table, "", FILTER).await;
+    let cursors = |records: &mut dyn Iterator<Item = &Seen>| {
+        records.map(|r| r.cursor.clone()).collect::<Vec<_>>()
+    };
+    let matching = from_start
+        .iter()
+        .filter(|r| r.entity.is_some() && r.key.0 != "p0");
+    let (got, wanted) = (
+        cursors(&mut filtered.iter()),
+        cursors(&mut matching.into_iter()),
+    );
+    assert_eq!(got, wanted, "{table}: the feed read through {FILTER:?}");
 }
 
 /// The follower of `table` saw exactly the feed as read from its start.
