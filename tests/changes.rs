@@ -1074,3 +1074,87 @@ async fn a_filtered_feed_shows_the_records_either_image_matches_and_moves_past_t
     let refused = client.read_changes(request).await.map(drop);
     common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
 }
+
+#[tokio::test]
+async fn a_tables_settings_are_set_together_at_creation_and_after_and_a_bad_one_changes_nothing() {
+    use trestle_client::{FeedSettings, IndexDefinition, TableSettings};
+    let server = TestServer::start().await;
+    let sdk = server.sdk().await;
+    let mut client = server.client().await;
+    let orders = sdk.table("Orders");
+    let week = FeedSettings {
+        retention_seconds: 7 * 86_400,
+        before_images: true,
+    };
+    let created = TableSettings::new()
+        .index(IndexDefinition::table("BySeller", ["Seller"]))
+        .change_feed(week)
+        .time_to_live(600);
+    orders.create_with(created).await.unwrap();
+    let described = describe(&mut client, "Orders").await;
+    let settings = |table: &pb::Table| {
+        (
+            table.change_feed,
+            table.change_feed_retention_seconds,
+            table.change_feed_before_images,
+            table.time_to_live,
+            table.default_time_to_live_seconds,
+        )
+    };
+    assert_eq!(settings(&described), (true, 604_800, true, true, 600));
+    assert_eq!(described.indexes.len(), 1);
+    assert_eq!(described.indexes[0].state, pb::IndexState::Ready as i32);
+    insert(&mut client, "Orders", "s7", "o1", 1).await;
+    assert_eq!(read_all(&mut client, "Orders", "").await.len(), 1);
+
+    // Both changed in one call.
+    let change = TableSettings::new()
+        .no_time_to_live()
+        .change_feed(FeedSettings {
+            retention_seconds: 3600,
+            before_images: false,
+        });
+    orders.set_settings(change).await.unwrap();
+    let described = describe(&mut client, "Orders").await;
+    assert_eq!(settings(&described), (true, 3600, false, false, 0));
+
+    // One bad value: neither changes.
+    let request = pb::SetTableSettingsRequest {
+        table: "Orders".into(),
+        change_feed: Some(pb::ChangeFeedSetting {
+            enabled: true,
+            retention_seconds: 31 * 86_400,
+            before_images: true,
+        }),
+        time_to_live: Some(pb::TimeToLiveSetting {
+            enabled: true,
+            default_seconds: 60,
+        }),
+    };
+    let refused = client.set_table_settings(request).await;
+    common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
+    assert_eq!(
+        settings(&describe(&mut client, "Orders").await),
+        (true, 3600, false, false, 0)
+    );
+    // Named alone, the other is left as it is; indexes are not settings of a table that exists.
+    let feed_off = pb::SetTableSettingsRequest {
+        table: "Orders".into(),
+        change_feed: Some(pb::ChangeFeedSetting::default()),
+        time_to_live: None,
+    };
+    let answered = client
+        .set_table_settings(feed_off)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(settings(&answered), (false, 0, false, false, 0));
+    let with_index = TableSettings::new().index(IndexDefinition::table("ByAmount", ["Amount"]));
+    let refused = orders.set_settings(with_index).await.unwrap_err();
+    assert!(refused.to_string().contains("create_index"), "{refused}");
+    let missing = sdk
+        .table("Missing")
+        .set_settings(TableSettings::new().time_to_live(0))
+        .await;
+    assert!(missing.unwrap_err().is_not_found());
+}

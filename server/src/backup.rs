@@ -26,8 +26,8 @@ use crate::engine::Engine;
 use crate::error::TableError;
 use crate::grpc::access_policy_from_pb;
 use crate::model::{
-    quoted, validate_policies, AccessPolicy, ChangeFeed, EntityKey, IndexDefinition, IndexScope,
-    IndexState, ServiceProperties, ValidationError,
+    quoted, validate_policies, AccessPolicy, EntityKey, IndexDefinition, IndexScope, IndexState,
+    ServiceProperties, ValidationError,
 };
 use crate::storage::{EntityView, StoreConfig, StoredRow, CURRENT_FORMAT};
 
@@ -528,18 +528,15 @@ pub fn restore(from: &Path, data_dir: &Path) -> Result<Summary, BackupError> {
     }
     let mut entities = 0;
     for table in &manifest.tables {
-        engine.create_table(&table.name)?;
-        if table.change_feed {
-            let feed = ChangeFeed::new(
+        let settings = crate::engine::settings_change(
+            Some((
+                table.change_feed,
                 table.change_feed_retention_seconds,
                 table.change_feed_before_images,
-            )
-            .map_err(TableError::Invalid)?;
-            engine.set_change_feed(&table.name, Some(feed))?;
-        }
-        if table.time_to_live {
-            engine.set_time_to_live(&table.name, true, table.default_time_to_live_seconds)?;
-        }
+            )),
+            Some((table.time_to_live, table.default_time_to_live_seconds)),
+        )?;
+        engine.create_table_with(&table.name, Vec::new(), settings)?;
         if !table.access_policies.is_empty() {
             engine.set_access_policies(&table.name, table.access_policies.clone())?;
         }

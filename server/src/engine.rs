@@ -16,8 +16,8 @@ use crate::scan::{Chunk, Scan};
 use crate::storage::{
     self, build_in_background, AwaitedCalls, Commit, CommitOutcome, Committed, CreateRefusal,
     DurableListener, EntityView, FeedBatch, FeedEnd, FeedPosition, IndexRefusal, RejectReason,
-    Rejection, SnapshotSink, StorageError, Store, StoreConfig, StoredChange, StoredRow, Table,
-    TableListing, TableSnapshot, TendedTable, Ticket,
+    Rejection, SettingsChange, SnapshotSink, StorageError, Store, StoreConfig, StoredChange,
+    StoredRow, Table, TableListing, TableSnapshot, TendedTable, Ticket,
 };
 
 /// Stop filling a query page (or a streamed batch) after this many bytes of encoded entities, so
@@ -248,14 +248,16 @@ impl Engine {
 
     /// Creates a table.
     pub fn create_table(&self, name: &str) -> Result<TableName, TableError> {
-        self.create_table_with_indexes(name, Vec::new())
+        self.create_table_with(name, Vec::new(), SettingsChange::default())
     }
 
-    /// Creates a table with declared indexes, ready at once.
-    pub fn create_table_with_indexes(
+    /// Creates a table with declared indexes, ready at once, and `settings` (its feed and
+    /// expiry): its first commit sees all of them.
+    pub fn create_table_with(
         &self,
         name: &str,
         indexes: Vec<IndexDefinition>,
+        settings: SettingsChange,
     ) -> Result<TableName, TableError> {
         let name = TableName::parse(name)?;
         if indexes.len() > MAX_INDEXES_PER_TABLE {
@@ -274,7 +276,7 @@ impl Engine {
                 });
             }
         }
-        match self.store.create_table(&name, &indexes)? {
+        match self.store.create_table(&name, &indexes, settings)? {
             Ok(table) => Ok(table.name().clone()),
             Err(CreateRefusal::AlreadyExists) => {
                 Err(TableError::TableAlreadyExists(name.to_string()))
@@ -685,8 +687,18 @@ impl Engine {
     /// Starts keeping table `name`'s change feed as `feed` says, or stops (`None`): every commit
     /// after this returns writes a record of each entity it changes (or none).
     pub fn set_change_feed(&self, name: &str, feed: Option<ChangeFeed>) -> Result<(), TableError> {
+        let change = SettingsChange {
+            change_feed: Some(feed),
+            ..SettingsChange::default()
+        };
+        self.set_settings(name, change)
+    }
+
+    /// Makes `change` to table `name`'s feed and expiry at once: every read and commit after this
+    /// returns sees all of it.
+    pub fn set_settings(&self, name: &str, change: SettingsChange) -> Result<(), TableError> {
         let table = self.table(name)?;
-        if table.set_change_feed(feed)? {
+        if table.set_settings(change)? {
             Ok(())
         } else {
             Err(TableError::TableNotFound(table.name().to_string()))
@@ -701,18 +713,11 @@ impl Engine {
         enabled: bool,
         default_seconds: u64,
     ) -> Result<(), TableError> {
-        let ttl = match enabled {
-            true => Some(TimeToLive {
-                default_seconds: default_ttl(default_seconds)?,
-            }),
-            false => None,
+        let change = SettingsChange {
+            time_to_live: Some(time_to_live(enabled, default_seconds)?),
+            ..SettingsChange::default()
         };
-        let table = self.table(name)?;
-        if table.set_time_to_live(ttl)? {
-            Ok(())
-        } else {
-            Err(TableError::TableNotFound(table.name().to_string()))
-        }
+        self.set_settings(name, change)
     }
 
     /// The records of table `name`'s change feed after `after` (from the oldest kept when
@@ -942,4 +947,40 @@ pub(crate) fn rejection_error(
         Refusal::Invalid(invalid) => TableError::Invalid(invalid),
         Refusal::IndexValueTaken { index, .. } => TableError::IndexValueTaken { index },
     }
+}
+
+/// A change of a table's feed and expiry as a request asks it, checked (so that a bad value
+/// changes nothing): `feed` on (`Some(true, ...)`) kept `retention_seconds` (0: a day), with before
+/// images if asked, or off; `ttl` on (`Some(true, ...)`) with its default, or off; `None` leaves
+/// either as it is.
+pub fn settings_change(
+    feed: Option<(bool, u64, bool)>,
+    ttl: Option<(bool, u64)>,
+) -> Result<SettingsChange, TableError> {
+    let change_feed = match feed {
+        Some((true, retention_seconds, before_images)) => Some(Some(
+            ChangeFeed::new(retention_seconds, before_images).map_err(TableError::Invalid)?,
+        )),
+        Some((false, _, _)) => Some(None),
+        None => None,
+    };
+    let time_to_live = match ttl {
+        Some((enabled, default_seconds)) => Some(time_to_live(enabled, default_seconds)?),
+        None => None,
+    };
+    Ok(SettingsChange {
+        change_feed,
+        time_to_live,
+    })
+}
+
+/// A table's expiry as its settings ask: off unless `enabled`, an entity without its own
+/// `TimeToLive` living `default_seconds` (0: until it says).
+pub fn time_to_live(enabled: bool, default_seconds: u64) -> Result<Option<TimeToLive>, TableError> {
+    Ok(match enabled {
+        true => Some(TimeToLive {
+            default_seconds: default_ttl(default_seconds)?,
+        }),
+        false => None,
+    })
 }

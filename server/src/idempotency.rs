@@ -29,7 +29,7 @@ use crate::model::{
 use crate::query::QuerySpec;
 use crate::storage::{
     decode_selected, on_blocking_pool, Commit, CommitOutcome, Committed, CreateRefusal, EntityView,
-    PartitionBatch, RejectReason, Rejection, StorageError,
+    PartitionBatch, RejectReason, Rejection, SettingsChange, StorageError,
 };
 
 /// How long a key's record answers retries unless `--idempotency-window` says otherwise: ten
@@ -284,10 +284,16 @@ impl Engine {
         let ttl = TimeToLive {
             default_seconds: Some(self.idempotency_window_seconds),
         };
-        on_blocking_pool(move || match store.create_table(&records_table(), &[])? {
-            Ok(table) => table.set_time_to_live(Some(ttl)).map(drop),
-            Err(CreateRefusal::AlreadyExists | CreateRefusal::BeingDeleted) => Ok(()),
-        })
+        let settings = SettingsChange {
+            time_to_live: Some(Some(ttl)),
+            ..SettingsChange::default()
+        };
+        on_blocking_pool(
+            move || match store.create_table(&records_table(), &[], settings)? {
+                Ok(_) => Ok(()),
+                Err(CreateRefusal::AlreadyExists | CreateRefusal::BeingDeleted) => Ok(()),
+            },
+        )
         .await?;
         Ok(())
     }

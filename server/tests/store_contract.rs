@@ -20,8 +20,8 @@ use trestle_server::model::{
 };
 use trestle_server::storage::{
     read_entity, Commit, CommitOutcome, CreateRefusal, FeedBatch, KeyScan, PartitionBatch,
-    PostgresOptions, PostgresStore, RejectReason, SledStore, StorageError, Store, StoreOptions,
-    Table, TableKey, Visit,
+    PostgresOptions, PostgresStore, RejectReason, SettingsChange, SledStore, StorageError, Store,
+    StoreOptions, Table, TableKey, Visit,
 };
 
 /// The store's one commit ([`Store::commit`]), run to its end from a test's thread.
@@ -472,7 +472,10 @@ pub fn check_contract(store: &Arc<dyn Store>, seed: u64, steps: usize) {
     }
     let mut rng = Rng { state: seed };
     let name = TableName::parse("Contract").unwrap();
-    let mut table: Arc<dyn Table> = store.create_table(&name, &[]).unwrap().unwrap();
+    let mut table: Arc<dyn Table> = store
+        .create_table(&name, &[], SettingsChange::default())
+        .unwrap()
+        .unwrap();
     let mut model = Model::new();
     for _ in 0..steps {
         match rng.below(20) {
@@ -502,7 +505,10 @@ pub fn check_contract(store: &Arc<dyn Store>, seed: u64, steps: usize) {
                 );
                 model.clear();
                 table = loop {
-                    match store.create_table(&name, &[]).unwrap() {
+                    match store
+                        .create_table(&name, &[], SettingsChange::default())
+                        .unwrap()
+                    {
                         Ok(table) => break table,
                         // Its rows are still being reclaimed.
                         Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
@@ -544,9 +550,16 @@ fn the_postgres_store_keeps_the_contract() {
 /// which a committing session changes between its locks: 1 to 4 records a second were passed.
 fn check_feed_under_concurrent_commits(store: Arc<dyn Store>, writing: Duration) {
     let name = TableName::parse("Feed").unwrap();
-    let created = store.create_table(&name, &[]).unwrap().unwrap();
+    let created = store
+        .create_table(&name, &[], SettingsChange::default())
+        .unwrap()
+        .unwrap();
     let feed = ChangeFeed::new(0, false).unwrap();
-    assert!(created.set_change_feed(Some(feed)).unwrap());
+    let change = SettingsChange {
+        change_feed: Some(Some(feed)),
+        ..SettingsChange::default()
+    };
+    assert!(created.set_settings(change).unwrap());
     let table = store.table(&name).unwrap().unwrap();
     let until = Instant::now() + writing;
     let batch = FeedBatch {
@@ -648,7 +661,10 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     let url = postgres.database("purge");
     let name = TableName::parse("Purged").unwrap();
     let not_purging: Arc<dyn Store> = Arc::new(open_postgres(&url, 1, false).unwrap());
-    let table = not_purging.create_table(&name, &[]).unwrap().unwrap();
+    let table = not_purging
+        .create_table(&name, &[], SettingsChange::default())
+        .unwrap()
+        .unwrap();
     // More rows than one purge statement deletes.
     for chunk in 0..(trestle_server::storage::PURGE_BATCH as usize * 2 / 100 + 1) {
         let inserts = (0..100)
@@ -661,7 +677,10 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     }
     assert!(not_purging.delete_table(&name).unwrap());
     assert_eq!(
-        not_purging.create_table(&name, &[]).unwrap().unwrap_err(),
+        not_purging
+            .create_table(&name, &[], SettingsChange::default())
+            .unwrap()
+            .unwrap_err(),
         CreateRefusal::BeingDeleted
     );
     drop(not_purging);
@@ -670,7 +689,10 @@ fn a_deleted_tables_purge_left_unfinished_is_finished_by_the_next_store_to_open(
     let started = std::time::Instant::now();
     let old_table = table;
     let table = loop {
-        match purging.create_table(&name, &[]).unwrap() {
+        match purging
+            .create_table(&name, &[], SettingsChange::default())
+            .unwrap()
+        {
             Ok(table) => break table,
             Err(refusal) => assert_eq!(refusal, CreateRefusal::BeingDeleted),
         }
@@ -770,7 +792,10 @@ fn a_call_that_panics_leaves_the_postgres_store_its_connection() {
     let url = postgres.database("panics");
     let store: Arc<dyn Store> = Arc::new(open_postgres(&url, 1, false).unwrap());
     let name = TableName::parse("Scanned").unwrap();
-    let table = store.create_table(&name, &[]).unwrap().unwrap();
+    let table = store
+        .create_table(&name, &[], SettingsChange::default())
+        .unwrap()
+        .unwrap();
     let inserts = (0..3)
         .map(|n| {
             let entity = NewEntity::new(key("p", &n.to_string()), Properties::new()).unwrap();
@@ -852,7 +877,11 @@ fn a_dropped_index_and_a_deleted_tables_indexes_are_purged_from_the_database() {
     };
     let name = TableName::parse("Indexed").unwrap();
     let table = store
-        .create_table(&name, &[definition("ByN"), definition("AlsoByN")])
+        .create_table(
+            &name,
+            &[definition("ByN"), definition("AlsoByN")],
+            SettingsChange::default(),
+        )
         .unwrap()
         .unwrap();
     for chunk in 0..30 {

@@ -98,7 +98,7 @@ fn body_of<'a, T: Deserialize<'a>>(body: &'a [u8], shape: &str) -> Result<T, Fai
 /// not name is left as it is.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SettingsChange {
+struct SettingsBody {
     #[serde(default, deserialize_with = "named")]
     change_feed: Option<Option<FeedSetting>>,
     #[serde(default, deserialize_with = "named")]
@@ -152,7 +152,7 @@ async fn change_settings(
 ) -> Result<Response, Failure> {
     let _in_flight = managing(console, headers, &table)?;
     let shape = r#"{"changeFeed": {...} | null, "timeToLive": {...} | null}"#;
-    let change: SettingsChange = body_of(body, shape)?;
+    let change: SettingsBody = body_of(body, shape)?;
     let feed = match change.change_feed {
         Some(Some(feed)) => Some(Some(
             ChangeFeed::new(feed.retention_seconds, feed.before_images)
@@ -161,15 +161,20 @@ async fn change_settings(
         Some(None) => Some(None),
         None => None,
     };
+    let time_to_live = match change.time_to_live {
+        Some(ttl) => Some(crate::engine::time_to_live(
+            ttl.is_some(),
+            ttl.as_ref().map_or(0, |ttl| ttl.default_seconds),
+        )?),
+        None => None,
+    };
+    let change = crate::storage::SettingsChange {
+        change_feed: feed,
+        time_to_live,
+    };
+    // Both in one change: a bad value of either changes neither.
     settings_after(console, table, move |engine, table| {
-        if let Some(feed) = feed {
-            engine.set_change_feed(table, feed)?;
-        }
-        if let Some(ttl) = change.time_to_live {
-            let default_seconds = ttl.as_ref().map_or(0, |ttl| ttl.default_seconds);
-            engine.set_time_to_live(table, ttl.is_some(), default_seconds)?;
-        }
-        Ok(())
+        engine.set_settings(table, change)
     })
     .await
 }

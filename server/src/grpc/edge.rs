@@ -100,6 +100,7 @@ const METHODS: &[&str] = &[
     "SetTableAccessPolicies",
     "SetChangeFeed",
     "SetTimeToLive",
+    "SetTableSettings",
     "ReadChanges",
     "InsertEntity",
     "UpdateEntity",

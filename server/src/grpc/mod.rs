@@ -263,26 +263,21 @@ impl service::table_service_server::TableService for TableApi {
             .map(|definition| convert::index_definition(Some(definition)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
-        let (table, change_feed) = (request.table, request.change_feed);
-        // Checked before the table is made, so that a bad setting makes nothing.
-        let feed = ChangeFeed::new(
-            request.change_feed_retention_seconds,
-            request.change_feed_before_images,
+        // Checked before the table is made, so that a bad setting makes nothing; made with it.
+        let settings = crate::engine::settings_change(
+            Some((
+                request.change_feed,
+                request.change_feed_retention_seconds,
+                request.change_feed_before_images,
+            )),
+            Some((request.time_to_live, request.default_time_to_live_seconds)),
         )
-        .map_err(invalid)?;
-        let (time_to_live, default_ttl) =
-            (request.time_to_live, request.default_time_to_live_seconds);
-        crate::model::default_ttl(default_ttl).map_err(invalid)?;
+        .map_err(|error| status::to_status(&error))?;
+        let table = request.table;
         let described = self
             .executor
             .blocking(move |engine| {
-                engine.create_table_with_indexes(&table, definitions)?;
-                if change_feed {
-                    engine.set_change_feed(&table, Some(feed))?;
-                }
-                if time_to_live {
-                    engine.set_time_to_live(&table, true, default_ttl)?;
-                }
+                engine.create_table_with(&table, definitions, settings)?;
                 engine.describe_table(&table)
             })
             .await?;
@@ -335,6 +330,30 @@ impl service::table_service_server::TableService for TableApi {
             .blocking(move |engine| engine.set_time_to_live(&table, enabled, default))
             .await?;
         Ok(Response::new(pb::SetTimeToLiveResponse {}))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn set_table_settings(
+        &self,
+        request: Request<pb::SetTableSettingsRequest>,
+    ) -> Result<Response<pb::Table>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        admitted.access.manage_table(&request.table)?;
+        let feed = (request.change_feed.as_ref())
+            .map(|feed| (feed.enabled, feed.retention_seconds, feed.before_images));
+        let ttl = (request.time_to_live.as_ref()).map(|ttl| (ttl.enabled, ttl.default_seconds));
+        let change =
+            crate::engine::settings_change(feed, ttl).map_err(|error| status::to_status(&error))?;
+        let table = request.table;
+        let described = self
+            .executor
+            .blocking(move |engine| {
+                engine.set_settings(&table, change)?;
+                engine.describe_table(&table)
+            })
+            .await?;
+        Ok(Response::new(convert::table_to_pb(described)))
     }
 
     type ReadChangesStream = changes::ChangeStream;

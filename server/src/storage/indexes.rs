@@ -33,6 +33,29 @@ pub struct IndexCatalog {
     pub time_to_live: Option<TimeToLive>,
 }
 
+/// A change of the settings a table's catalog keeps beside its indexes: each one given is set
+/// (`Some(None)`: off), the other left as it is. A store writes it in one change of the catalog,
+/// so a commit sees all of it or none; a table is created with one ([`super::Store::create_table`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettingsChange {
+    /// The change feed: kept as given, or not kept.
+    pub change_feed: Option<Option<ChangeFeed>>,
+    /// Expiry: as given, or none.
+    pub time_to_live: Option<Option<TimeToLive>>,
+}
+
+impl SettingsChange {
+    /// `catalog` with the change made.
+    pub fn apply(&self, catalog: &mut IndexCatalog) {
+        if let Some(feed) = self.change_feed {
+            catalog.change_feed = feed;
+        }
+        if let Some(ttl) = self.time_to_live {
+            catalog.time_to_live = ttl;
+        }
+    }
+}
+
 /// Why an index cannot be declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexRefusal {

@@ -49,7 +49,9 @@ pub(crate) use codec::decode_selected;
 pub use codec::{EntityView, PropertyBytes, Shown, StoredProperties, StoredValue};
 pub use config::{open, StoreConfig, DEFAULT_STORE_POOL_SIZE};
 pub use error::{io_is_disk_full, Fault, RejectReason, Rejection, StorageError};
-pub use indexes::{build_in_background, entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal};
+pub use indexes::{
+    build_in_background, entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, SettingsChange,
+};
 pub use postgres_store::{
     PostgresOptions, PostgresStore, PostgresTable, PURGE_BATCH, SCHEMA_VERSION,
 };
@@ -342,11 +344,13 @@ pub trait Store: Send + Sync + Debug {
     fn table(&self, name: &TableName) -> Result<Option<Arc<dyn Table>>, StorageError>;
 
     /// Creates a table with `indexes` (checked: distinct names, at most
-    /// [`crate::model::MAX_INDEXES_PER_TABLE`]), ready at once, durably.
+    /// [`crate::model::MAX_INDEXES_PER_TABLE`]), ready at once, and `settings` (its feed and
+    /// expiry), durably: its first commit sees all of them.
     fn create_table(
         &self,
         name: &TableName,
         indexes: &[IndexDefinition],
+        settings: SettingsChange,
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError>;
 
     /// Deletes a table: it disappears at once, durably, and its rows are reclaimed in the
@@ -632,17 +636,14 @@ pub trait Indexed {
     /// When the table's entities expire, if it lets them (cheap: every read asks).
     fn time_to_live(&self) -> Option<TimeToLive>;
 
-    /// Lets entities expire (`Some`, with the table's default) or not (`None`), for every read
-    /// and commit after this returns. `false` if the table is gone.
-    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError>;
-
     /// Records the end of an index's build. [`StorageError::IndexGone`] if it was dropped.
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError>;
 
-    /// Starts (or stops, `None`) writing a change record with every change of an entity, as
-    /// `feed` says: each commit that reads the catalog after this returns does. `false` if the
-    /// table is gone.
-    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError>;
+    /// Makes `change` to the table's feed and expiry in one change of its catalog: every read and
+    /// commit after this returns sees all of it (a commit then writes a change record with every
+    /// change of an entity as the feed says, or none; entities expire as the expiry says).
+    /// `false` if the table is gone.
+    fn set_settings(&self, change: SettingsChange) -> Result<bool, StorageError>;
 
     /// Visits the entities the scan's index holds in its range, in the index's order (descending
     /// if `reverse`), until the visitor says [`Visit::Stop`]; returns the sort key it stopped at

@@ -11,12 +11,12 @@ use super::pool::Prepared;
 use super::sql::{partition_lock, read_snapshot, table_lock, visit_portal, LOCK_TABLE};
 use super::table::PostgresTable;
 use crate::model::{
-    AddedEntry, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexState,
-    KeyPosition, TimeToLive,
+    AddedEntry, CommitPlan, EntityKey, Index, IndexDefinition, IndexEntry, IndexState, KeyPosition,
+    TimeToLive,
 };
 use crate::storage::{
     entity_sort_keys, BuildStep, EntityView, IndexCatalog, IndexRefusal, IndexScan, Indexed,
-    Rejection, StorageError, Visitor,
+    Rejection, SettingsChange, StorageError, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -252,19 +252,11 @@ impl Indexed for PostgresTable {
     }
 
     /// Waits for the commits under way (the table's lock, exclusively).
-    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError> {
-        let changed = self.change_catalog(true, |catalog, _| {
-            catalog.time_to_live = ttl;
-            Ok(())
-        })?;
-        Ok(changed.is_some())
-    }
-
     /// Waits for the commits under way (the table's lock, exclusively), so that every commit
-    /// after it writes records.
-    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError> {
+    /// after it writes records as the feed now says.
+    fn set_settings(&self, change: SettingsChange) -> Result<bool, StorageError> {
         let changed = self.change_catalog(true, |catalog, _| {
-            catalog.change_feed = feed;
+            change.apply(catalog);
             Ok(())
         })?;
         Ok(changed.is_some())

@@ -62,8 +62,8 @@ use self::pool::Pool;
 pub use self::table::PostgresTable;
 use super::{
     build_in_background, AwaitedCalls, CommitOutcome, CreateRefusal, EntityView, FeedBatch,
-    FeedPosition, FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, StorageError, Store,
-    StoreSecret, Table, TableKey, TendedTable,
+    FeedPosition, FeedRead, FoundVisitor, IndexCatalog, NamedGetVisitor, SettingsChange,
+    StorageError, Store, StoreSecret, Table, TableKey, TendedTable,
 };
 use crate::model::{EntityKey, IndexDefinition, IndexState, TableName};
 use crate::storage::{Commit, StoreFuture, TableListing};
@@ -592,10 +592,12 @@ impl Store for PostgresStore {
         &self,
         name: &TableName,
         indexes: &[IndexDefinition],
+        settings: SettingsChange,
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError> {
         let created = self.pool.with(|connection| {
             let (client, mut prepared) = connection.parts();
             let mut catalog = IndexCatalog::default();
+            settings.apply(&mut catalog);
             for definition in indexes {
                 let id: i64 = client
                     .query_one("SELECT nextval('trestle_index_ids')", &[])?

@@ -428,7 +428,7 @@ fn place_results(parts: &[Part], planned: Vec<PlannedPart>, stored: &mut [Option
 mod tests {
     use super::*;
     use crate::model::{EntityKey, NewEntity, Operation, Properties, TableName, Value};
-    use crate::storage::Store;
+    use crate::storage::{SettingsChange, Store};
 
     use crate::storage::sled_store::table::tests::reopen as open;
 
@@ -459,7 +459,10 @@ mod tests {
         {
             let store = open(dir.path());
             for table in ["One", "Two"] {
-                store.create_table(&name(table), &[]).unwrap().unwrap();
+                store
+                    .create_table(&name(table), &[], SettingsChange::default())
+                    .unwrap()
+                    .unwrap();
             }
             let (one, two) = (
                 store.sled_table(&name("One")).unwrap(),
@@ -509,7 +512,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
         for table in ["One", "Two"] {
-            store.create_table(&name(table), &[]).unwrap().unwrap();
+            store
+                .create_table(&name(table), &[], SettingsChange::default())
+                .unwrap()
+                .unwrap();
         }
         let two = store.sled_table(&name("Two")).unwrap();
         let held = store.shared.locks.lock(two.id, b"q");
@@ -550,7 +556,10 @@ mod tests {
     fn a_commit_across_a_deleted_table_is_refused_at_its_first_operation() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
-        store.create_table(&name("One"), &[]).unwrap().unwrap();
+        store
+            .create_table(&name("One"), &[], SettingsChange::default())
+            .unwrap()
+            .unwrap();
         let batches = vec![batch("One", "p", 0, 1), batch("Gone", "q", 1, 2)];
         let refused = store
             .commit_batches_across(batches, 2, true)
@@ -570,7 +579,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = std::sync::Arc::new(open(dir.path()));
         for table in ["One", "Two"] {
-            store.create_table(&name(table), &[]).unwrap().unwrap();
+            store
+                .create_table(&name(table), &[], SettingsChange::default())
+                .unwrap()
+                .unwrap();
         }
         let two = store.sled_table(&name("Two")).unwrap();
         let held = store.shared.locks.lock(two.id, b"q");

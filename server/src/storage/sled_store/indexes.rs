@@ -17,11 +17,12 @@ use super::table::SledTable;
 use super::undo::RowChange;
 use super::{EntityView, Rejection, StorageError};
 use crate::model::{
-    successor_of_prefix, ChangeFeed, CommitPlan, EntityKey, Index, IndexDefinition, IndexState,
-    KeyPosition, KeyRange, TimeToLive,
+    successor_of_prefix, CommitPlan, EntityKey, Index, IndexDefinition, IndexState, KeyPosition,
+    KeyRange, TimeToLive,
 };
 use crate::storage::{
-    entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, IndexScan, Indexed, Visit, Visitor,
+    entity_sort_keys, BuildStep, IndexCatalog, IndexRefusal, IndexScan, Indexed, SettingsChange,
+    Visit, Visitor,
 };
 
 /// Entities one build step reads (all of one partition).
@@ -123,8 +124,10 @@ impl SledTable {
     pub(super) fn declare_at_creation(
         &self,
         definitions: &[IndexDefinition],
+        settings: SettingsChange,
     ) -> Result<(), StorageError> {
         let mut catalog = IndexCatalog::default();
+        settings.apply(&mut catalog);
         for definition in definitions {
             let id = self.shared.db.generate_id()?;
             catalog
@@ -133,7 +136,7 @@ impl SledTable {
                     StorageError::Corrupt(format!("unchecked index definitions: {refusal:?}"))
                 })?;
         }
-        if !catalog.indexes.is_empty() {
+        if catalog != IndexCatalog::default() {
             self.tree.insert(key::INDEX_CATALOG, catalog.encode())?;
             *self.indexes.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(catalog);
         }
@@ -416,12 +419,8 @@ impl Indexed for SledTable {
         self.index_catalog().time_to_live
     }
 
-    fn set_time_to_live(&self, ttl: Option<TimeToLive>) -> Result<bool, StorageError> {
-        self.change_settings(|catalog| catalog.time_to_live = ttl)
-    }
-
-    fn set_change_feed(&self, feed: Option<ChangeFeed>) -> Result<bool, StorageError> {
-        self.change_settings(|catalog| catalog.change_feed = feed)
+    fn set_settings(&self, change: SettingsChange) -> Result<bool, StorageError> {
+        self.change_settings(|catalog| change.apply(catalog))
     }
 
     fn set_index_state(&self, index_id: u64, state: IndexState) -> Result<(), StorageError> {

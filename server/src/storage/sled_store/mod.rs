@@ -32,8 +32,8 @@ pub use table::SledTable;
 
 use super::{
     codec, Commit, CommitOutcome, CreateRefusal, DurableListener, EntityView, Fault, FoundVisitor,
-    RejectReason, Rejection, SnapshotSink, StorageError, Store, StoreFuture, StoredRow, Table,
-    TableKey, TableListing, Ticket,
+    RejectReason, Rejection, SettingsChange, SnapshotSink, StorageError, Store, StoreFuture,
+    StoredRow, Table, TableKey, TableListing, Ticket,
 };
 use crate::model::{IndexDefinition, TableName};
 use crate::storage::StoreSecret;
@@ -271,6 +271,7 @@ impl Store for SledStore {
         &self,
         name: &TableName,
         indexes: &[IndexDefinition],
+        settings: SettingsChange,
     ) -> Result<Result<Arc<dyn Table>, CreateRefusal>, StorageError> {
         let _serial = self
             .catalog_writes
@@ -295,7 +296,7 @@ impl Store for SledStore {
             tree,
             self.shared.clone(),
         )?);
-        table.declare_at_creation(indexes)?;
+        table.declare_at_creation(indexes, settings)?;
         let applying = self.shared.applying([]);
         self.catalog.insert(name.folded(), record.encode())?;
         applying.wait_durable()?;

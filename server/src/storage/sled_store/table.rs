@@ -572,7 +572,9 @@ pub(super) mod tests {
     use crate::model::{
         EntityKey, IfMatch, NewEntity, Properties, UpsertMode, Value, MAX_VALUE_BYTES,
     };
-    use crate::storage::{read_entity, Indexed, KeyScan, SledStore, Store, StoreOptions};
+    use crate::storage::{
+        read_entity, Indexed, KeyScan, SettingsChange, SledStore, Store, StoreOptions,
+    };
 
     /// A table whose partition `p` holds rows `r000`, `r002`, … `r198`.
     pub(in crate::storage::sled_store) fn table_with_even_rows(
@@ -580,7 +582,10 @@ pub(super) mod tests {
     ) -> (SledStore, Arc<SledTable>) {
         let store = SledStore::open(dir, StoreOptions::default()).unwrap();
         let name = TableName::parse("Rows").unwrap();
-        store.create_table(&name, &[]).unwrap().unwrap();
+        store
+            .create_table(&name, &[], SettingsChange::default())
+            .unwrap()
+            .unwrap();
         let table = store.sled_table(&name).unwrap();
         let inserts = (0..200)
             .step_by(2)
@@ -828,7 +833,11 @@ pub(super) mod tests {
         {
             let (store, table) = table_with_even_rows(dir.path());
             let feed = crate::model::ChangeFeed::new(0, false).unwrap();
-            assert!(table.set_change_feed(Some(feed)).unwrap());
+            let change = SettingsChange {
+                change_feed: Some(Some(feed)),
+                ..SettingsChange::default()
+            };
+            assert!(table.set_settings(change).unwrap());
             table.commit("p", vec![insert("r001", 1)]).unwrap().unwrap();
             table.commit("p", vec![insert("r003", 3)]).unwrap().unwrap();
             let refused = table.commit("p", vec![insert("r003", 4)]).unwrap();
