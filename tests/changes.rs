@@ -1158,3 +1158,57 @@ async fn a_tables_settings_are_set_together_at_creation_and_after_and_a_bad_one_
         .await;
     assert!(missing.unwrap_err().is_not_found());
 }
+
+#[tokio::test]
+async fn segment_readers_together_read_every_record_once_each_partition_in_one_segment() {
+    use futures_util::TryStreamExt;
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Split", true).await;
+    for n in 0..120 {
+        let partition = format!("p{}", n % 17);
+        insert(&mut client, "Split", &partition, &format!("r{n:03}"), n).await;
+    }
+    let all = read_all(&mut client, "Split", "").await;
+    let sdk = server.sdk().await;
+    let mut seen = Vec::new();
+    let mut segment_of = std::collections::HashMap::new();
+    for segment in 0..4 {
+        let changes: Vec<trestle_client::Change<trestle_client::Properties>> = (sdk.table("Split"))
+            .changes()
+            .segment(segment, 4)
+            .stream()
+            .try_collect()
+            .await
+            .unwrap();
+        let cursors: Vec<String> = changes.iter().map(|c| c.cursor.to_string()).collect();
+        let mut in_order = cursors.clone();
+        in_order.sort_by_key(|cursor| all.iter().position(|c| c.cursor == *cursor));
+        assert_eq!(cursors, in_order, "segment {segment} in feed order");
+        for change in &changes {
+            let partition = change.key.partition_key.clone();
+            let first = *segment_of.entry(partition.clone()).or_insert(segment);
+            assert_eq!(first, segment, "{partition} in two segments");
+        }
+        seen.extend(cursors);
+    }
+    seen.sort();
+    let mut every: Vec<String> = all.iter().map(|c| c.cursor.clone()).collect();
+    every.sort();
+    assert_eq!(seen, every, "each record in exactly one segment");
+    assert!(
+        segment_of
+            .values()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            > 1
+    );
+    let request = pb::ReadChangesRequest {
+        table: "Split".into(),
+        segment: 4,
+        total_segments: 4,
+        ..Default::default()
+    };
+    let refused = client.read_changes(request).await.map(drop);
+    common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
+}

@@ -206,6 +206,15 @@ impl ChangeFeed {
         self
     }
 
+    /// Only the changes of segment `segment` of `total` (as [`TableClient::scan_parallel`]
+    /// splits a table, by a hash of the PartitionKey): `total` readers, one per segment, together
+    /// read every change once, each partition's in one segment and in feed order.
+    pub fn segment(mut self, segment: u32, total: u32) -> Self {
+        self.request.segment = segment;
+        self.request.total_segments = total;
+        self
+    }
+
     /// After the change `cursor` came with (a reader resuming where it stopped).
     pub fn from(mut self, cursor: FeedCursor) -> Self {
         self.request.cursor = cursor.0;

@@ -1,8 +1,8 @@
 //! `ReadChanges`: a table's change feed streamed from a cursor, a batch at a time read on the
 //! blocking pool; with `follow`, a reader that has caught up waits for the table's watcher to
 //! see new commits ([`FeedWatch`]), until the reader goes away. A token bounded to a key range is shown only
-//! the records of its range, a reader of one partition only that partition's, and a reader with a
-//! filter only the records it matches ([`FeedFilter`]). The stream
+//! the records of its range, a reader of one partition or one segment only that partition's or
+//! segment's, and a reader with a filter only the records it matches ([`FeedFilter`]). The stream
 //! holds the request's in-flight permit and a place among its connection's open scans while it
 //! lives. Its batches are the stream framing's ([`STREAM_BATCH_BYTES`], read so by the store:
 //! [`FeedBatch`]), each holding its share of the streams' memory budget until the transport takes
@@ -27,7 +27,7 @@ use crate::error::TableError;
 use crate::executor::Executor;
 use crate::feed_filter::{FeedFilter, Matched};
 use crate::feed_watch::FeedWatch;
-use crate::model::{ChangeKind, ValidationError, WorkBudget};
+use crate::model::{ChangeKind, Segment, ValidationError, WorkBudget};
 use crate::storage::{FeedBatch, FeedEnd, FeedPosition, StorageError, StoredChange};
 
 /// What one batch holds at most: 500 records, and the stream framing's bytes.
@@ -56,6 +56,8 @@ pub(crate) struct Reader {
     from_end: bool,
     /// Only the records it matches, if given ([`FeedFilter`]).
     filter: Option<FeedFilter>,
+    /// Only the records of this segment's partitions, if given.
+    segment: Option<Segment>,
     access: Access,
     /// What its buffered batches may hold.
     limits: StreamLimits,
@@ -81,6 +83,7 @@ impl Reader {
     ) -> Result<Reader, Status> {
         let filter =
             FeedFilter::parse(&request.filter, &mut work_budget.spend()).map_err(invalid)?;
+        let segment = Segment::of(request.segment, request.total_segments).map_err(invalid)?;
         let after = match request.cursor.as_str() {
             "" => None,
             _ if request.from_end => {
@@ -97,6 +100,7 @@ impl Reader {
             partition_key: Some(request.partition_key).filter(|pk| !pk.is_empty()),
             from_end: request.from_end,
             filter,
+            segment,
             access,
             limits,
             _holds: holds,
@@ -233,11 +237,10 @@ impl Reader {
         let mut changes = Vec::with_capacity(batch.len() * 256);
         for change in &batch {
             let key = &change.key;
-            if self
-                .partition_key
-                .as_ref()
-                .is_some_and(|pk| *pk != key.partition_key)
-            {
+            let pk = &key.partition_key;
+            let other_partition = (self.partition_key.as_ref()).is_some_and(|only| only != pk);
+            let other_segment = (self.segment).is_some_and(|segment| !segment.holds(pk));
+            if other_partition || other_segment {
                 continue;
             }
             let read = Permissions::READ;
