@@ -275,7 +275,7 @@ impl ChangeFeed {
     }
 }
 
-fn change_from_pb<T: DeserializeOwned>(change: pb::Change) -> Result<Change<T>> {
+pub(crate) fn change_from_pb<T: DeserializeOwned>(change: pb::Change) -> Result<Change<T>> {
     let kind = match pb::ChangeKind::try_from(change.kind) {
         Ok(pb::ChangeKind::Insert) => ChangeKind::Insert,
         Ok(pb::ChangeKind::Replace) => ChangeKind::Replace,

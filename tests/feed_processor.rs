@@ -1,0 +1,245 @@
+//! The SDK's change-feed processor on either store: workers of one group sum a table's inserts
+//! into a totals entity with each batch's checkpoint in the same transaction, while one worker
+//! dies (its runtime dropped mid-flight, nothing handed back) and another joins: the totals come
+//! out exact (each change's effect once), the newcomer gets its share within two lease times,
+//! and a worker that paused past its lease time cannot commit once its lease moved.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use trestle_client::{
+    ChangeBatch, ChangeKind, Client, CrossTransaction, FeedProcessor, Patch, Properties,
+};
+use trestle_proto::pb;
+
+const SALES: &str = "Sales";
+const TOTALS: &str = "Totals";
+const LEASE_TIME: Duration = Duration::from_secs(2);
+
+/// A worker on a thread and runtime of its own, until told to stop or to die.
+struct Worker {
+    name: String,
+    stop: Option<std::sync::mpsc::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts worker `name` of the group against the server at `endpoint`; its handler sleeps
+    /// `pause` in its first batch.
+    fn start(endpoint: String, name: &str, pause: Duration) -> Worker {
+        let (stop, stopped) = std::sync::mpsc::channel::<bool>();
+        let worker = name.to_owned();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let running = runtime.block_on(async move {
+                let client = Client::connect(endpoint).await.unwrap();
+                let paused = Arc::new(AtomicBool::new(pause.is_zero()));
+                let handler = move |batch: ChangeBatch<Properties>, tx: CrossTransaction| {
+                    let paused = paused.clone();
+                    async move { sum(batch, tx, &paused, pause).await }
+                };
+                FeedProcessor::builder(&client.table(SALES), "totals")
+                    .ranges(8)
+                    .lease_time(LEASE_TIME)
+                    .worker_name(worker)
+                    .start(handler)
+                    .unwrap()
+            });
+            // true: die (the runtime dropped with the worker mid-flight); false: stop.
+            if stopped.recv().unwrap_or(true) {
+                runtime.shutdown_background();
+            } else {
+                runtime.block_on(running.stop()).unwrap();
+            }
+        });
+        Worker {
+            name: name.to_owned(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn end(&mut self, die: bool) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(die);
+        }
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.end(true);
+    }
+}
+
+/// The handler: each insert's `Amount` added to the total, and counted, in the batch's
+/// transaction (after `pause`, the first time, if not `paused` yet).
+async fn sum(
+    batch: ChangeBatch<Properties>,
+    mut tx: CrossTransaction,
+    paused: &AtomicBool,
+    pause: Duration,
+) -> trestle_client::Result<CrossTransaction> {
+    if !paused.swap(true, Ordering::SeqCst) {
+        tokio::time::sleep(pause).await;
+    }
+    let (mut total, mut count) = (0i64, 0i64);
+    for change in &batch.changes {
+        if change.kind == ChangeKind::Insert {
+            let amount = change.entity.as_ref().unwrap().value.get("Amount").cloned();
+            total += match amount {
+                Some(trestle_client::Value::Int64(n)) => n,
+                other => panic!("Amount is {other:?}"),
+            };
+            count += 1;
+        }
+    }
+    let patch = Patch::new()
+        .increment("Sum", total)
+        .increment("Count", count)
+        .upsert();
+    tx.patch(TOTALS, ("t", "all"), &patch)?;
+    Ok(tx)
+}
+
+async fn setup(server: &TestServer) -> Client {
+    let sdk = server.sdk().await;
+    let mut client = server.client().await;
+    let sales = pb::CreateTableRequest {
+        table: SALES.into(),
+        change_feed: true,
+        ..Default::default()
+    };
+    client.create_table(sales).await.unwrap();
+    sdk.table(TOTALS).create().await.unwrap();
+    sdk
+}
+
+/// Inserts sales `from..to`, each `Amount` its number modulo 97 plus 1: their amounts' sum.
+async fn sell(sdk: &Client, from: i64, to: i64) -> i64 {
+    let sales = sdk.table(SALES);
+    let mut total = 0;
+    for n in from..to {
+        let amount = n % 97 + 1;
+        let sale = Properties::new().with("Amount", trestle_client::Value::Int64(amount));
+        sales
+            .insert((format!("p{}", n % 30), format!("s{n:05}")), &sale)
+            .await
+            .unwrap();
+        total += amount;
+    }
+    total
+}
+
+/// The totals once `count` inserts are counted (or the deadline passes): (sum, count).
+async fn totals_once(sdk: &Client, count: i64, within: Duration) -> (i64, i64) {
+    let deadline = Instant::now() + within;
+    loop {
+        let read = sdk
+            .table(TOTALS)
+            .get_if_exists::<Properties>(("t", "all"))
+            .await
+            .unwrap();
+        let totals = read.map_or((0, 0), |entity| {
+            let number = |name: &str| match entity.value.get(name) {
+                Some(trestle_client::Value::Int64(n)) => *n,
+                _ => 0,
+            };
+            (number("Sum"), number("Count"))
+        });
+        if totals.1 >= count || Instant::now() > deadline {
+            return totals;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many leases of the group `worker` holds now.
+async fn leases_of(sdk: &Client, worker: &str) -> usize {
+    let leases = (sdk.table("SalesLeases").query::<Properties>())
+        .partition("totals")
+        .all()
+        .await
+        .unwrap();
+    let owner = trestle_client::Value::String(worker.to_owned());
+    leases
+        .iter()
+        .filter(|lease| lease.value.get("Owner") == Some(&owner))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_sums_every_change_once_through_a_dead_worker_and_a_new_one() {
+    let server = TestServer::start().await;
+    let sdk = setup(&server).await;
+    let mut workers: Vec<Worker> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Worker::start(server.endpoint(), name, Duration::ZERO))
+        .collect();
+    let mut expected = sell(&sdk, 0, 150).await;
+    // Worker b dies mid-flight: its leases wait out their time, then the others take them.
+    workers[1].end(true);
+    expected += sell(&sdk, 150, 300).await;
+    let (sum, count) = totals_once(&sdk, 300, Duration::from_secs(60)).await;
+    assert_eq!((sum, count), (expected, 300), "each change summed once");
+
+    // A new worker gets a share within two lease times, and the sums stay exact.
+    workers.push(Worker::start(server.endpoint(), "d", Duration::ZERO));
+    let joined = Instant::now();
+    while leases_of(&sdk, "d").await == 0 {
+        assert!(
+            joined.elapsed() < LEASE_TIME * 2 + Duration::from_secs(1),
+            "d got no lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    expected += sell(&sdk, 300, 400).await;
+    assert_eq!(
+        totals_once(&sdk, 400, Duration::from_secs(60)).await,
+        (expected, 400)
+    );
+    // Stopped, a worker hands its leases back at once.
+    let d = workers.pop().unwrap();
+    let name = d.name.clone();
+    let mut d = d;
+    d.end(false);
+    assert_eq!(leases_of(&sdk, &name).await, 0);
+    for worker in &mut workers {
+        worker.end(false);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_paused_past_its_lease_cannot_commit_once_the_lease_moved() {
+    let server = TestServer::start().await;
+    let sdk = setup(&server).await;
+    let expected = sell(&sdk, 0, 100).await;
+    // p takes every range and pauses in its first batch, past its lease time; q then takes the
+    // leases and sums everything; p's batch, committed after, is refused by its lease's ETag.
+    let mut p = Worker::start(server.endpoint(), "p", LEASE_TIME * 3);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut q = Worker::start(server.endpoint(), "q", Duration::ZERO);
+    assert_eq!(
+        totals_once(&sdk, 100, Duration::from_secs(60)).await,
+        (expected, 100)
+    );
+    tokio::time::sleep(LEASE_TIME * 3).await;
+    assert_eq!(
+        totals_once(&sdk, 100, Duration::ZERO).await,
+        (expected, 100),
+        "the paused worker's batch was not applied again"
+    );
+    p.end(false);
+    q.end(false);
+}
