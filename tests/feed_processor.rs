@@ -2,7 +2,8 @@
 //! into a totals entity with each batch's checkpoint in the same transaction, while one worker
 //! dies (its runtime dropped mid-flight, nothing handed back) and another joins: the totals come
 //! out exact (each change's effect once), the newcomer gets its share within two lease times,
-//! and a worker that paused past its lease time cannot commit once its lease moved.
+//! and a worker that paused past its lease time cannot commit once its lease moved; several
+//! workers in one process, batches in chunks of the batch size, and each range's lag.
 
 mod common;
 
@@ -50,7 +51,8 @@ impl Worker {
                     .ranges(8)
                     .lease_time(LEASE_TIME)
                     .worker_name(worker)
-                    .start(handler)
+                    .handler(handler)
+                    .start()
                     .unwrap()
             });
             // true: die (the runtime dropped with the worker mid-flight); false: stop.
@@ -242,4 +244,70 @@ async fn a_worker_that_paused_past_its_lease_cannot_commit_once_the_lease_moved(
     );
     p.end(false);
     q.end(false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_runs_several_workers_in_chunks_and_tells_each_ranges_lag() {
+    let server = TestServer::start().await;
+    let sdk = setup(&server).await;
+    let expected = sell(&sdk, 0, 120).await;
+    let handler = |batch: ChangeBatch<Properties>, tx: CrossTransaction| async move {
+        assert!(
+            batch.changes.len() <= 7,
+            "a chunk of {}",
+            batch.changes.len()
+        );
+        sum(batch, tx, &AtomicBool::new(true), Duration::ZERO).await
+    };
+    let group = || {
+        FeedProcessor::builder(&sdk.table(SALES), "totals")
+            .ranges(8)
+            .lease_time(LEASE_TIME)
+    };
+    let refused = group().workers(0).handler(handler).start().unwrap_err();
+    assert!(
+        refused.to_string().contains("at least one worker"),
+        "{refused}"
+    );
+    let refused = group().ranges(0).handler(handler).start().unwrap_err();
+    assert!(
+        refused.to_string().contains("1 to 1,024 ranges"),
+        "{refused}"
+    );
+    let refused = group()
+        .batch_size(501)
+        .handler(handler)
+        .start()
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("1 to 500 changes"),
+        "{refused}"
+    );
+    let processor = group()
+        .worker_name("local")
+        .workers(2)
+        .batch_size(7)
+        .handler(handler)
+        .start()
+        .unwrap();
+    assert_eq!(
+        totals_once(&sdk, 120, Duration::from_secs(60)).await,
+        (expected, 120)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lag = processor.lag();
+        if lag.len() == 8 && lag.values().all(Duration::is_zero) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ranges' lag: {lag:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held = leases_of(&sdk, "local-0").await + leases_of(&sdk, "local-1").await;
+    assert_eq!(held, 8);
+    processor.stop().await.unwrap();
+    assert_eq!(
+        leases_of(&sdk, "local-0").await + leases_of(&sdk, "local-1").await,
+        0
+    );
 }

@@ -21,13 +21,15 @@
 //! after it). Workers' clocks decide when a lease ends: keep them in step (NTP), and the lease
 //! time well above the skew.
 //!
-//! Bounded by: each batch is one `ReadChanges` response (the server's stream framing: at most
-//! 500 records and its byte bound), and its transaction a `TransactWrite`'s 100 operations (the
-//! handler's at most 99, the checkpoint the last); an idle worker reads each range it holds every
-//! 100 ms.
+//! Bounded by: each read is one `ReadChanges` response (the server's stream framing: at most 500
+//! records and its byte bound), handled in chunks of the batch size (50 unless said), each
+//! chunk's transaction a `TransactWrite`'s 100 operations (the handler's at most 99, the
+//! checkpoint the last); an idle worker reads each range it holds every 100 ms.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
@@ -69,120 +71,251 @@ pub struct ChangeBatch<T> {
     pub changes: Vec<Change<T>>,
 }
 
-/// Builds a [`FeedProcessor`]'s worker ([`FeedProcessor::builder`]).
+/// What a group's worker is configured with.
 #[derive(Debug, Clone)]
-#[must_use = "a processor does nothing until started"]
-pub struct FeedProcessorBuilder {
+struct Config {
     table: TableClient,
     group: String,
     leases: TableClient,
     ranges: u32,
     lease_time: Duration,
     worker: String,
+    workers: u32,
+    batch_size: u32,
 }
 
-/// A worker of a change-feed processor group, running ([`FeedProcessorBuilder::start`]).
+/// Builds the workers of a [`FeedProcessor`] ([`FeedProcessor::builder`]), then, given a
+/// handler ([`FeedProcessorBuilder::handler`]), starts them.
+#[derive(Debug, Clone)]
+#[must_use = "a processor does nothing until started"]
+pub struct FeedProcessorBuilder<H = ()> {
+    config: Config,
+    handler: H,
+}
+
+/// A batch handler and the type it reads the changes' entities as.
+pub struct Handler<T, H> {
+    handle: Arc<H>,
+    _reads: PhantomData<fn() -> T>,
+}
+
+impl<T, H> std::fmt::Debug for Handler<T, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Handler")
+    }
+}
+
+/// This process's workers of a change-feed processor group, running
+/// ([`FeedProcessorBuilder::start`]).
 #[derive(Debug)]
 pub struct FeedProcessor {
     stop: watch::Sender<bool>,
-    running: JoinHandle<Result<()>>,
+    running: Vec<JoinHandle<Result<()>>>,
+    lag: Arc<Mutex<BTreeMap<u32, Duration>>>,
 }
 
 impl FeedProcessor {
-    /// A worker of group `group` on `table`'s feed (the table must keep one). Its leases are in
+    /// A group `group` of workers on `table`'s feed (the table must keep one). Its leases are in
     /// the table named after it with `Leases` appended, made if missing, unless
     /// [`FeedProcessorBuilder::leases`] names another; the feed is split into 16 ranges, leases
-    /// last 10 seconds.
+    /// last 10 seconds, and this process runs one worker.
+    ///
+    /// ```no_run
+    /// # async fn example(client: trestle_client::Client) -> trestle_client::Result<()> {
+    /// use trestle_client::{FeedProcessor, Patch, Properties, Value};
+    /// // Each order's amount added to its seller's total, exactly once.
+    /// let processor = FeedProcessor::builder(&client.table("Orders"), "totals")
+    ///     .handler(|batch: trestle_client::ChangeBatch<Properties>, mut tx| async move {
+    ///         // One write per seller of the batch (at most 50 changes: the batch size).
+    ///         let mut totals = std::collections::BTreeMap::new();
+    ///         for order in batch.changes.iter().filter_map(|change| change.entity.as_ref()) {
+    ///             if let Some(Value::Int64(amount)) = order.value.get("Amount") {
+    ///                 *totals.entry(order.key.partition_key.clone()).or_insert(0) += amount;
+    ///             }
+    ///         }
+    ///         for (seller, amount) in totals {
+    ///             let add = Patch::new().increment("Total", amount).upsert();
+    ///             tx.patch("Totals", (seller, "total".to_owned()), &add)?;
+    ///         }
+    ///         Ok(tx)
+    ///     })
+    ///     .workers(2)
+    ///     .start()?;
+    /// // ... until the service stops:
+    /// processor.stop().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(table: &TableClient, group: impl Into<String>) -> FeedProcessorBuilder {
         let leases = table.client.table(format!("{}Leases", table.name()));
-        FeedProcessorBuilder {
+        let config = Config {
             table: table.clone(),
             group: group.into(),
             leases,
             ranges: 16,
             lease_time: Duration::from_secs(10),
             worker: uuid::Uuid::now_v7().to_string(),
+            workers: 1,
+            batch_size: 50,
+        };
+        FeedProcessorBuilder {
+            config,
+            handler: (),
         }
     }
 
-    /// Stops the worker gracefully: it finishes the batch it is on and hands its leases back, so
-    /// that the others take them at once. Its error, if it ended with one.
+    /// Stops the workers gracefully: each finishes the batch it is on and hands its leases
+    /// back, so that the group's other workers take them at once. The first error a worker
+    /// ended with, if any.
     pub async fn stop(self) -> Result<()> {
         let _ = self.stop.send(true);
-        self.running
-            .await
-            .map_err(|error| Error::invalid(format!("the processor's task failed: {error}")))?
+        let mut ended = Ok(());
+        for running in self.running {
+            let result = running
+                .await
+                .map_err(|error| Error::invalid(format!("a worker's task failed: {error}")))?;
+            ended = ended.and(result);
+        }
+        ended
     }
 
-    /// Whether the worker has ended (with an error, or stopped).
+    /// Whether every worker has ended (with an error, or stopped).
     pub fn is_finished(&self) -> bool {
-        self.running.is_finished()
+        self.running.iter().all(JoinHandle::is_finished)
+    }
+
+    /// How far behind the feed each range this process's workers hold is: the time since the
+    /// last change of the last batch handled was written, or zero once a read found nothing
+    /// more. A range leaves the map when its lease moves to another process.
+    pub fn lag(&self) -> BTreeMap<u32, Duration> {
+        self.lag
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
-impl FeedProcessorBuilder {
+impl<H> FeedProcessorBuilder<H> {
     /// The table the group's leases are kept in (one partition per group).
     pub fn leases(mut self, leases: TableClient) -> Self {
-        self.leases = leases;
+        self.config.leases = leases;
         self
     }
 
     /// How many ranges the feed is split into (1 to 1,024; every worker of a group must say the
     /// same): at most that many workers share the work.
     pub fn ranges(mut self, ranges: u32) -> Self {
-        self.ranges = ranges;
+        self.config.ranges = ranges;
         self
     }
 
     /// How long a lease lasts unless renewed (renewed every third of it): how long a dead
     /// worker's ranges wait for another.
     pub fn lease_time(mut self, lease_time: Duration) -> Self {
-        self.lease_time = lease_time;
+        self.config.lease_time = lease_time;
         self
     }
 
-    /// The worker's name in its leases (a new UUID unless given; each worker needs its own).
+    /// The workers' name in their leases (a new UUID unless given; each process needs its own),
+    /// numbered after a `-` when this process runs several.
     pub fn worker_name(mut self, name: impl Into<String>) -> Self {
-        self.worker = name.into();
+        self.config.worker = name.into();
         self
     }
 
-    /// Starts the worker on a task of its own: it calls `handler` with each batch of a range it
-    /// holds and a transaction for its writes, which it commits with the batch's checkpoint
-    /// (this module's doc). An error of the handler, or one the SDK's retries could not get past,
-    /// ends the worker with it ([`FeedProcessor::stop`] gives it).
-    ///
-    /// # Errors
-    /// `InvalidInput` for ranges outside 1 to 1,024 or a lease time under a second.
-    pub fn start<T, H, F>(self, handler: H) -> Result<FeedProcessor>
+    /// The most changes one call of the handler gets (1 to 500; 50 unless said): a batch read
+    /// is split into chunks of it, each committed with its own checkpoint. The handler may add
+    /// at most 99 operations to a chunk's transaction (the checkpoint is the 100th), so one that
+    /// writes once per change needs a size under 100, one that sums per entity fewer entities.
+    pub fn batch_size(mut self, batch_size: u32) -> Self {
+        self.config.batch_size = batch_size;
+        self
+    }
+
+    /// How many workers this process runs (1 unless said), each a member of the group.
+    pub fn workers(mut self, workers: u32) -> Self {
+        self.config.workers = workers;
+        self
+    }
+}
+
+impl FeedProcessorBuilder {
+    /// The batch handler: called with each batch of a range a worker holds, its entities read
+    /// as `T`, and a transaction for its writes, which the worker commits with the batch's
+    /// checkpoint (this module's doc).
+    pub fn handler<T, H, F>(self, handler: H) -> FeedProcessorBuilder<Handler<T, H>>
     where
         T: DeserializeOwned + Send + 'static,
         H: Fn(ChangeBatch<T>, CrossTransaction) -> F + Send + Sync + 'static,
         F: Future<Output = Result<CrossTransaction>> + Send + 'static,
     {
-        if !(1..=1024).contains(&self.ranges) {
+        FeedProcessorBuilder {
+            config: self.config,
+            handler: Handler {
+                handle: Arc::new(handler),
+                _reads: PhantomData,
+            },
+        }
+    }
+}
+
+impl<T, H, F> FeedProcessorBuilder<Handler<T, H>>
+where
+    T: DeserializeOwned + Send + 'static,
+    H: Fn(ChangeBatch<T>, CrossTransaction) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<CrossTransaction>> + Send + 'static,
+{
+    /// Starts the workers, each on a task of its own. An error of the handler, or one the SDK's
+    /// retries could not get past, ends its worker with it ([`FeedProcessor::stop`] gives it).
+    ///
+    /// # Errors
+    /// `InvalidInput` for ranges outside 1 to 1,024, a lease time under a second, or no worker.
+    pub fn start(self) -> Result<FeedProcessor> {
+        let config = self.config;
+        if !(1..=1024).contains(&config.ranges) {
             return Err(Error::invalid(format!(
                 "a feed processor splits the feed into 1 to 1,024 ranges, not {}",
-                self.ranges
+                config.ranges
             )));
         }
-        if self.lease_time < Duration::from_secs(1) {
+        if config.lease_time < Duration::from_secs(1) {
             return Err(Error::invalid("a lease lasts at least a second"));
         }
+        if !(1..=500).contains(&config.batch_size) {
+            return Err(Error::invalid(format!(
+                "a feed processor's batch size is 1 to 500 changes, not {}",
+                config.batch_size
+            )));
+        }
+        if config.workers == 0 {
+            return Err(Error::invalid("a feed processor runs at least one worker"));
+        }
         let (stop, stopped) = watch::channel(false);
-        let worker = Worker {
-            config: self,
-            held: BTreeMap::new(),
-        };
-        let running = tokio::spawn(worker.run(handler, stopped));
-        Ok(FeedProcessor { stop, running })
+        let lag = Arc::new(Mutex::new(BTreeMap::new()));
+        let running = (0..config.workers)
+            .map(|n| {
+                let mut config = config.clone();
+                if config.workers > 1 {
+                    config.worker = format!("{}-{n}", config.worker);
+                }
+                let worker = Worker {
+                    config,
+                    held: BTreeMap::new(),
+                    lag: lag.clone(),
+                };
+                let handler = self.handler.handle.clone();
+                tokio::spawn(worker.run(handler, stopped.clone()))
+            })
+            .collect();
+        Ok(FeedProcessor { stop, running, lag })
     }
 }
 
 /// A running worker and the leases it holds.
 struct Worker {
-    config: FeedProcessorBuilder,
+    config: Config,
     held: BTreeMap<u32, Held>,
+    /// Each held range's lag, shared with the [`FeedProcessor`].
+    lag: Arc<Mutex<BTreeMap<u32, Duration>>>,
 }
 
 fn now_ms() -> i64 {
@@ -193,7 +326,11 @@ fn now_ms() -> i64 {
 }
 
 impl Worker {
-    async fn run<T, H, F>(mut self, handler: H, mut stopped: watch::Receiver<bool>) -> Result<()>
+    async fn run<T, H, F>(
+        mut self,
+        handler: Arc<H>,
+        mut stopped: watch::Receiver<bool>,
+    ) -> Result<()>
     where
         T: DeserializeOwned + Send + 'static,
         H: Fn(ChangeBatch<T>, CrossTransaction) -> F + Send + Sync + 'static,
@@ -213,7 +350,7 @@ impl Worker {
             let mut worked = false;
             let ranges: Vec<u32> = self.held.keys().copied().collect();
             for range in ranges {
-                worked |= self.process(range, &handler).await?;
+                worked |= self.process(range, handler.as_ref()).await?;
                 if tokio::time::Instant::now() >= next_balance || *stopped.borrow() {
                     break;
                 }
@@ -295,9 +432,7 @@ impl Worker {
                 Some(etag) => {
                     self.held.insert(range, Held { etag, lease });
                 }
-                None => {
-                    self.held.remove(&range);
-                }
+                None => self.drop_lease(range),
             }
         }
         let now = now_ms();
@@ -379,26 +514,60 @@ impl Worker {
         let mut responses = client
             .read(request, |mut c, r| async move { c.read_changes(r).await })
             .await?;
-        let Some(batch) = responses.message().await.map_err(Error::from_status)? else {
+        let batch = responses.message().await.map_err(Error::from_status)?;
+        drop(responses);
+        let Some(batch) = batch.filter(|batch| batch.cursor != held.lease.cursor) else {
+            self.set_lag(range, Some(Duration::ZERO));
             return Ok(false);
         };
-        drop(responses);
-        if batch.cursor == held.lease.cursor {
-            return Ok(false);
-        }
-        let changes = (batch.changes.into_iter())
+        let mut changes = (batch.changes.into_iter())
             .map(change_from_pb)
             .collect::<Result<Vec<Change<T>>>>()?;
+        // In chunks of the batch size, each checkpointed after its last change (the last chunk
+        // at the batch's cursor, which may lie past other ranges' records).
+        let size = self.config.batch_size as usize;
+        loop {
+            let rest = changes.split_off(changes.len().min(size));
+            let chunk = std::mem::replace(&mut changes, rest);
+            let cursor = match (changes.is_empty(), chunk.last()) {
+                (false, Some(last)) => last.cursor.to_string(),
+                _ => batch.cursor.clone(),
+            };
+            if !self.commit_chunk(range, chunk, cursor, handler).await? || changes.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Commits the handler's writes for `changes` of range `range` with the range's checkpoint
+    /// at `cursor`: whether the lease is still held (else it is dropped, nothing written).
+    async fn commit_chunk<T, H, F>(
+        &mut self,
+        range: u32,
+        changes: Vec<Change<T>>,
+        cursor: String,
+        handler: &H,
+    ) -> Result<bool>
+    where
+        H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
+        F: Future<Output = Result<CrossTransaction>>,
+    {
+        let Some(held) = self.held.get(&range).cloned() else {
+            return Ok(false);
+        };
+        let written = (changes.iter().rev())
+            .find_map(|change| change.entity.as_ref().or(change.before.as_ref()))
+            .map(|entity| entity.timestamp);
         let lease = Lease {
-            cursor: batch.cursor,
+            cursor,
             ..held.lease.clone()
         };
-        let tx = match changes.is_empty() {
+        let client = &self.config.table.client;
+        let mut tx = match changes.is_empty() {
             // Only other ranges' records: the cursor moves on, nothing to handle.
             true => client.transaction(),
             false => handler(ChangeBatch { range, changes }, client.transaction()).await?,
         };
-        let mut tx = tx;
         let at = tx.len();
         let leases = self.config.leases.name().to_owned();
         tx.update(
@@ -412,18 +581,41 @@ impl Worker {
                 if let Some(Some(etag)) = etags.into_iter().nth(at) {
                     self.held.insert(range, Held { etag, lease });
                 }
+                if let Some(written) = written {
+                    let now = crate::DateTime::now().ticks();
+                    let behind = u64::try_from(now - written.ticks()).unwrap_or(0);
+                    self.set_lag(range, Some(Duration::from_nanos(behind * 100)));
+                }
                 Ok(true)
             }
             Err(error) if error.operation_index() == Some(at) && error.is_precondition_failed() => {
-                self.held.remove(&range);
+                self.drop_lease(range);
                 Ok(false)
             }
             Err(error) => Err(error),
         }
     }
 
+    /// Forgets range `range`'s lease, another worker's now.
+    fn drop_lease(&mut self, range: u32) {
+        self.held.remove(&range);
+        self.set_lag(range, None);
+    }
+
+    /// Notes how far behind range `range` is (`None`: no longer held here).
+    fn set_lag(&self, range: u32, lag: Option<Duration>) {
+        let mut lags = self.lag.lock().unwrap_or_else(PoisonError::into_inner);
+        match lag {
+            Some(lag) => lags.insert(range, lag),
+            None => lags.remove(&range),
+        };
+    }
+
     /// Hands every lease held back (free at once, its cursor kept).
     async fn hand_back(&mut self) -> Result<()> {
+        for range in self.held.keys().copied().collect::<Vec<_>>() {
+            self.set_lag(range, None);
+        }
         for (range, held) in std::mem::take(&mut self.held) {
             let free = Lease {
                 owner: String::new(),
