@@ -230,3 +230,80 @@ pub(crate) async fn ttl_expire(
     let gone = counting.await.ok().flatten();
     (measurement, gone)
 }
+
+/// The table `feed_group_4` writes and its group reads.
+const GROUP_TABLE: &str = "FeedGroupBench";
+
+/// What `feed_group_4` measured.
+pub(crate) struct GroupRun {
+    /// The inserts (16 clients).
+    pub(crate) inserts: Measurement,
+    /// Changes the group handled a second while the inserts were measured.
+    pub(crate) consumed_per_s: f64,
+    /// Each measured insert's delay from its answer to its handling, in microseconds.
+    pub(crate) delays_us: Vec<u32>,
+}
+
+/// `feed_group_4`: 16 clients insert into a table with a feed while 4 workers of one group of
+/// the SDK's feed processor (leases, a checkpoint committed per batch) consume it: the rate they
+/// handle changes at beside the insert rate, and each insert's delay from its answer to its
+/// handling.
+pub(crate) async fn feed_group(endpoint: &str, client: &Client, plan: &Plan) -> GroupRun {
+    use trestle_client::{ChangeBatch, CrossTransaction, FeedProcessor, Properties};
+    create_table(client, GROUP_TABLE, true).await;
+    let sdk = trestle_client::Client::connect(endpoint.to_owned())
+        .await
+        .expect("connect the group");
+    let answered: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let handled: Arc<Mutex<Vec<(Instant, u32)>>> = Arc::default();
+    let handler = {
+        let (answered, handled) = (answered.clone(), handled.clone());
+        move |batch: ChangeBatch<Properties>, tx: CrossTransaction| {
+            let now = Instant::now();
+            let mut answered = answered.lock().expect("answers");
+            let mut handled = handled.lock().expect("handled");
+            for change in &batch.changes {
+                let delay = (answered.remove(&change.key.row_key))
+                    .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+                handled.push((now, delay.as_micros().min(u128::from(u32::MAX)) as u32));
+            }
+            async move { Ok(tx) }
+        }
+    };
+    let processor = FeedProcessor::builder(&sdk.table(GROUP_TABLE), "bench")
+        .workers(4)
+        .batch_size(500)
+        .handler(handler)
+        .start()
+        .expect("start the group");
+    let record = move |row_key: String| {
+        let mut answered = answered.lock().expect("answers");
+        answered.insert(row_key, Instant::now());
+    };
+    let measured_from = Instant::now() + plan.warmup;
+    let times = (plan.warmup, plan.duration);
+    let inserts = crate::workloads::insert_rows_by(client, GROUP_TABLE, 16, times, record).await;
+    let measured_to = Instant::now();
+    // Let the group catch up, then stop it.
+    let total = inserts.ops as usize;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while handled.lock().expect("handled").len() < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    processor.stop().await.expect("the group stops");
+    let handled = std::mem::take(&mut *handled.lock().expect("handled"));
+    let in_window = |at: &Instant| *at >= measured_from && *at <= measured_to;
+    let consumed = handled.iter().filter(|(at, _)| in_window(at)).count();
+    let seconds = measured_to
+        .saturating_duration_since(measured_from)
+        .as_secs_f64();
+    GroupRun {
+        inserts,
+        consumed_per_s: consumed as f64 / seconds.max(f64::EPSILON),
+        delays_us: handled
+            .iter()
+            .filter(|(at, _)| in_window(at))
+            .map(|(_, us)| *us)
+            .collect(),
+    }
+}

@@ -74,6 +74,7 @@ const ALL_WORKLOADS: &[&str] = &[
     "index_range",
     "indexed_insert",
     "change_feed",
+    "feed_group_4",
     "feed_followers_idle",
     "ttl_expire",
     "path_filter_scan",
@@ -932,17 +933,35 @@ async fn run_workloads(
                 rows.push(row);
                 continue;
             }
+            "feed_group_4" => {
+                let run = feed::feed_group(&target.endpoint, client, plan).await;
+                let mut delays = run.delays_us;
+                delays.sort_unstable();
+                let quantile = |q: f64| quantile_ms(&delays, q);
+                let note = format!(
+                    "16 clients inserting into a table whose feed 4 workers of one group of the SDK's feed processor consume (a checkpoint committed per batch): handled {:.0}/s, {:.0}% of the insert rate; handled after the answer: p50 {:.1} ms, p99 {:.1} ms",
+                    run.consumed_per_s,
+                    100.0 * run.consumed_per_s / run.inserts.ops_per_s(),
+                    quantile(0.5),
+                    quantile(0.99),
+                );
+                let server_sample = before.zip(sample());
+                let mut row = row_of(
+                    &named(workload),
+                    run.inserts,
+                    server_sample,
+                    ceilings.unary,
+                    false,
+                );
+                row.note = note;
+                rows.push(row);
+                continue;
+            }
             "change_feed" => {
                 let run = feed::change_feed(client, &target.framed, plan).await;
                 let mut delays = run.delays_us;
                 delays.sort_unstable();
-                let quantile = |q: f64| {
-                    let at =
-                        ((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1));
-                    delays
-                        .get(at)
-                        .map_or(f64::NAN, |us| f64::from(*us) / 1000.0)
-                };
+                let quantile = |q: f64| quantile_ms(&delays, q);
                 let without = run.without_feed.ops_per_s();
                 let note = format!(
                     "inserts with a follower of the table's change feed: {:.0}% of the same inserts without a feed ({without:.0}/s, in turns with these); delivery after the answer: p50 {:.1} ms, p99 {:.1} ms, {} records",
@@ -1271,4 +1290,12 @@ async fn delete_table(client: &Client, plan: &Plan, server: Option<&ServerProces
         ),
         ..Row::default()
     }
+}
+
+/// The `q` quantile (0 to 1) of `sorted` microseconds, in milliseconds (NaN for none).
+fn quantile_ms(sorted: &[u32], q: f64) -> f64 {
+    let at = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted
+        .get(at)
+        .map_or(f64::NAN, |us| f64::from(*us) / 1000.0)
 }

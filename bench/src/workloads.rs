@@ -234,7 +234,7 @@ pub(crate) async fn insert_idempotent(client: &Client, plan: &Plan) -> Measureme
     let table = "InsertKeyedBench";
     create_table(client, table, false).await;
     let (warmup, duration) = (plan.warmup, plan.duration);
-    insert_keyed_rows(client, table, "k", warmup, duration, true, |_| {}).await
+    insert_keyed_rows(client, table, "k", 64, (warmup, duration), true, |_| {}).await
 }
 
 /// What a keyed insert writes, without a key: each call a `TransactWrite` of two inserts, an
@@ -302,7 +302,20 @@ pub(crate) async fn insert_rows(
     duration: Duration,
     acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
 ) -> Measurement {
-    insert_keyed_rows(client, table, prefix, warmup, duration, false, acknowledged).await
+    let times = (warmup, duration);
+    insert_keyed_rows(client, table, prefix, 64, times, false, acknowledged).await
+}
+
+/// [`insert_rows`] by `clients` workers.
+pub(crate) async fn insert_rows_by(
+    client: &Client,
+    table: &str,
+    clients: usize,
+    (warmup, duration): (Duration, Duration),
+    acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
+) -> Measurement {
+    let times = (warmup, duration);
+    insert_keyed_rows(client, table, "g", clients, times, false, acknowledged).await
 }
 
 /// [`insert_rows`], each insert with an idempotency key (its row key) if `keyed`.
@@ -310,13 +323,13 @@ async fn insert_keyed_rows(
     client: &Client,
     table: &str,
     prefix: &'static str,
-    warmup: Duration,
-    duration: Duration,
+    clients: usize,
+    (warmup, duration): (Duration, Duration),
     keyed: bool,
     acknowledged: impl Fn(String) + Send + Sync + Clone + 'static,
 ) -> Measurement {
     let (client, table) = (client.clone(), table.to_owned());
-    drive(64, warmup, duration, move |worker, seq| {
+    drive(clients, warmup, duration, move |worker, seq| {
         let mut client = client.clone();
         let mut rng = Rng::new((worker as u64) << 32 | seq);
         let row_key = format!("{prefix}{worker:02}-{seq:09}");

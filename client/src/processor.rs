@@ -350,7 +350,7 @@ impl Worker {
             let mut worked = false;
             let ranges: Vec<u32> = self.held.keys().copied().collect();
             for range in ranges {
-                worked |= self.process(range, handler.as_ref()).await?;
+                worked |= self.process(range, handler.as_ref(), next_balance).await?;
                 if tokio::time::Instant::now() >= next_balance || *stopped.borrow() {
                     break;
                 }
@@ -494,15 +494,25 @@ impl Worker {
         Ok(())
     }
 
-    /// Reads the next batch of range `range` and commits the handler's writes with its
-    /// checkpoint: whether there was one. A lease another worker took is dropped.
-    async fn process<T, H, F>(&mut self, range: u32, handler: &H) -> Result<bool>
+    /// Reads range `range`'s changes after its cursor, batch by batch until the read ends (caught
+    /// up) or `until` passes, committing the handler's writes with each chunk's checkpoint:
+    /// whether there was any. A lease another worker took is dropped. The read is followed to
+    /// its end, not dropped after a batch: a client resetting streams by the hundred a second is
+    /// told by the server's HTTP/2 to calm down, and loses its connection.
+    async fn process<T, H, F>(
+        &mut self,
+        range: u32,
+        handler: &H,
+        until: tokio::time::Instant,
+    ) -> Result<bool>
     where
         T: DeserializeOwned,
         H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
         F: Future<Output = Result<CrossTransaction>>,
     {
-        let held = self.held[&range].clone();
+        let Some(held) = self.held.get(&range).cloned() else {
+            return Ok(false);
+        };
         let request = pb::ReadChangesRequest {
             table: self.config.table.name().to_owned(),
             cursor: held.lease.cursor.clone(),
@@ -510,21 +520,43 @@ impl Worker {
             total_segments: self.config.ranges,
             ..Default::default()
         };
-        let client = &self.config.table.client;
+        let client = self.config.table.client.clone();
         let mut responses = client
             .read(request, |mut c, r| async move { c.read_changes(r).await })
             .await?;
-        let batch = responses.message().await.map_err(Error::from_status)?;
-        drop(responses);
-        let Some(batch) = batch.filter(|batch| batch.cursor != held.lease.cursor) else {
+        let mut worked = false;
+        while let Some(batch) = responses.message().await.map_err(Error::from_status)? {
+            if !self.handle_batch(range, batch, handler).await? {
+                return Ok(worked);
+            }
+            worked = true;
+            if tokio::time::Instant::now() >= until {
+                return Ok(worked);
+            }
+        }
+        if !worked {
             self.set_lag(range, Some(Duration::ZERO));
-            return Ok(false);
-        };
+        }
+        Ok(worked)
+    }
+
+    /// Handles one batch of range `range`'s read in chunks of the batch size, each checkpointed
+    /// after its last change (the last chunk at the batch's cursor, which may lie past other
+    /// ranges' records): whether the lease is still held.
+    async fn handle_batch<T, H, F>(
+        &mut self,
+        range: u32,
+        batch: pb::ReadChangesResponse,
+        handler: &H,
+    ) -> Result<bool>
+    where
+        T: DeserializeOwned,
+        H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
+        F: Future<Output = Result<CrossTransaction>>,
+    {
         let mut changes = (batch.changes.into_iter())
             .map(change_from_pb)
             .collect::<Result<Vec<Change<T>>>>()?;
-        // In chunks of the batch size, each checkpointed after its last change (the last chunk
-        // at the batch's cursor, which may lie past other ranges' records).
         let size = self.config.batch_size as usize;
         loop {
             let rest = changes.split_off(changes.len().min(size));
@@ -533,7 +565,10 @@ impl Worker {
                 (false, Some(last)) => last.cursor.to_string(),
                 _ => batch.cursor.clone(),
             };
-            if !self.commit_chunk(range, chunk, cursor, handler).await? || changes.is_empty() {
+            if !self.commit_chunk(range, chunk, cursor, handler).await? {
+                return Ok(false);
+            }
+            if changes.is_empty() {
                 return Ok(true);
             }
         }
