@@ -1,12 +1,14 @@
 //! The SDK's change-feed processor on either store: workers of one group sum a table's inserts
 //! into a totals entity with each batch's checkpoint in the same transaction, while one worker
-//! dies (its runtime dropped mid-flight, nothing handed back) and another joins: the totals come
+//! process is SIGKILLed mid-flight (nothing handed back) and another joins: the totals come
 //! out exact (each change's effect once), the newcomer gets its share within two lease times,
 //! and a worker that paused past its lease time cannot commit once its lease moved; several
-//! workers in one process, batches in chunks of the batch size, and each range's lag.
+//! workers in one process, batches in chunks of the batch size, each range's lag, and the
+//! server's view of the group (`ListConsumers`).
 
 mod common;
 
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,68 +23,97 @@ const SALES: &str = "Sales";
 const TOTALS: &str = "Totals";
 const LEASE_TIME: Duration = Duration::from_secs(2);
 
-/// A worker on a thread and runtime of its own, until told to stop or to die.
+/// How a worker process is told its endpoint, name and first-batch pause (in milliseconds).
+const WORKER_ENV: &str = "TRESTLE_FEED_WORKER";
+
+/// A worker in a process of its own (this test binary running [`worker_process`]), until told
+/// to stop (its stdin closed: it stops gracefully) or killed (SIGKILL).
 struct Worker {
     name: String,
-    stop: Option<std::sync::mpsc::Sender<bool>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    process: Option<Child>,
 }
 
 impl Worker {
     /// Starts worker `name` of the group against the server at `endpoint`; its handler sleeps
     /// `pause` in its first batch.
     fn start(endpoint: String, name: &str, pause: Duration) -> Worker {
-        let (stop, stopped) = std::sync::mpsc::channel::<bool>();
-        let worker = name.to_owned();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            let running = runtime.block_on(async move {
-                let client = Client::connect(endpoint).await.unwrap();
-                let paused = Arc::new(AtomicBool::new(pause.is_zero()));
-                let handler = move |batch: ChangeBatch<Properties>, tx: CrossTransaction| {
-                    let paused = paused.clone();
-                    async move { sum(batch, tx, &paused, pause).await }
-                };
-                FeedProcessor::builder(&client.table(SALES), "totals")
-                    .ranges(8)
-                    .lease_time(LEASE_TIME)
-                    .worker_name(worker)
-                    .handler(handler)
-                    .start()
-                    .unwrap()
-            });
-            // true: die (the runtime dropped with the worker mid-flight); false: stop.
-            if stopped.recv().unwrap_or(true) {
-                runtime.shutdown_background();
-            } else {
-                runtime.block_on(running.stop()).unwrap();
-            }
-        });
+        let process = Command::new(std::env::current_exe().unwrap())
+            .args(["worker_process", "--exact", "--ignored", "--nocapture"])
+            .args(["--test-threads=1", "--quiet"])
+            .env(
+                WORKER_ENV,
+                format!("{endpoint} {name} {}", pause.as_millis()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
         Worker {
             name: name.to_owned(),
-            stop: Some(stop),
-            thread: Some(thread),
+            process: Some(process),
         }
     }
 
+    /// Kills the worker's process (`die`: SIGKILL, nothing handed back) or stops it, which must
+    /// then end well.
     fn end(&mut self, die: bool) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(die);
+        let Some(mut process) = self.process.take() else {
+            return;
+        };
+        if die {
+            process.kill().unwrap();
         }
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
-        }
+        drop(process.stdin.take());
+        let ended = process.wait().unwrap();
+        assert!(die || ended.success(), "worker {} ended {ended}", self.name);
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.end(true);
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
     }
+}
+
+/// A worker process's body ([`Worker::start`] runs this test binary for it): a worker of the
+/// group until its stdin closes, then stopped gracefully. Started any other way, it does nothing.
+#[test]
+#[ignore = "the body of a worker process, which Worker::start runs"]
+fn worker_process() {
+    let Ok(told) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let [endpoint, name, pause]: [&str; 3] =
+        told.split(' ').collect::<Vec<_>>().try_into().unwrap();
+    let pause = Duration::from_millis(pause.parse().unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let client = Client::connect(endpoint.to_owned()).await.unwrap();
+        let paused = Arc::new(AtomicBool::new(pause.is_zero()));
+        let handler = move |batch: ChangeBatch<Properties>, tx: CrossTransaction| {
+            let paused = paused.clone();
+            async move { sum(batch, tx, &paused, pause).await }
+        };
+        let processor = FeedProcessor::builder(&client.table(SALES), "totals")
+            .ranges(8)
+            .lease_time(LEASE_TIME)
+            .worker_name(name)
+            .handler(handler)
+            .start()
+            .unwrap();
+        let closed = tokio::task::spawn_blocking(|| {
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new())
+        });
+        let _ = closed.await;
+        processor.stop().await.unwrap();
+    });
 }
 
 /// The handler: each insert's `Amount` added to the total, and counted, in the batch's
@@ -190,7 +221,7 @@ async fn a_group_sums_every_change_once_through_a_dead_worker_and_a_new_one() {
         .map(|name| Worker::start(server.endpoint(), name, Duration::ZERO))
         .collect();
     let mut expected = sell(&sdk, 0, 150).await;
-    // Worker b dies mid-flight: its leases wait out their time, then the others take them.
+    // Worker b is killed mid-flight: its leases wait out their time, then the others take them.
     workers[1].end(true);
     expected += sell(&sdk, 150, 300).await;
     let (sum, count) = totals_once(&sdk, 300, Duration::from_secs(60)).await;
@@ -305,9 +336,56 @@ async fn one_process_runs_several_workers_in_chunks_and_tells_each_ranges_lag() 
     }
     let held = leases_of(&sdk, "local-0").await + leases_of(&sdk, "local-1").await;
     assert_eq!(held, 8);
+    // The server's view of the group: every range held by one of the two, nothing pending.
+    let consumers = sdk.table(SALES).consumers().await.unwrap();
+    assert!(consumers.pending_complete);
+    let [group] = &consumers.groups[..] else {
+        panic!("groups: {consumers:?}")
+    };
+    assert_eq!(group.name, "totals");
+    assert_eq!(
+        (group.ranges.iter().map(|range| range.range)).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
+    for range in &group.ranges {
+        let holder = range.holder.as_deref();
+        assert!(matches!(holder, Some("local-0" | "local-1")), "{range:?}");
+        assert!(
+            range.expires_at.is_some() && range.cursor.is_some(),
+            "{range:?}"
+        );
+        assert_eq!(
+            (range.pending, range.lag()),
+            (0, Duration::ZERO),
+            "{range:?}"
+        );
+    }
     processor.stop().await.unwrap();
     assert_eq!(
         leases_of(&sdk, "local-0").await + leases_of(&sdk, "local-1").await,
         0
     );
+    // Stopped, the group holds nothing, and what is sold meanwhile waits in its ranges.
+    sell(&sdk, 120, 150).await;
+    let consumers = sdk.table(SALES).consumers_in("", "totals").await.unwrap();
+    let ranges = &consumers.groups[0].ranges;
+    assert!(
+        ranges.iter().all(|range| range.holder.is_none()),
+        "{ranges:?}"
+    );
+    assert_eq!(ranges.iter().map(|range| range.pending).sum::<u64>(), 30);
+    for range in ranges {
+        assert_eq!(
+            range.pending > 0,
+            range.oldest_pending_at.is_some(),
+            "{range:?}"
+        );
+    }
+    let other = sdk.table(SALES).consumers_in("", "nobody").await.unwrap();
+    assert!(other.groups.is_empty(), "{other:?}");
+    let refused = sdk.table(TOTALS).consumers_in("SalesLeases", "").await;
+    assert!(refused
+        .unwrap_err()
+        .to_string()
+        .contains("keeps no change feed"));
 }

@@ -1,6 +1,8 @@
-//! The HR, expenses, people, books and alarms scenarios of the SDK against the real server.
+//! The HR, expenses, people, books, alarms and marketplace scenarios of the SDK against the real server.
 
 mod common;
+
+use std::time::Duration;
 
 use common::TestServer;
 use trestle_client::scenarios::books::{self, Library};
@@ -8,6 +10,7 @@ use trestle_client::scenarios::expenses::{ExpenseItem, Expenses, Status, MAX_ITE
 use trestle_client::scenarios::hr::{
     Contractor, Department, DepartmentCache, Hr, NewEmployee, Person, TransferStep,
 };
+use trestle_client::scenarios::orders::{self, Checkout, Marketplace};
 use trestle_client::scenarios::people::{self, ContactDetail, People};
 use trestle_client::ErrorKind;
 
@@ -576,4 +579,103 @@ async fn a_worker_following_the_feed_pages_for_each_serious_alarm_as_it_commits(
             "the three serious alarms are handled, the others left alone",
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_marketplace_tour_sells_refuses_expires_and_counts_totals() {
+    let server = TestServer::start().await;
+    let market = Marketplace::new(server.sdk().await, "Tour").cart_seconds(2);
+    market.setup().await.unwrap();
+    let report = orders::tour(&market).await.unwrap();
+    assert_eq!(
+        report,
+        [
+            "ada's items of at most $10.00, by the price index: [\"mug\"]",
+            "cy checked out 2 lines from two sellers in one transaction",
+            "di's checkout sold nothing: one lamp left, di wanted two (the mugs stay)",
+            "the totals group counted ada $50.00, bo $40.00",
+            "ed's abandoned cart expired",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checkouts_never_oversell_and_the_totals_count_each_order_once() {
+    let server = TestServer::start().await;
+    let market = Marketplace::new(server.sdk().await, "Busy");
+    market.setup().await.unwrap();
+    let stock = [
+        ("ada", "lamp", 2_500, 10),
+        ("ada", "mug", 900, 30),
+        ("bo", "pen", 4_000, 8),
+    ];
+    for (seller, id, price, stock) in stock {
+        let item = orders::Item {
+            name: id.into(),
+            price,
+            stock,
+        };
+        market.offer(seller, id, &item).await.unwrap();
+    }
+    let totals = market.start_totals(2).unwrap();
+    let buyers = (0..16).map(|b| {
+        let market = market.clone();
+        tokio::spawn(async move {
+            let buyer = format!("buyer{b:02}");
+            market.add_to_cart(&buyer, "ada", "lamp", b % 3 + 1).await?;
+            market.add_to_cart(&buyer, "ada", "mug", 2).await?;
+            if b % 2 == 0 {
+                market
+                    .add_to_cart(&buyer, "bo", "pen", b % 4 / 2 + 1)
+                    .await?;
+            }
+            let outcome = market.checkout(&buyer).await?;
+            Ok::<_, trestle_client::Error>((buyer, outcome))
+        })
+    });
+    let mut sold = 0;
+    for buyer in buyers.collect::<Vec<_>>() {
+        let (buyer, outcome) = buyer.await.unwrap().unwrap();
+        match outcome {
+            Checkout::Ordered(lines) => {
+                sold += 1;
+                assert_eq!(
+                    lines.len(),
+                    market.recent_orders(&buyer).await.unwrap().len()
+                );
+                assert!(market.cart(&buyer).await.unwrap().is_empty(), "{buyer}");
+            }
+            Checkout::OutOfStock(..) => {
+                assert!(!market.cart(&buyer).await.unwrap().is_empty(), "{buyer}");
+                assert!(market.recent_orders(&buyer).await.unwrap().is_empty());
+            }
+            Checkout::EmptyCart => panic!("{buyer}'s cart was empty"),
+        }
+    }
+    assert!(sold > 0, "nothing sold");
+    for (seller, id, _, initial) in stock {
+        let left = market.item(seller, id).await.unwrap().unwrap().stock;
+        let ordered: i64 = (market.orders(seller).await.unwrap().iter())
+            .filter(|order| order.item == id)
+            .map(|order| order.quantity)
+            .sum();
+        assert!(left >= 0, "{id}: {left} left");
+        assert_eq!(
+            initial - left,
+            ordered,
+            "{id}: sold exactly what the orders say"
+        );
+    }
+    for seller in ["ada", "bo"] {
+        let orders = market.orders(seller).await.unwrap();
+        let expected = orders::Totals {
+            sales: orders.iter().map(|order| order.amount).sum(),
+            orders: orders.len() as i64,
+        };
+        let counted = (market.totals_once(seller, expected.orders, Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(counted, expected, "{seller}'s totals");
+    }
+    totals.stop().await.unwrap();
 }

@@ -21,6 +21,7 @@ pub mod bulk_delete;
 pub mod config;
 mod connections;
 mod console;
+pub mod consumers;
 pub mod engine;
 pub mod error;
 pub mod executor;

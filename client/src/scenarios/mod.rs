@@ -21,23 +21,35 @@
 //! Beyond both, with a change feed:
 //! - [`alarms`]: a worker follows an alarms table's feed and reacts to each serious alarm as it
 //!   commits; [`hr`]'s department cache keeps itself current from the same kind of feed.
+//! - [`orders`]: a marketplace whose checkouts sell a cart across sellers in one transaction
+//!   (stock decreased on a condition), whose abandoned carts expire, and whose sellers' totals
+//!   a feed processor group keeps, each order counted exactly once.
 
 pub mod alarms;
 pub mod blog;
 pub mod books;
 pub mod expenses;
 pub mod hr;
+pub mod orders;
 pub mod people;
 
 /// For the examples: the table `<prefix><process id>` on the server at `TRESTLE_ENDPOINT`
 /// (default [`crate::DEFAULT_ENDPOINT`]), and a line saying so.
 pub async fn example_table(prefix: &str) -> crate::Result<(crate::TableClient, String)> {
+    let (client, name, endpoint) = example_client(prefix).await?;
+    let line = format!("Using table {name} on {endpoint}");
+    Ok((client.table(name), line))
+}
+
+/// For the examples: a client of the server at `TRESTLE_ENDPOINT` (default
+/// [`crate::DEFAULT_ENDPOINT`]), a name `<prefix><process id>` for the example's tables, and
+/// the endpoint.
+pub async fn example_client(prefix: &str) -> crate::Result<(crate::Client, String, String)> {
     let endpoint =
         std::env::var("TRESTLE_ENDPOINT").unwrap_or_else(|_| crate::DEFAULT_ENDPOINT.to_owned());
     let client = crate::Client::connect(endpoint.clone()).await?;
     let name = format!("{prefix}{}", std::process::id());
-    let line = format!("Using table {name} on {endpoint}");
-    Ok((client.table(name), line))
+    Ok((client, name, endpoint))
 }
 
 /// How the scenarios retry an update that lost to another writer: patiently, since a department

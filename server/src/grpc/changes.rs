@@ -284,19 +284,14 @@ fn kind_to_pb(kind: ChangeKind) -> pb::ChangeKind {
 
 /// A cursor's text: `<transaction>-<record>`.
 fn cursor_of(position: FeedPosition) -> String {
-    format!("{}-{}", position.transaction, position.record)
+    position.to_string()
 }
 
 fn parse_cursor(text: &str) -> Result<FeedPosition, ValidationError> {
-    let bad = || {
+    FeedPosition::parse(text).ok_or_else(|| {
         ValidationError::Argument(format!(
             "cursor {text:?} is not one that ReadChanges gave (`<transaction>-<record>`)"
         ))
-    };
-    let (transaction, record) = text.split_once('-').ok_or_else(bad)?;
-    Ok(FeedPosition {
-        transaction: transaction.parse().map_err(|_| bad())?,
-        record: record.parse().map_err(|_| bad())?,
     })
 }
 

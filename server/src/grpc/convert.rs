@@ -4,6 +4,7 @@ use prost_types::Timestamp;
 use trestle_proto::pb;
 use uuid::Uuid;
 
+use crate::consumers::{Consumers, RangeLease};
 use crate::model::{
     quoted, AccessPolicy, CheckCondition, Document, EntityKey, IfMatch, Index, IndexDefinition,
     IndexScope, IndexState, NewEntity, Operation, PatchCondition, PatchStep, Properties, Spend,
@@ -428,6 +429,37 @@ pub(crate) fn policy(policy: pb::AccessPolicy) -> Result<AccessPolicy, Validatio
         id: policy.id,
         permissions: policy.permissions,
     })
+}
+
+/// `ListConsumers`' answer; a lease is held `now` if it has an owner and has not ended.
+pub(crate) fn consumers_to_pb(consumers: Consumers, now: Ticks) -> pb::ListConsumersResponse {
+    let (seconds, nanos) = now.to_unix();
+    let now_ms = seconds * 1000 + i64::from(nanos / 1_000_000);
+    let lease_to_pb = |lease: RangeLease| pb::ConsumerLease {
+        range: lease.range,
+        held: !lease.owner.is_empty() && lease.expires_ms > now_ms,
+        owner: lease.owner,
+        expires_at: (lease.expires_ms > 0).then(|| Timestamp {
+            seconds: lease.expires_ms.div_euclid(1000),
+            nanos: (lease.expires_ms.rem_euclid(1000) * 1_000_000) as i32,
+        }),
+        cursor: lease
+            .cursor
+            .map(|cursor| cursor.to_string())
+            .unwrap_or_default(),
+        pending: lease.pending,
+        oldest_pending_at: lease.oldest_pending.map(timestamp),
+    };
+    let groups = (consumers.groups.into_iter())
+        .map(|group| pb::ConsumerGroup {
+            name: group.name,
+            leases: group.ranges.into_iter().map(lease_to_pb).collect(),
+        })
+        .collect();
+    pb::ListConsumersResponse {
+        groups,
+        pending_complete: consumers.pending_complete,
+    }
 }
 
 fn timestamp(ticks: Ticks) -> Timestamp {

@@ -102,6 +102,7 @@ const METHODS: &[&str] = &[
     "SetTimeToLive",
     "SetTableSettings",
     "ReadChanges",
+    "ListConsumers",
     "InsertEntity",
     "UpdateEntity",
     "MergeEntity",

@@ -385,6 +385,28 @@ impl service::table_service_server::TableService for TableApi {
     }
 
     #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
+    async fn list_consumers(
+        &self,
+        request: Request<pb::ListConsumersRequest>,
+    ) -> Result<Response<pb::ListConsumersResponse>, Status> {
+        let admitted = self.admit(&request)?;
+        let request = request.into_inner();
+        let leases = match request.leases_table.as_str() {
+            "" => format!("{}Leases", request.table),
+            named => named.to_owned(),
+        };
+        admitted.access.describe_table(&request.table)?;
+        admitted.access.describe_table(&leases)?;
+        let (table, group) = (request.table, Some(request.group).filter(|g| !g.is_empty()));
+        let consumers = self
+            .executor
+            .blocking(move |engine| engine.list_consumers(&table, &leases, group.as_deref()))
+            .await?;
+        let now = crate::model::Ticks::now();
+        Ok(Response::new(convert::consumers_to_pb(consumers, now)))
+    }
+
+    #[instrument(level = "debug", skip_all, fields(table = %request.get_ref().table))]
     async fn set_table_access_policies(
         &self,
         request: Request<pb::SetTableAccessPoliciesRequest>,

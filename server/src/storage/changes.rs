@@ -15,7 +15,8 @@ use crate::storage::{codec, EntityView, StorageError};
 const RECORD_V1: u8 = 1;
 const RECORD_V2: u8 = 2;
 
-/// A place in a table's change feed: a transaction, and a record of it.
+/// A place in a table's change feed: a transaction, and a record of it. Its text (a feed
+/// cursor) is `<transaction>-<record>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct FeedPosition {
     /// The transaction (store-wide; shared by every record of one transaction).
@@ -24,7 +25,23 @@ pub struct FeedPosition {
     pub record: u32,
 }
 
+impl std::fmt::Display for FeedPosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.transaction, self.record)
+    }
+}
+
 impl FeedPosition {
+    /// The position a cursor's text names (`<transaction>-<record>`, as [`FeedPosition`]'s
+    /// `Display` writes it), if it is one.
+    pub fn parse(text: &str) -> Option<FeedPosition> {
+        let (transaction, record) = text.split_once('-')?;
+        Some(FeedPosition {
+            transaction: transaction.parse().ok()?,
+            record: record.parse().ok()?,
+        })
+    }
+
     /// The position just before every record of `transaction` and later ones.
     pub fn before_transaction(transaction: u64) -> FeedPosition {
         match transaction.checked_sub(1) {
