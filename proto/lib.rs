@@ -1,8 +1,8 @@
 //! The Trestle wire contract: what the server and its clients must agree on. The `trestle.v1`
 //! messages and client stubs generated from `proto/trestle/v1/trestle.proto`, the encoded
 //! descriptor set (which server reflection serves and the server's own stubs are generated
-//! from), the codec both sides use, the access-token format ([`access`]) and Azure's error codes
-//! ([`ErrorCode`]).
+//! from), the codec both sides use, the access-token format ([`access`]), the segment hash
+//! ([`segment`]) and Azure's error codes ([`ErrorCode`]).
 //!
 //! Both the server and the SDK depend on this crate, so the contract is compiled once and can
 //! never drift between them. The server's stubs, its hand-encoded responses and the benchmark's
@@ -13,6 +13,7 @@ pub mod codec;
 pub mod datetime;
 mod error_code;
 pub mod key_order;
+pub mod segment;
 
 pub use error_code::ErrorCode;
 

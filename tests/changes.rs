@@ -1212,3 +1212,84 @@ async fn segment_readers_together_read_every_record_once_each_partition_in_one_s
     let refused = client.read_changes(request).await.map(drop);
     common::assert_error(refused, Code::InvalidArgument, "InvalidInput");
 }
+
+#[tokio::test]
+async fn one_reader_of_several_segments_reads_each_after_its_own_cursor() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    create(&mut client, "Several", true).await;
+    for n in 0..90 {
+        let partition = format!("p{}", n % 13);
+        insert(&mut client, "Several", &partition, &format!("r{n:03}"), n).await;
+    }
+    let all = read_all(&mut client, "Several", "").await;
+    let segment_of = |change: &pb::Change| {
+        let entity = change.entity.as_ref().unwrap();
+        trestle_proto::segment::index_of(&entity.partition_key, 4)
+    };
+    // Segment 1 after its third record, segment 3 from the start; 0 and 2 not at all.
+    let third_of_1 = all.iter().filter(|c| segment_of(c) == 1).nth(2).unwrap();
+    let from = |segment: u32, cursor: &str| pb::SegmentCursor {
+        segment,
+        cursor: cursor.into(),
+    };
+    let request = |segment_cursors: Vec<pb::SegmentCursor>| pb::ReadChangesRequest {
+        table: "Several".into(),
+        total_segments: 4,
+        segment_cursors,
+        ..Default::default()
+    };
+    let cursors = vec![from(1, &third_of_1.cursor), from(3, "")];
+    let mut stream = (client.read_changes(request(cursors)).await)
+        .unwrap()
+        .into_inner();
+    let mut read = Vec::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        read.extend(batch.changes.into_iter().map(|c| c.cursor));
+    }
+    let position = |cursor: &str| all.iter().position(|c| c.cursor == cursor).unwrap();
+    let after_third = position(&third_of_1.cursor);
+    let expected: Vec<String> = (all.iter().enumerate())
+        .filter(|(at, c)| segment_of(c) == 3 || (segment_of(c) == 1 && *at > after_third))
+        .map(|(_, c)| c.cursor.clone())
+        .collect();
+    assert!(expected.len() > 10, "{expected:?}");
+    assert_eq!(
+        read, expected,
+        "segments 1 and 3, each after its cursor, in feed order"
+    );
+
+    let refusals = [
+        (vec![from(1, ""), from(1, "")], "twice"),
+        (vec![from(4, "")], "segments of 4"),
+        (vec![from(0, "x")], "is not one that ReadChanges gave"),
+    ];
+    for (cursors, says) in refusals {
+        let refused = client.read_changes(request(cursors)).await.map(drop);
+        let status = refused.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status.message().contains(says), "{}", status.message());
+    }
+    let beside = [
+        pb::ReadChangesRequest {
+            segment: 2,
+            ..request(vec![from(1, "")])
+        },
+        pb::ReadChangesRequest {
+            cursor: third_of_1.cursor.clone(),
+            ..request(vec![from(1, "")])
+        },
+        pb::ReadChangesRequest {
+            from_end: true,
+            ..request(vec![from(1, "")])
+        },
+        pb::ReadChangesRequest {
+            total_segments: 0,
+            ..request(vec![from(0, "")])
+        },
+    ];
+    for refused in beside {
+        let status = client.read_changes(refused).await.map(drop).unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
+    }
+}

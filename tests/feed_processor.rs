@@ -198,7 +198,8 @@ async fn totals_once(sdk: &Client, count: i64, within: Duration) -> (i64, i64) {
     }
 }
 
-/// How many leases of the group `worker` holds now.
+/// How many leases of the group `worker` holds now (the rows numbered by range; beside them,
+/// each worker's row saying it is a member).
 async fn leases_of(sdk: &Client, worker: &str) -> usize {
     let leases = (sdk.table("SalesLeases").query::<Properties>())
         .partition("totals")
@@ -208,6 +209,7 @@ async fn leases_of(sdk: &Client, worker: &str) -> usize {
     let owner = trestle_client::Value::String(worker.to_owned());
     leases
         .iter()
+        .filter(|lease| lease.key.row_key.parse::<u32>().is_ok())
         .filter(|lease| lease.value.get("Owner") == Some(&owner))
         .count()
 }

@@ -276,6 +276,8 @@ pub(crate) async fn feed_group(endpoint: &str, client: &Client, plan: &Plan) -> 
         .handler(handler)
         .start()
         .expect("start the group");
+    // Measured once the group has shared its ranges out (each worker its 4).
+    wait_until_shared(&sdk, 4, 16).await;
     let record = move |row_key: String| {
         let mut answered = answered.lock().expect("answers");
         answered.insert(row_key, Instant::now());
@@ -305,5 +307,27 @@ pub(crate) async fn feed_group(endpoint: &str, client: &Client, plan: &Plan) -> 
             .filter(|(at, _)| in_window(at))
             .map(|(_, us)| *us)
             .collect(),
+    }
+}
+
+/// Waits (up to 30 s) until `workers` workers each hold `ranges / workers` of the group's
+/// ranges on the server's view (`ListConsumers`).
+async fn wait_until_shared(sdk: &trestle_client::Client, workers: usize, ranges: usize) {
+    let balanced_by = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < balanced_by {
+        let groups = match sdk.table(GROUP_TABLE).consumers().await {
+            Err(error) if error.is_not_found() => Vec::new(),
+            read => read.expect("the group").groups,
+        };
+        let mut held: HashMap<String, usize> = HashMap::new();
+        for range in groups.iter().flat_map(|group| &group.ranges) {
+            let holder = range.holder.clone().unwrap_or_default();
+            *held.entry(holder).or_default() += 1;
+        }
+        let share = ranges / workers;
+        if held.len() == workers && !held.contains_key("") && held.values().all(|n| *n == share) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

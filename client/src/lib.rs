@@ -114,7 +114,7 @@ pub use index::{IndexDefinition, IndexInfo, IndexScope, IndexState};
 pub use mapping::{from_properties, to_properties, to_value, MappingError};
 pub use modify::{is_conflict, retry_on_conflict, ConflictRetry};
 pub use patch::Patch;
-pub use processor::{ChangeBatch, FeedProcessor, FeedProcessorBuilder, Handler};
+pub use processor::{ChangeBatch, FeedProcessor, FeedProcessorBuilder, Handler, MAX_BATCH_RANGES};
 pub use query::{EntityStream, FieldFilter, Filter, Page, Query, QueryStats};
 pub use settings::TableSettings;
 pub use table::TableClient;

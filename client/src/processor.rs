@@ -6,25 +6,32 @@
 //! naming its owner, when the lease ends, and the cursor the group has processed the range to. A
 //! worker renews its leases every third of the lease time; a lease not renewed in time is free,
 //! and another worker takes it from its cursor. Every worker aims at a fair share
-//! (`ceil(ranges / live workers)`): it takes free leases first, then one a round from the worker
-//! holding the most. Every change of a lease (taken, renewed, checkpointed) is conditioned on
+//! (`ceil(ranges / live workers)`): it takes free leases first, then the excess of each worker
+//! holding more than its share. Every change of a lease (taken, renewed, checkpointed) is conditioned on
 //! the ETag its holder last saw, so a worker whose lease was taken (it paused past its lease
 //! time, or another took it to balance) cannot write it again: its next renewal or checkpoint
 //! fails, and it drops the lease (fencing by the lease's ETag).
 //!
-//! **Exactly once:** the handler is given each batch of a range's changes and a
-//! [`CrossTransaction`] to put its writes in; the processor adds the lease's checkpoint (the
-//! batch's cursor, conditioned on the lease's ETag) to the same transaction, so the writes and
-//! the checkpoint commit together or not at all. A worker that dies mid-batch committed nothing
+//! **Exactly once:** the handler is given each batch of changes (of at most
+//! [`MAX_BATCH_RANGES`] ranges) and a [`CrossTransaction`] to put its writes in; the processor
+//! adds each of the batch's ranges' checkpoints (conditioned on the lease's ETag) to the same
+//! transaction, so the writes and the checkpoints commit together or not at all. A worker that dies mid-batch committed nothing
 //! of it, and whoever takes the lease processes the batch again; a worker whose lease moved
 //! cannot commit. A handler that writes nothing gets at-least-once (the checkpoint still commits
 //! after it). Workers' clocks decide when a lease ends: keep them in step (NTP), and the lease
 //! time well above the skew.
 //!
-//! Bounded by: each read is one `ReadChanges` response (the server's stream framing: at most 500
-//! records and its byte bound), handled in chunks of the batch size (50 unless said), each
-//! chunk's transaction a `TransactWrite`'s 100 operations (the handler's at most 99, the
-//! checkpoint the last); an idle worker reads each range it holds every 100 ms.
+//! **Reading:** a worker follows one `ReadChanges` stream of all the ranges it holds, each after
+//! its own checkpoint (`segment_cursors`, with `follow`: the server wakes it on each commit, and
+//! reads the feed once for all of them), opened again when the ranges it holds change. Its
+//! renewals move the checkpoint of a range without changes to where the stream has read.
+//!
+//! Bounded by: each response of the stream is the server's stream framing (at most 500 records
+//! and its byte bound); responses already received are taken together up to 500 changes (one
+//! response past it at most), handled in batches of the batch size (50 unless said) and at most
+//! [`MAX_BATCH_RANGES`] ranges, each batch's transaction a `TransactWrite`'s 100 operations (the
+//! handler's at most 96, a checkpoint a range after them); one stream a worker (one of the
+//! server's open streams).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -32,15 +39,16 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use trestle_proto::pb;
+use trestle_proto::{pb, segment};
 
 use crate::across::CrossTransaction;
 use crate::changes::{change_from_pb, Change};
-use crate::entity::{ETag, IfMatch};
+use crate::entity::{ETag, IfMatch, UpsertMode};
 use crate::{EntityKey, Error, Result, TableClient};
 
 /// A lease as its entity holds it.
@@ -62,14 +70,18 @@ struct Held {
     lease: Lease,
 }
 
-/// One batch of a range's changes, in feed order.
+/// One batch of changes of at most [`MAX_BATCH_RANGES`] ranges, each range's in feed order.
 #[derive(Debug, Clone)]
 pub struct ChangeBatch<T> {
-    /// The range (segment) they are from.
-    pub range: u32,
+    /// The ranges (feed segments) they are from, in order.
+    pub ranges: Vec<u32>,
     /// The changes.
     pub changes: Vec<Change<T>>,
 }
+
+/// The most ranges one batch holds changes of: its transaction carries a checkpoint for each,
+/// so the handler may add at most 100 minus 4 operations.
+pub const MAX_BATCH_RANGES: usize = 4;
 
 /// What a group's worker is configured with.
 #[derive(Debug, Clone)]
@@ -222,10 +234,11 @@ impl<H> FeedProcessorBuilder<H> {
         self
     }
 
-    /// The most changes one call of the handler gets (1 to 500; 50 unless said): a batch read
-    /// is split into chunks of it, each committed with its own checkpoint. The handler may add
-    /// at most 99 operations to a chunk's transaction (the checkpoint is the 100th), so one that
-    /// writes once per change needs a size under 100, one that sums per entity fewer entities.
+    /// The most changes one call of the handler gets (1 to 500; 50 unless said): what the
+    /// stream reads is split into batches of it (and of at most [`MAX_BATCH_RANGES`] ranges),
+    /// each committed with its ranges' checkpoints. The handler may add at most 96 operations to
+    /// a batch's transaction (the checkpoints come after), so one that writes once per change
+    /// needs a size under 97, one that sums per entity fewer entities.
     pub fn batch_size(mut self, batch_size: u32) -> Self {
         self.config.batch_size = batch_size;
         self
@@ -239,9 +252,11 @@ impl<H> FeedProcessorBuilder<H> {
 }
 
 impl FeedProcessorBuilder {
-    /// The batch handler: called with each batch of a range a worker holds, its entities read
-    /// as `T`, and a transaction for its writes, which the worker commits with the batch's
-    /// checkpoint (this module's doc).
+    /// The batch handler: called with each batch of changes of the ranges a worker holds, its
+    /// entities read as `T`, and a transaction for its writes, which the worker commits with the
+    /// batch's checkpoints (this module's doc). A batch refused because another worker took one
+    /// of its ranges is handled again without that range's changes: the handler must not act
+    /// outside the transaction it is given, or make those effects idempotent.
     pub fn handler<T, H, F>(self, handler: H) -> FeedProcessorBuilder<Handler<T, H>>
     where
         T: DeserializeOwned + Send + 'static,
@@ -325,6 +340,96 @@ fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The stream a worker follows: the records of the ranges it held when it opened it, each after
+/// that range's cursor (`ReadChanges` with `segment_cursors` and `follow`: woken by the
+/// server's notification of each commit, not by polling).
+struct Following {
+    /// The ranges it reads.
+    ranges: Vec<u32>,
+    responses: tonic::Streaming<pb::ReadChangesResponse>,
+    /// The cursor of the last response handled: every record of `ranges` up to it is handled.
+    seen: Option<String>,
+    /// Whether a response came since the last balancing round.
+    active: bool,
+}
+
+impl Following {
+    /// `batch` with the responses already received after it appended (up to
+    /// [`COALESCE_CHANGES`] changes), so that a worker behind the server commits in batches
+    /// of what has arrived rather than a transaction per small response; and how the stream
+    /// ended, if it did meanwhile.
+    fn coalesce(
+        &mut self,
+        mut batch: pb::ReadChangesResponse,
+    ) -> (pb::ReadChangesResponse, Option<Result<(), tonic::Status>>) {
+        while batch.changes.len() < COALESCE_CHANGES {
+            match self.responses.message().now_or_never() {
+                None => break,
+                Some(Ok(Some(next))) => {
+                    batch.changes.extend(next.changes);
+                    batch.cursor = next.cursor;
+                }
+                Some(Ok(None)) => return (batch, Some(Ok(()))),
+                Some(Err(status)) => return (batch, Some(Err(status))),
+            }
+        }
+        (batch, None)
+    }
+
+    /// What the stream's ranges are known to be handled to, for a lease's checkpoint.
+    fn handled_to(&self) -> Option<(&[u32], &str)> {
+        let seen = self.seen.as_deref()?;
+        Some((&self.ranges, seen))
+    }
+}
+
+/// The position a cursor names (`<transaction>-<record>`), to tell which of two is later.
+fn position(cursor: &str) -> Option<(u64, u32)> {
+    let (transaction, record) = cursor.split_once('-')?;
+    Some((transaction.parse().ok()?, record.parse().ok()?))
+}
+
+/// Whether cursor `seen` lies after `cursor` (empty: the feed's start).
+fn is_after(seen: &str, cursor: &str) -> bool {
+    match (position(seen), position(cursor)) {
+        (Some(seen), Some(cursor)) => seen > cursor,
+        (Some(_), None) => cursor.is_empty(),
+        _ => false,
+    }
+}
+
+/// The row key prefix of the entities saying which workers are members of a group (beside its
+/// leases, whose row keys are numbers).
+const MEMBER_PREFIX: &str = "worker-";
+
+/// The most changes a worker takes together from responses already received (past it, what
+/// one response adds: at most 500 more).
+const COALESCE_CHANGES: usize = 500;
+
+/// How long a worker waits before following again after its stream broke.
+const FOLLOW_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
+/// `lease` with its checkpoint moved to `handled`'s cursor if the stream reading `handled`'s
+/// ranges read range `range` past it (every record of the range up to there is handled).
+fn carried(range: u32, mut lease: Lease, handled: Option<(&[u32], &str)>) -> Lease {
+    if let Some((ranges, seen)) = handled {
+        if ranges.contains(&range) && is_after(seen, &lease.cursor) {
+            lease.cursor = seen.to_owned();
+        }
+    }
+    lease
+}
+
+/// Whether a worker follows again after `error` (the server went away, or is busy) rather
+/// than ending with it.
+fn retried_later(error: &Error) -> bool {
+    use crate::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Busy
+    )
+}
+
 impl Worker {
     async fn run<T, H, F>(
         mut self,
@@ -338,33 +443,114 @@ impl Worker {
     {
         self.make_leases().await?;
         let balance_every = self.config.lease_time / 3;
+        // The first round after a moment, so that the workers starting together each count
+        // the others before taking a share (as Kafka's initial rebalance delay).
+        self.announce().await?;
+        tokio::time::sleep(self.config.lease_time / 10).await;
         let mut next_balance = tokio::time::Instant::now();
+        let mut following: Option<Following> = None;
         loop {
             if *stopped.borrow() {
-                return self.hand_back().await;
+                let handled = following.as_ref().and_then(Following::handled_to);
+                let handled = handled.map(|(ranges, seen)| (ranges.to_vec(), seen.to_owned()));
+                drop(following);
+                return self.hand_back(handled).await;
             }
             if tokio::time::Instant::now() >= next_balance {
-                self.balance().await?;
+                self.balance(following.as_ref().and_then(Following::handled_to))
+                    .await?;
+                if let Some(idle) = following.as_mut().filter(|f| !f.active) {
+                    // Nothing came for a round: the stream is caught up.
+                    for range in &idle.ranges {
+                        if self.held.contains_key(range) {
+                            self.set_lag(*range, Some(Duration::ZERO));
+                        }
+                    }
+                }
+                if let Some(following) = following.as_mut() {
+                    following.active = false;
+                }
                 next_balance = tokio::time::Instant::now() + balance_every;
             }
-            let mut worked = false;
             let ranges: Vec<u32> = self.held.keys().copied().collect();
-            for range in ranges {
-                worked |= self.process(range, handler.as_ref(), next_balance).await?;
-                if tokio::time::Instant::now() >= next_balance || *stopped.borrow() {
-                    break;
+            if following.as_ref().map(|f| &f.ranges) != Some(&ranges) {
+                following = None;
+                if !ranges.is_empty() {
+                    match self.follow(ranges).await {
+                        Ok(opened) => following = Some(opened),
+                        Err(error) if retried_later(&error) => {
+                            tokio::time::sleep(FOLLOW_AGAIN_AFTER).await;
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    }
                 }
             }
-            if !worked {
-                let idle = tokio::time::sleep_until(
-                    next_balance.min(tokio::time::Instant::now() + Duration::from_millis(100)),
-                );
+            let Some(stream) = following.as_mut() else {
                 tokio::select! {
-                    () = idle => {}
+                    () = tokio::time::sleep_until(next_balance) => {}
                     _ = stopped.changed() => {}
                 }
+                continue;
+            };
+            tokio::select! {
+                message = stream.responses.message() => {
+                    let ended = match message {
+                        Ok(Some(batch)) => {
+                            let (batch, ended) = stream.coalesce(batch);
+                            stream.active = true;
+                            let cursor = batch.cursor.clone();
+                            self.handle_batch(batch, handler.as_ref()).await?;
+                            stream.seen = Some(cursor).filter(|cursor| !cursor.is_empty());
+                            ended
+                        }
+                        Ok(None) => Some(Ok(())),
+                        Err(status) => Some(Err(status)),
+                    };
+                    match ended {
+                        None => {}
+                        Some(Ok(())) => following = None,
+                        Some(Err(status)) => {
+                            let error = Error::from_status(status);
+                            if !retried_later(&error) {
+                                return Err(error);
+                            }
+                            following = None;
+                            tokio::time::sleep(FOLLOW_AGAIN_AFTER).await;
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(next_balance) => {}
+                _ = stopped.changed() => {}
             }
         }
+    }
+
+    /// Opens the stream of `ranges`' records, each after its lease's cursor.
+    async fn follow(&self, ranges: Vec<u32>) -> Result<Following> {
+        let segment_cursors = (ranges.iter())
+            .map(|range| pb::SegmentCursor {
+                segment: *range,
+                cursor: self.held[range].lease.cursor.clone(),
+            })
+            .collect();
+        let request = pb::ReadChangesRequest {
+            table: self.config.table.name().to_owned(),
+            follow: true,
+            segment_cursors,
+            total_segments: self.config.ranges,
+            ..Default::default()
+        };
+        let client = self.config.table.client.clone();
+        let responses = client
+            .read(request, |mut c, r| async move { c.read_changes(r).await })
+            .await?;
+        Ok(Following {
+            ranges,
+            responses,
+            seen: None,
+            active: false,
+        })
     }
 
     /// The lease entity of `range`.
@@ -375,7 +561,7 @@ impl Worker {
     /// Makes the lease table and the group's leases where missing.
     async fn make_leases(&self) -> Result<()> {
         self.config.leases.create_if_not_exists().await?;
-        let existing = self.read_leases().await?;
+        let (existing, _) = self.read_leases().await?;
         let unowned = Lease::default();
         for range in 0..self.config.ranges {
             if existing.contains_key(&range) {
@@ -389,19 +575,42 @@ impl Worker {
         Ok(())
     }
 
-    /// The group's leases, by range, with their ETags.
-    async fn read_leases(&self) -> Result<HashMap<u32, (ETag, Lease)>> {
+    /// The group's leases, by range, with their ETags; and the workers that said they are
+    /// members, with when that ends.
+    async fn read_leases(&self) -> Result<(HashMap<u32, (ETag, Lease)>, Vec<Lease>)> {
         let rows = (self.config.leases.query::<Lease>())
             .partition(self.config.group.clone())
             .all()
             .await?;
-        let mut leases = HashMap::new();
+        let (mut leases, mut members) = (HashMap::new(), Vec::new());
         for row in rows {
             if let Ok(range) = row.key.row_key.parse::<u32>() {
                 leases.insert(range, (row.etag, row.value));
+            } else if row.key.row_key.starts_with(MEMBER_PREFIX) {
+                members.push(row.value);
             }
         }
-        Ok(leases)
+        Ok((leases, members))
+    }
+
+    /// Says this worker is a member of the group until a lease time from now (then).
+    async fn announce(&self) -> Result<i64> {
+        let expires_ms = now_ms() + self.config.lease_time.as_millis() as i64;
+        let member = Lease {
+            owner: self.config.worker.clone(),
+            expires_ms,
+            cursor: String::new(),
+        };
+        (self.config.leases)
+            .upsert(self.member_key(), &member, UpsertMode::Replace)
+            .await?;
+        Ok(expires_ms)
+    }
+
+    /// The entity saying this worker is a member of the group.
+    fn member_key(&self) -> EntityKey {
+        let row = format!("{MEMBER_PREFIX}{}", self.config.worker);
+        EntityKey::new(self.config.group.clone(), row)
     }
 
     /// Writes `lease` as range `range`'s if its ETag is still `etag`: the new ETag, or `None` if
@@ -418,14 +627,15 @@ impl Worker {
         }
     }
 
-    /// Renews the leases held, drops those another took, and takes free or others' leases
-    /// toward a fair share.
-    async fn balance(&mut self) -> Result<()> {
-        let leases = self.read_leases().await?;
-        let expires_ms = now_ms() + self.config.lease_time.as_millis() as i64;
+    /// Renews the leases held (each checkpoint moved to what the followed stream is known to
+    /// have handled: `handled`'s ranges up to its cursor), drops those another took, and takes
+    /// free or others' leases toward a fair share.
+    async fn balance(&mut self, handled: Option<(&[u32], &str)>) -> Result<()> {
+        let expires_ms = self.announce().await?;
+        let (leases, members) = self.read_leases().await?;
         let held: Vec<u32> = self.held.keys().copied().collect();
         for range in held {
-            let mut lease = self.held[&range].lease.clone();
+            let mut lease = carried(range, self.held[&range].lease.clone(), handled);
             lease.expires_ms = expires_ms;
             let etag = self.held[&range].etag.clone();
             match self.write_lease(range, &etag, &lease).await? {
@@ -438,9 +648,10 @@ impl Worker {
         let now = now_ms();
         let me = self.config.worker.clone();
         let live = |lease: &Lease| !lease.owner.is_empty() && lease.expires_ms > now;
-        let mut owners: HashSet<&str> = (leases.values())
-            .filter(|(_, lease)| live(lease))
-            .map(|(_, lease)| lease.owner.as_str())
+        let mut owners: HashSet<&str> = (leases.values().map(|(_, lease)| lease))
+            .chain(&members)
+            .filter(|lease| live(lease))
+            .map(|lease| lease.owner.as_str())
             .collect();
         owners.insert(&me);
         let ranges = self.config.ranges as usize;
@@ -457,17 +668,23 @@ impl Worker {
             let (etag, lease) = &leases[&range];
             self.take(range, etag, lease, expires_ms).await?;
         }
-        if self.held.len() < share {
-            // One a round from the worker holding the most, if it holds more than its share.
-            let mut counts: HashMap<&str, Vec<u32>> = HashMap::new();
-            for (range, (_, lease)) in &leases {
-                if live(lease) && lease.owner != me {
-                    counts.entry(lease.owner.as_str()).or_default().push(*range);
-                }
+        // Then from each worker holding more than its share, its excess, until this one has
+        // its share: a group balances within a round of a worker's joining.
+        let mut counts: HashMap<&str, Vec<u32>> = HashMap::new();
+        for (range, (_, lease)) in &leases {
+            if live(lease) && lease.owner != me {
+                counts.entry(lease.owner.as_str()).or_default().push(*range);
             }
-            let busiest = counts.into_values().max_by_key(|ranges| ranges.len());
-            if let Some(ranges) = busiest.filter(|ranges| ranges.len() > share) {
-                let range = ranges.into_iter().min().unwrap_or_default();
+        }
+        let mut others: Vec<Vec<u32>> = counts.into_values().collect();
+        others.sort_by_key(|ranges| std::cmp::Reverse(ranges.len()));
+        for mut ranges in others {
+            ranges.sort_unstable();
+            let excess = ranges.len().saturating_sub(share);
+            for range in ranges.into_iter().take(excess) {
+                if self.held.len() >= share {
+                    return Ok(());
+                }
                 let (etag, lease) = &leases[&range];
                 self.take(range, etag, lease, expires_ms).await?;
             }
@@ -494,140 +711,125 @@ impl Worker {
         Ok(())
     }
 
-    /// Reads range `range`'s changes after its cursor, batch by batch until the read ends (caught
-    /// up) or `until` passes, committing the handler's writes with each chunk's checkpoint:
-    /// whether there was any. A lease another worker took is dropped. The read is followed to
-    /// its end, not dropped after a batch: a client resetting streams by the hundred a second is
-    /// told by the server's HTTP/2 to calm down, and loses its connection.
-    async fn process<T, H, F>(
-        &mut self,
-        range: u32,
-        handler: &H,
-        until: tokio::time::Instant,
-    ) -> Result<bool>
-    where
-        T: DeserializeOwned,
-        H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
-        F: Future<Output = Result<CrossTransaction>>,
-    {
-        let Some(held) = self.held.get(&range).cloned() else {
-            return Ok(false);
-        };
-        let request = pb::ReadChangesRequest {
-            table: self.config.table.name().to_owned(),
-            cursor: held.lease.cursor.clone(),
-            segment: range,
-            total_segments: self.config.ranges,
-            ..Default::default()
-        };
-        let client = self.config.table.client.clone();
-        let mut responses = client
-            .read(request, |mut c, r| async move { c.read_changes(r).await })
-            .await?;
-        let mut worked = false;
-        while let Some(batch) = responses.message().await.map_err(Error::from_status)? {
-            if !self.handle_batch(range, batch, handler).await? {
-                return Ok(worked);
-            }
-            worked = true;
-            if tokio::time::Instant::now() >= until {
-                return Ok(worked);
-            }
-        }
-        if !worked {
-            self.set_lag(range, Some(Duration::ZERO));
-        }
-        Ok(worked)
-    }
-
-    /// Handles one batch of range `range`'s read in chunks of the batch size, each checkpointed
-    /// after its last change (the last chunk at the batch's cursor, which may lie past other
-    /// ranges' records): whether the lease is still held.
+    /// Handles one response of the followed stream: its changes in batches of at most the
+    /// batch size and [`MAX_BATCH_RANGES`] ranges, in feed order within each range, each batch
+    /// committed with the checkpoints of its ranges (a range's after its last change in the
+    /// batch, or at the response's cursor, which may lie past other ranges' records, once the
+    /// range has no more changes in the response).
     async fn handle_batch<T, H, F>(
         &mut self,
-        range: u32,
         batch: pb::ReadChangesResponse,
         handler: &H,
-    ) -> Result<bool>
+    ) -> Result<()>
     where
         T: DeserializeOwned,
         H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
         F: Future<Output = Result<CrossTransaction>>,
     {
-        let mut changes = (batch.changes.into_iter())
-            .map(change_from_pb)
-            .collect::<Result<Vec<Change<T>>>>()?;
+        let total = self.config.ranges;
+        let mut changes: Vec<(u32, pb::Change)> = (batch.changes.into_iter())
+            .map(|change| (segment::index_of(&change.partition_key, total), change))
+            .collect();
+        let mut ranges: Vec<u32> = changes.iter().map(|(range, _)| *range).collect();
+        ranges.sort_unstable();
+        ranges.dedup();
         let size = self.config.batch_size as usize;
-        loop {
-            let rest = changes.split_off(changes.len().min(size));
-            let chunk = std::mem::replace(&mut changes, rest);
-            let cursor = match (changes.is_empty(), chunk.last()) {
-                (false, Some(last)) => last.cursor.to_string(),
-                _ => batch.cursor.clone(),
-            };
-            if !self.commit_chunk(range, chunk, cursor, handler).await? {
-                return Ok(false);
-            }
-            if changes.is_empty() {
-                return Ok(true);
+        for group in ranges.chunks(MAX_BATCH_RANGES) {
+            let (mut mine, others) = (changes.into_iter()).partition(|(r, _)| group.contains(r));
+            changes = others;
+            while !mine.is_empty() {
+                let rest = mine.split_off(mine.len().min(size));
+                let chunk = std::mem::replace(&mut mine, rest);
+                let mut checkpoints: BTreeMap<u32, String> = BTreeMap::new();
+                for (range, change) in &chunk {
+                    checkpoints.insert(*range, change.cursor.clone());
+                }
+                for (range, cursor) in &mut checkpoints {
+                    if !mine.iter().any(|(later, _)| later == range) {
+                        cursor.clone_from(&batch.cursor);
+                    }
+                }
+                self.commit_chunk(chunk, checkpoints, handler).await?;
             }
         }
+        Ok(())
     }
 
-    /// Commits the handler's writes for `changes` of range `range` with the range's checkpoint
-    /// at `cursor`: whether the lease is still held (else it is dropped, nothing written).
+    /// Commits the handler's writes for `changes` with each of their ranges' checkpoints (at
+    /// `checkpoints`' cursors), all in one transaction. A range whose lease another worker took
+    /// refuses the transaction: it is dropped, and the rest handled again without it.
     async fn commit_chunk<T, H, F>(
         &mut self,
-        range: u32,
-        changes: Vec<Change<T>>,
-        cursor: String,
+        mut changes: Vec<(u32, pb::Change)>,
+        mut checkpoints: BTreeMap<u32, String>,
         handler: &H,
-    ) -> Result<bool>
+    ) -> Result<()>
     where
+        T: DeserializeOwned,
         H: Fn(ChangeBatch<T>, CrossTransaction) -> F,
         F: Future<Output = Result<CrossTransaction>>,
     {
-        let Some(held) = self.held.get(&range).cloned() else {
-            return Ok(false);
-        };
-        let written = (changes.iter().rev())
-            .find_map(|change| change.entity.as_ref().or(change.before.as_ref()))
-            .map(|entity| entity.timestamp);
-        let lease = Lease {
-            cursor,
-            ..held.lease.clone()
-        };
-        let client = &self.config.table.client;
-        let mut tx = match changes.is_empty() {
-            // Only other ranges' records: the cursor moves on, nothing to handle.
-            true => client.transaction(),
-            false => handler(ChangeBatch { range, changes }, client.transaction()).await?,
-        };
-        let at = tx.len();
-        let leases = self.config.leases.name().to_owned();
-        tx.update(
-            &leases,
-            self.key(range),
-            &lease,
-            IfMatch::Tag(held.etag.clone()),
-        )?;
-        match tx.commit().await {
-            Ok(etags) => {
-                if let Some(Some(etag)) = etags.into_iter().nth(at) {
-                    self.held.insert(range, Held { etag, lease });
+        loop {
+            checkpoints.retain(|range, _| self.held.contains_key(range));
+            changes.retain(|(range, _)| checkpoints.contains_key(range));
+            if checkpoints.is_empty() {
+                return Ok(());
+            }
+            let ranges: Vec<u32> = checkpoints.keys().copied().collect();
+            let mut written = BTreeMap::new();
+            let mut typed = Vec::with_capacity(changes.len());
+            for (range, change) in &changes {
+                let change = change_from_pb::<T>(change.clone())?;
+                if let Some(entity) = change.entity.as_ref().or(change.before.as_ref()) {
+                    written.insert(*range, entity.timestamp);
                 }
-                if let Some(written) = written {
+                typed.push(change);
+            }
+            let client = &self.config.table.client;
+            let batch = ChangeBatch {
+                ranges: ranges.clone(),
+                changes: typed,
+            };
+            let mut tx = handler(batch, client.transaction()).await?;
+            let at = tx.len();
+            let leases = self.config.leases.name().to_owned();
+            let mut moved = Vec::with_capacity(ranges.len());
+            for (range, cursor) in &checkpoints {
+                let held = &self.held[range];
+                let lease = Lease {
+                    cursor: cursor.clone(),
+                    ..held.lease.clone()
+                };
+                let fence = IfMatch::Tag(held.etag.clone());
+                tx.update(&leases, self.key(*range), &lease, fence)?;
+                moved.push((*range, lease));
+            }
+            match tx.commit().await {
+                Ok(etags) => {
+                    let etags = etags.into_iter().skip(at);
+                    for ((range, lease), etag) in moved.into_iter().zip(etags) {
+                        if let Some(etag) = etag {
+                            self.held.insert(range, Held { etag, lease });
+                        }
+                    }
                     let now = crate::DateTime::now().ticks();
-                    let behind = u64::try_from(now - written.ticks()).unwrap_or(0);
-                    self.set_lag(range, Some(Duration::from_nanos(behind * 100)));
+                    for (range, written) in written {
+                        let behind = u64::try_from(now - written.ticks()).unwrap_or(0);
+                        self.set_lag(range, Some(Duration::from_nanos(behind * 100)));
+                    }
+                    return Ok(());
                 }
-                Ok(true)
+                Err(error) if error.is_precondition_failed() => {
+                    let fenced = (error.operation_index())
+                        .and_then(|index| index.checked_sub(at))
+                        .and_then(|nth| ranges.get(nth));
+                    match fenced {
+                        Some(range) => self.drop_lease(*range),
+                        None => return Err(error),
+                    }
+                }
+                Err(error) => return Err(error),
             }
-            Err(error) if error.operation_index() == Some(at) && error.is_precondition_failed() => {
-                self.drop_lease(range);
-                Ok(false)
-            }
-            Err(error) => Err(error),
         }
     }
 
@@ -646,19 +848,25 @@ impl Worker {
         };
     }
 
-    /// Hands every lease held back (free at once, its cursor kept).
-    async fn hand_back(&mut self) -> Result<()> {
+    /// Hands every lease held back (free at once, its checkpoint moved to what the followed
+    /// stream handled: `handled`).
+    async fn hand_back(&mut self, handled: Option<(Vec<u32>, String)>) -> Result<()> {
         for range in self.held.keys().copied().collect::<Vec<_>>() {
             self.set_lag(range, None);
         }
+        let handled = (handled.as_ref()).map(|(ranges, seen)| (ranges.as_slice(), seen.as_str()));
         for (range, held) in std::mem::take(&mut self.held) {
             let free = Lease {
                 owner: String::new(),
                 expires_ms: 0,
-                ..held.lease
+                ..carried(range, held.lease, handled)
             };
             self.write_lease(range, &held.etag, &free).await?;
         }
-        Ok(())
+        let left = self.config.leases.delete(self.member_key(), IfMatch::Any);
+        match left.await {
+            Err(error) if !error.is_not_found() => Err(error),
+            _ => Ok(()),
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! [`FeedBatch`]), each holding its share of the streams' memory budget until the transport takes
 //! it, as a streamed scan's do.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -56,8 +57,8 @@ pub(crate) struct Reader {
     from_end: bool,
     /// Only the records it matches, if given ([`FeedFilter`]).
     filter: Option<FeedFilter>,
-    /// Only the records of this segment's partitions, if given.
-    segment: Option<Segment>,
+    /// Only the records of these segments' partitions, if given.
+    segments: Option<SegmentsShown>,
     access: Access,
     /// What its buffered batches may hold.
     limits: StreamLimits,
@@ -83,16 +84,7 @@ impl Reader {
     ) -> Result<Reader, Status> {
         let filter =
             FeedFilter::parse(&request.filter, &mut work_budget.spend()).map_err(invalid)?;
-        let segment = Segment::of(request.segment, request.total_segments).map_err(invalid)?;
-        let after = match request.cursor.as_str() {
-            "" => None,
-            _ if request.from_end => {
-                return Err(invalid(ValidationError::Argument(
-                    "give either a cursor or from_end, not both".into(),
-                )))
-            }
-            cursor => Some(parse_cursor(cursor).map_err(invalid)?),
-        };
+        let (segments, after) = SegmentsShown::of(&request)?;
         Ok(Reader {
             table: request.table,
             after,
@@ -100,7 +92,7 @@ impl Reader {
             partition_key: Some(request.partition_key).filter(|pk| !pk.is_empty()),
             from_end: request.from_end,
             filter,
-            segment,
+            segments,
             access,
             limits,
             _holds: holds,
@@ -239,7 +231,8 @@ impl Reader {
             let key = &change.key;
             let pk = &key.partition_key;
             let other_partition = (self.partition_key.as_ref()).is_some_and(|only| only != pk);
-            let other_segment = (self.segment).is_some_and(|segment| !segment.holds(pk));
+            let other_segment = (self.segments.as_ref())
+                .is_some_and(|segments| !segments.shows(pk, change.position));
             if other_partition || other_segment {
                 continue;
             }
@@ -268,6 +261,75 @@ impl Reader {
             changes,
             cursor: self.after.map(cursor_of).unwrap_or_default(),
         })
+    }
+}
+
+/// The segments whose records a reader is shown, each after its own position (`None`: from the
+/// feed's start).
+struct SegmentsShown {
+    total: u32,
+    after: HashMap<u32, Option<FeedPosition>>,
+}
+
+impl SegmentsShown {
+    /// The segments `request` names (`segment`, or `segment_cursors`), if any, and the position
+    /// the reader starts after (the request's cursor, or the earliest of the segments').
+    fn of(
+        request: &pb::ReadChangesRequest,
+    ) -> Result<(Option<SegmentsShown>, Option<FeedPosition>), Status> {
+        let (total, from_cursor) = (request.total_segments, request.cursor.as_str());
+        let after = match from_cursor {
+            "" => None,
+            _ if request.from_end => {
+                return Err(invalid(ValidationError::Argument(
+                    "give either a cursor or from_end, not both".into(),
+                )))
+            }
+            cursor => Some(parse_cursor(cursor).map_err(invalid)?),
+        };
+        if request.segment_cursors.is_empty() {
+            let segment = Segment::of(request.segment, total).map_err(invalid)?;
+            let shown = segment.map(|segment| SegmentsShown {
+                total,
+                after: HashMap::from([(segment.index(), None)]),
+            });
+            return Ok((shown, after));
+        }
+        if request.segment != 0 || after.is_some() || request.from_end {
+            return Err(invalid(ValidationError::Argument(
+                "segment_cursors give each segment's cursor: not with segment, cursor or \
+                 from_end"
+                    .into(),
+            )));
+        }
+        let mut shown = SegmentsShown {
+            total,
+            after: HashMap::new(),
+        };
+        for from in &request.segment_cursors {
+            let refused = |text: String| invalid(ValidationError::Argument(text));
+            let Some(segment) = Segment::of(from.segment, total).map_err(invalid)? else {
+                return Err(refused("segment_cursors need total_segments".into()));
+            };
+            let cursor = match from.cursor.as_str() {
+                "" => None,
+                cursor => Some(parse_cursor(cursor).map_err(invalid)?),
+            };
+            if shown.after.insert(segment.index(), cursor).is_some() {
+                let index = segment.index();
+                return Err(refused(format!(
+                    "segment_cursors name segment {index} twice"
+                )));
+            }
+        }
+        let earliest = shown.after.values().min().copied().flatten();
+        Ok((Some(shown), earliest))
+    }
+
+    /// Whether the record of `partition_key`'s partition at `position` is shown.
+    fn shows(&self, partition_key: &str, position: FeedPosition) -> bool {
+        let segment = Segment::index_of(partition_key, self.total);
+        (self.after.get(&segment)).is_some_and(|after| after.is_none_or(|after| position > after))
     }
 }
 

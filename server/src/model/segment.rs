@@ -41,22 +41,9 @@ impl Segment {
         Ok(Some(Segment { index, total }))
     }
 
-    /// Which segment of `total` holds `partition_key`: the high bits of `total` times the
-    /// FNV-1a (64-bit) hash of its UTF-8 bytes, mixed by MurmurHash3's 64-bit finalizer (FNV-1a
-    /// alone leaves keys that differ in their last bytes close together). Fixed for good:
-    /// tokens and workers rely on it.
+    /// Which segment of `total` holds `partition_key` ([`trestle_proto::segment::index_of`]).
     pub fn index_of(partition_key: &str, total: u32) -> u32 {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in partition_key.as_bytes() {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        hash ^= hash >> 33;
-        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        hash ^= hash >> 33;
-        ((u128::from(hash) * u128::from(total)) >> 64) as u32
+        trestle_proto::segment::index_of(partition_key, total)
     }
 
     /// Whether the segment holds `partition_key`'s partition.

@@ -6,7 +6,8 @@
 //! write has its record once; no record of a write refused; each entity's records in its commit
 //! order; and replaying the feed gives the table as stored. (The list tables' feeds are checked
 //! against the lists' version order by `check_list_feed`.) Each feed read whole through a filter
-//! holds exactly the records it matches (`check_filtered`).
+//! holds exactly the records it matches (`check_filtered`), and read by segments each after its
+//! own cursor, as a consumer group's worker reads it, exactly those records (`check_segments`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -278,17 +279,22 @@ pub(crate) const FILTER: &str = "PartitionKey ne 'p0'";
 
 /// [`read_to_end`] through `filter` (empty: none).
 async fn read_filtered(servers: &Servers, table: &str, cursor: &str, filter: &str) -> Vec<Seen> {
+    let request = pb::ReadChangesRequest {
+        table: table.into(),
+        cursor: cursor.into(),
+        filter: filter.into(),
+        ..Default::default()
+    };
+    read_whole(servers, request).await
+}
+
+/// The records `request` reads to the end of the feed now, read until a server answers.
+async fn read_whole(servers: &Servers, request: pb::ReadChangesRequest) -> Vec<Seen> {
     let mut rng = Rng::new(11);
     for _ in 0..100 {
         let mut client = servers.pick(&mut rng);
-        let request = pb::ReadChangesRequest {
-            table: table.into(),
-            cursor: cursor.into(),
-            filter: filter.into(),
-            ..Default::default()
-        };
         let read = async {
-            let mut stream = client.read_changes(request).await?.into_inner();
+            let mut stream = client.read_changes(request.clone()).await?.into_inner();
             let mut records = Vec::new();
             while let Some(batch) = stream.message().await? {
                 records.extend(batch.changes.into_iter().map(seen));
@@ -300,7 +306,45 @@ async fn read_filtered(servers: &Servers, table: &str, cursor: &str, filter: &st
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
-    panic!("no server answered a read of {table}'s feed");
+    panic!("no server answered a read of {}'s feed", request.table);
+}
+
+/// `table`'s feed read as a consumer group's worker reads it, several segments at once each after
+/// its own cursor (segments 0 and 2 of 4 from the start, 1 and 3 after the middle record), holds
+/// exactly those records of `from_start` (the feed read whole), in order.
+pub(crate) async fn check_segments(servers: &Servers, table: &str, from_start: &[Seen]) {
+    let middle = from_start.len() / 2;
+    let after = from_start
+        .get(middle)
+        .map(|r| r.cursor.clone())
+        .unwrap_or_default();
+    let from = |segment: u32| pb::SegmentCursor {
+        segment,
+        cursor: if segment % 2 == 1 {
+            after.clone()
+        } else {
+            String::new()
+        },
+    };
+    let request = pb::ReadChangesRequest {
+        table: table.into(),
+        total_segments: 4,
+        segment_cursors: (0..4).map(from).collect(),
+        ..Default::default()
+    };
+    let read = read_whole(servers, request).await;
+    let wanted: Vec<&str> = (from_start.iter().enumerate())
+        .filter(|(at, r)| {
+            let segment = trestle_proto::segment::index_of(&r.key.0, 4);
+            segment % 2 == 0 || after.is_empty() || *at > middle
+        })
+        .map(|(_, r)| r.cursor.as_str())
+        .collect();
+    let got: Vec<&str> = read.iter().map(|r| r.cursor.as_str()).collect();
+    assert_eq!(
+        got, wanted,
+        "{table}: the feed read by segments, each from its cursor"
+    );
 }
 
 /// `table`'s feed read whole through [`FILTER`] holds exactly the records of `from_start` (the

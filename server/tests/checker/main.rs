@@ -150,6 +150,7 @@ async fn check_system(system: System) {
         let from_start = feed::read_to_end(servers, table, "").await;
         feed::check_follower(table, &records, &from_start);
         feed::check_filtered(servers, table, &from_start).await;
+        feed::check_segments(servers, table, &from_start).await;
         if table == feed::EVENTS {
             let stored = stored_events(servers).await;
             feed::check_events_feed(&from_start, &writes, &stored);
