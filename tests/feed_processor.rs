@@ -341,15 +341,15 @@ async fn one_process_runs_several_workers_in_chunks_and_tells_each_ranges_lag() 
     // The server's view of the group: every range held by one of the two, nothing pending.
     let consumers = sdk.table(SALES).consumers().await.unwrap();
     assert!(consumers.pending_complete);
-    let [group] = &consumers.groups[..] else {
+    let [totals] = &consumers.groups[..] else {
         panic!("groups: {consumers:?}")
     };
-    assert_eq!(group.name, "totals");
+    assert_eq!(totals.name, "totals");
     assert_eq!(
-        (group.ranges.iter().map(|range| range.range)).collect::<Vec<_>>(),
+        (totals.ranges.iter().map(|range| range.range)).collect::<Vec<_>>(),
         (0..8).collect::<Vec<_>>()
     );
-    for range in &group.ranges {
+    for range in &totals.ranges {
         let holder = range.holder.as_deref();
         assert!(matches!(holder, Some("local-0" | "local-1")), "{range:?}");
         assert!(
@@ -383,6 +383,10 @@ async fn one_process_runs_several_workers_in_chunks_and_tells_each_ranges_lag() 
             "{range:?}"
         );
     }
+    // A worker splitting the group's feed otherwise ends at once, having changed nothing.
+    let other_count = group().ranges(16).handler(handler).start().unwrap();
+    let refused = other_count.stop().await.unwrap_err();
+    assert!(refused.to_string().contains(".ranges(8)"), "{refused}");
     let other = sdk.table(SALES).consumers_in("", "nobody").await.unwrap();
     assert!(other.groups.is_empty(), "{other:?}");
     let refused = sdk.table(TOTALS).consumers_in("SalesLeases", "").await;

@@ -61,6 +61,9 @@ struct Lease {
     expires_ms: i64,
     /// Where the group has processed the range to; empty: the feed's start.
     cursor: String,
+    /// How many ranges the group splits the feed into (0 on a member's row).
+    #[serde(default)]
+    ranges: u32,
 }
 
 /// A lease this worker holds: the ETag it last wrote and what it wrote.
@@ -214,7 +217,8 @@ impl<H> FeedProcessorBuilder<H> {
     }
 
     /// How many ranges the feed is split into (1 to 1,024; every worker of a group must say the
-    /// same): at most that many workers share the work.
+    /// same, and a worker saying otherwise than the group's leases ends with `InvalidInput`): at
+    /// most that many workers share the work.
     pub fn ranges(mut self, ranges: u32) -> Self {
         self.config.ranges = ranges;
         self
@@ -562,7 +566,20 @@ impl Worker {
     async fn make_leases(&self) -> Result<()> {
         self.config.leases.create_if_not_exists().await?;
         let (existing, _) = self.read_leases().await?;
-        let unowned = Lease::default();
+        let ranges = self.config.ranges;
+        if let Some((_, lease)) = existing.values().find(|(_, lease)| lease.ranges != ranges) {
+            // Another count splits the feed otherwise: each range's cursor would mean other
+            // records, and changes would be handled twice or never.
+            return Err(Error::invalid(format!(
+                "group {:?} splits the feed into {} ranges: its workers must say .ranges({}), \
+                 not {ranges}",
+                self.config.group, lease.ranges, lease.ranges
+            )));
+        }
+        let unowned = Lease {
+            ranges,
+            ..Lease::default()
+        };
         for range in 0..self.config.ranges {
             if existing.contains_key(&range) {
                 continue;
@@ -599,7 +616,7 @@ impl Worker {
         let member = Lease {
             owner: self.config.worker.clone(),
             expires_ms,
-            cursor: String::new(),
+            ..Lease::default()
         };
         (self.config.leases)
             .upsert(self.member_key(), &member, UpsertMode::Replace)
@@ -704,6 +721,7 @@ impl Worker {
             owner: self.config.worker.clone(),
             expires_ms,
             cursor: lease.cursor.clone(),
+            ranges: self.config.ranges,
         };
         if let Some(etag) = self.write_lease(range, etag, &taken).await? {
             self.held.insert(range, Held { etag, lease: taken });
