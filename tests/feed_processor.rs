@@ -387,6 +387,30 @@ async fn one_process_runs_several_workers_in_chunks_and_tells_each_ranges_lag() 
     let other_count = group().ranges(16).handler(handler).start().unwrap();
     let refused = other_count.stop().await.unwrap_err();
     assert!(refused.to_string().contains(".ranges(8)"), "{refused}");
+    // Split while no worker runs, each new range from its old range's checkpoint: a group of
+    // 16 then counts what waits, and nothing twice.
+    let refused = group().ranges(12).split_ranges().await.unwrap_err();
+    assert!(refused.to_string().contains("not 12"), "{refused}");
+    group().ranges(16).split_ranges().await.unwrap();
+    let split = sdk.table(SALES).consumers_in("", "totals").await.unwrap();
+    let ranges = &split.groups[0].ranges;
+    assert_eq!(ranges.len(), 16);
+    assert_eq!(ranges.iter().map(|range| range.pending).sum::<u64>(), 30);
+    let split_group = group()
+        .ranges(16)
+        .worker_name("split")
+        .batch_size(7)
+        .handler(handler)
+        .start()
+        .unwrap();
+    let sold = expected + (120..150).map(|n| n % 97 + 1).sum::<i64>();
+    assert_eq!(
+        totals_once(&sdk, 150, Duration::from_secs(60)).await,
+        (sold, 150)
+    );
+    let running = group().ranges(32).split_ranges().await.unwrap_err();
+    assert!(running.to_string().contains("holds a lease"), "{running}");
+    split_group.stop().await.unwrap();
     let other = sdk.table(SALES).consumers_in("", "nobody").await.unwrap();
     assert!(other.groups.is_empty(), "{other:?}");
     let refused = sdk.table(TOTALS).consumers_in("SalesLeases", "").await;

@@ -21,6 +21,11 @@
 //! after it). Workers' clocks decide when a lease ends: keep them in step (NTP), and the lease
 //! time well above the skew.
 //!
+//! **Splitting:** a range is the segment hash's high bits, so range `i` of `m` is exactly ranges
+//! `i·k` to `i·k + k − 1` of `k·m`; [`FeedProcessorBuilder::split_ranges`] splits a stopped
+//! group's leases so, each new range from its old range's checkpoint. A worker saying another
+//! count than the group's leases ends at once.
+//!
 //! **Reading:** a worker follows one `ReadChanges` stream of all the ranges it holds, each after
 //! its own checkpoint (`segment_cursors`, with `follow`: the server wakes it on each commit, and
 //! reads the feed once for all of them), opened again when the ranges it holds change. Its
@@ -252,6 +257,60 @@ impl<H> FeedProcessorBuilder<H> {
     pub fn workers(mut self, workers: u32) -> Self {
         self.config.workers = workers;
         self
+    }
+}
+
+impl<H> FeedProcessorBuilder<H> {
+    /// Splits the group's ranges into this builder's `.ranges(n)`, a multiple of the group's
+    /// count `m`: range `i` becomes ranges `i * n/m` up to `(i + 1) * n/m - 1`, each from range
+    /// `i`'s checkpoint (a range is the segment hash's high bits, so each partition of range
+    /// `i` lies in one of them and nothing is handled twice or skipped), all in one
+    /// transaction. Run it while no worker of the group runs, then start them with
+    /// `.ranges(n)`.
+    ///
+    /// # Errors
+    /// `InvalidInput` if `n` is not a multiple of the group's count or is over 100 (one
+    /// transaction), or while a worker holds a lease; `is_precondition_failed()` if a lease
+    /// changed meanwhile (nothing is split).
+    pub async fn split_ranges(&self) -> Result<()> {
+        let worker = Worker {
+            config: self.config.clone(),
+            held: BTreeMap::new(),
+            lag: Arc::default(),
+        };
+        let (leases, _) = worker.read_leases().await?;
+        let (from, to) = (leases.len() as u32, self.config.ranges);
+        if from == 0 || to % from != 0 || to > 100 {
+            return Err(Error::invalid(format!(
+                "the group's {from} ranges split into a multiple of them up to 100, not {to}"
+            )));
+        }
+        let now = now_ms();
+        let held = |lease: &&Lease| !lease.owner.is_empty() && lease.expires_ms > now;
+        if let Some(lease) = leases.values().map(|(_, lease)| lease).find(held) {
+            return Err(Error::invalid(format!(
+                "worker {} holds a lease of the group: stop its workers before splitting",
+                lease.owner
+            )));
+        }
+        if !(0..from).all(|range| leases.contains_key(&range)) {
+            return Err(Error::invalid("the group's leases are not numbered from 0"));
+        }
+        let mut tx = self.config.table.client.transaction();
+        let table = self.config.leases.name().to_owned();
+        for range in 0..to {
+            let lease = Lease {
+                cursor: leases[&(range / (to / from))].1.cursor.clone(),
+                ranges: to,
+                ..Lease::default()
+            };
+            match leases.get(&range) {
+                Some((etag, _)) => tx.update(&table, worker.key(range), &lease, etag.clone())?,
+                None => tx.insert(&table, worker.key(range), &lease)?,
+            };
+        }
+        tx.commit().await?;
+        Ok(())
     }
 }
 
