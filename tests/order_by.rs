@@ -1,7 +1,8 @@
-//! `order_by` on `QueryEntities` end to end, on either store: random entities (a property of
-//! mixed types or missing, a path into a document, ties) compared with a model for random
-//! orderings, page sizes and filters; inserts between the pages of a sorted query; the SDK's
-//! `order_by`; and every refusal, changing nothing.
+//! `order_by` on `QueryEntities` and `ScanEntities` end to end, on either store: random entities
+//! (a property of mixed types or missing, a path into a document, ties) compared with a model for
+//! random orderings, page sizes and filters, paged and streamed; inserts between the pages of a
+//! sorted query; an index whose order is the ordering serving it unsorted; the SDK's `order_by`;
+//! and every refusal, changing nothing.
 
 mod common;
 
@@ -279,6 +280,121 @@ async fn a_sorted_query_paged_while_inserts_go_on_returns_each_first_entity_once
 }
 
 #[tokio::test]
+async fn sorted_streams_match_the_model_and_resume_from_a_page_token() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let mut rng = Rng::new(0x5c4e);
+    let rows = load(&mut client, &mut rng, 300).await;
+    let choices = [Term::V, Term::X, Term::RowKey];
+    for round in 0..8 {
+        let terms: Vec<(Term, bool)> = (0..1 + rng.below(2))
+            .map(|_| (choices[rng.below(3)], rng.below(2) == 1))
+            .collect();
+        // Batches of at most `page_size`: a small one streams in many sorted passes.
+        let page_size = [0, 13, 64][rng.below(3)];
+        let filtered: Vec<Row> = match round % 2 {
+            0 => rows.clone(),
+            _ => rows.iter().filter(|r| r.x == Some(2)).cloned().collect(),
+        };
+        let filter = if round % 2 == 1 { "D/X eq 2" } else { "" };
+        let request = pb::QueryEntitiesRequest {
+            page_size,
+            filter: filter.into(),
+            ..sorted_query(&terms)
+        };
+        let streamed = scan_all(&mut client, request.clone()).await;
+        let expected = model_order(&filtered, &terms);
+        assert_eq!(keys(&streamed), expected, "round {round}: {terms:?}");
+        // A stream started from a sorted page's token goes on after that page.
+        let first = pb::QueryEntitiesRequest {
+            page_size: 5,
+            ..request.clone()
+        };
+        let page = client.query_entities(first).await.unwrap().into_inner();
+        let rest = pb::QueryEntitiesRequest {
+            continuation_token: page.continuation_token,
+            ..request
+        };
+        let resumed = scan_all(&mut client, rest).await;
+        assert_eq!(
+            keys(&resumed),
+            expected[page.entities.len()..],
+            "round {round}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_index_whose_order_is_the_ordering_serves_it_without_a_sort() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let index = |name: &str, path: &str, scope: pb::IndexScope| pb::IndexDefinition {
+        name: name.into(),
+        properties: vec![path.into()],
+        scope: scope as i32,
+        unique: false,
+    };
+    let indexes = vec![
+        index("ByV", "V", pb::IndexScope::Table),
+        index("ByX", "D/X", pb::IndexScope::Partition),
+    ];
+    let create = pb::CreateTableRequest {
+        table: T.into(),
+        indexes,
+        ..Default::default()
+    };
+    client.create_table(create).await.unwrap();
+    let rows = load(&mut client, &mut Rng::new(0x1d), 300).await;
+    let with_v: Vec<Row> = rows.iter().filter(|r| r.v.is_some()).cloned().collect();
+    let in_p2: Vec<Row> = (rows.iter())
+        .filter(|r| r.pk == "p2" && r.x.is_some())
+        .cloned()
+        .collect();
+    for (index, partition, terms, expected, plan) in [
+        (
+            "ByV",
+            None,
+            [(Term::V, false)],
+            &with_v,
+            "index:ByV (order_by)",
+        ),
+        ("ByV", None, [(Term::V, true)], &with_v, "index:ByV"),
+        (
+            "ByX",
+            Some("p2"),
+            [(Term::X, false)],
+            &in_p2,
+            "index:ByX (order_by)",
+        ),
+    ] {
+        let request = pb::QueryEntitiesRequest {
+            index: index.into(),
+            partition_key: partition.map(str::to_owned),
+            page_size: 7,
+            ..sorted_query(&terms)
+        };
+        let expected = model_order(expected, &terms);
+        let page = client.query_entities(request.clone()).await.unwrap();
+        assert_eq!(page.into_inner().stats.unwrap().plan, plan, "{terms:?}");
+        let (paged, sizes) = query_all(&mut client, request.clone()).await;
+        assert_eq!(keys(&paged), expected, "{plan}: {terms:?}");
+        assert!(sizes.iter().all(|n| *n <= 7));
+        let streamed = scan_all(&mut client, request).await;
+        assert_eq!(keys(&streamed), expected, "{plan}: {terms:?}, streamed");
+    }
+    // Over every partition a PARTITION index orders by partition first: sorted, not served.
+    let across = pb::QueryEntitiesRequest {
+        index: "ByX".into(),
+        ..sorted_query(&[(Term::X, false)])
+    };
+    let page = client.query_entities(across.clone()).await.unwrap();
+    assert_eq!(page.into_inner().stats.unwrap().plan, "index:ByX");
+    let with_x: Vec<Row> = rows.iter().filter(|r| r.x.is_some()).cloned().collect();
+    let (paged, _) = query_all(&mut client, across).await;
+    assert_eq!(keys(&paged), model_order(&with_x, &[(Term::X, false)]));
+}
+
+#[tokio::test]
 async fn the_sdk_sorts_by_paths_ascending_and_descending() {
     let server = TestServer::start().await;
     let mut client = server.client_with_table(T).await;
@@ -342,11 +458,12 @@ async fn bad_orderings_are_refused() {
         );
         assert!(status.message().contains(says), "{status:?}");
     }
-    let streamed = client
-        .scan_entities(sorted_query(&[(Term::V, false)]))
-        .await;
-    let status = assert_error(streamed, Code::InvalidArgument, "InvalidInput");
-    assert!(status.message().contains("order_by"), "{status:?}");
+    let streamed = pb::QueryEntitiesRequest {
+        continuation_token: "not-a-token".into(),
+        ..sorted_query(&[(Term::V, false)])
+    };
+    let refused = client.scan_entities(streamed).await;
+    assert_error(refused, Code::InvalidArgument, "InvalidInput");
 
     // A token resumes only the ordering it came from.
     let first = pb::QueryEntitiesRequest {

@@ -51,16 +51,6 @@ fn segment(index: u32, total: u32) -> pb::QueryEntitiesRequest {
     }
 }
 
-/// Every entity a server stream of `request` yields.
-async fn scan_all(client: &mut RawClient, request: pb::QueryEntitiesRequest) -> Vec<pb::Entity> {
-    let mut stream = client.scan_entities(request).await.unwrap().into_inner();
-    let mut entities = Vec::new();
-    while let Some(batch) = stream.message().await.unwrap() {
-        entities.extend(batch.entities);
-    }
-    entities
-}
-
 /// Checks that `segments` (each a segment's keys, in the order read) are each in `reverse` or
 /// key order, hold whole partitions, are disjoint, and together are `expected`.
 fn assert_split(segments: &[Vec<(String, String)>], expected: &[(String, String)], reverse: bool) {

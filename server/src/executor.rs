@@ -240,58 +240,101 @@ impl Executor {
     {
         let span = traces::engine_span("query", &table);
         async move {
-            if !spec.order_by.is_empty() {
-                return self.query_sorted(table, spec, continuation, sink).await;
+            match spec.order_by.is_empty() {
+                true => self.query_in_order(table, spec, continuation, sink).await,
+                false => {
+                    let sorted = self.query_sorted(table, spec, continuation, sink);
+                    sorted.await
+                }
             }
-            let awaited = (table.clone(), continuation.clone());
-            // A page of one partition's rows read in key order has read nothing else.
-            let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty())
-            {
-                (Some(partition), true) => Some([partition.clone()]),
-                _ => None,
-            };
-            let read = self.awaited_or_blocking(
-                (spec, sink),
-                |engine, (spec, mut sink)| async move {
-                    let (table, continuation) = awaited;
-                    let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
-                    Ok(match page.await? {
-                        Attempt::Done(page) => Attempt::Done((page, sink)),
-                        Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
-                    })
-                },
-                move |engine, (spec, mut sink)| {
-                    let page = engine.query(&table, spec, &continuation, &mut sink)?;
-                    Ok((page, sink))
-                },
-            );
-            self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
-                .await
         }
         .instrument(span)
         .await
+    }
+
+    /// A page of a query in key or index order: awaited where the store serves such pages so,
+    /// else in blocking mode.
+    async fn query_in_order<S>(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+        sink: S,
+    ) -> Result<(PageInfo, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let awaited = (table.clone(), continuation.clone());
+        // A page of one partition's rows read in key order has read nothing else.
+        let partition: Option<[String; 1]> = match (&spec.partition_key, spec.index.is_empty()) {
+            (Some(partition), true) => Some([partition.clone()]),
+            _ => None,
+        };
+        let read = self.awaited_or_blocking(
+            (spec, sink),
+            |engine, (spec, mut sink)| async move {
+                let (table, continuation) = awaited;
+                let page = engine.query_awaited(&table, spec, &continuation, &mut sink);
+                Ok(match page.await? {
+                    Attempt::Done(page) => Attempt::Done((page, sink)),
+                    Attempt::WouldWait(spec) => Attempt::WouldWait((spec, sink)),
+                })
+            },
+            move |engine, (spec, mut sink)| {
+                let page = engine.query(&table, spec, &continuation, &mut sink)?;
+                Ok((page, sink))
+            },
+        );
+        self.settled(read.await?, partition.as_ref().map(|p| p.as_slice()))
+            .await
     }
 
     /// A page of a sorted query ([`crate::query::order`]): its scan read to the end a chunk at a
     /// time, as counts are, keeping the best `page_size` matches after the continuation's
     /// position within the page's byte budget ([`TopK`]); they go to `sink` in order, each
     /// showing only what the query selects. Past [`MAX_SORTED_MATCHES`] matches it is refused.
-    async fn query_sorted<S: MatchSink>(
+    /// A query through an index whose order is the ordering is no sort: it is paged in index
+    /// order ([`crate::query::order::OrderBy::served_by`]).
+    async fn query_sorted<S>(
+        &self,
+        table: String,
+        spec: QuerySpec,
+        continuation: String,
+        sink: S,
+    ) -> Result<(PageInfo, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        (self.sorted_pass(table, spec, continuation, sink, PAGE_BYTE_BUDGET)).await
+    }
+
+    /// [`Executor::query_sorted`] keeping at most `byte_budget` bytes of matches: a sorted
+    /// page, or one batch of a sorted stream (`grpc/stream.rs`, within the stream framing's
+    /// batch bytes).
+    pub async fn sorted_pass<S>(
         &self,
         table: String,
         mut spec: QuerySpec,
         continuation: String,
         mut sink: S,
-    ) -> Result<(PageInfo, S), WorkError> {
+        byte_budget: usize,
+    ) -> Result<(PageInfo, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let asked = (!spec.index.is_empty()).then(|| (table.clone(), spec.clone()));
         // The sort keys read any property: the selection applies to the page only.
         let select = std::mem::take(&mut spec.select);
         let order = spec.order_by.clone();
         let cursor = self.open_scan(table, spec, String::new()).await?;
+        if let (true, Some((table, spec))) = (cursor.spec().order_by.is_empty(), asked) {
+            return self.query_in_order(table, spec, continuation, sink).await;
+        }
         let after = cursor.sorted_resume(&continuation)?;
         let limit = cursor.spec().page_size as usize;
         let sorting = Sorting {
             order,
-            top: TopK::new(after, limit, PAGE_BYTE_BUDGET),
+            top: TopK::new(after, limit, byte_budget),
             matched: 0,
             refused: None,
         };

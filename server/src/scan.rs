@@ -10,8 +10,8 @@ use crate::model::{
     Index, IndexRange, IndexState, KeyRange, Ticks, TimeToLive, ValidationError, ValueRef,
 };
 use crate::query::{
-    index_range, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec, Record,
-    ResumeAt, ScanPlan, TokenSeal,
+    index_range, order::OrderBy, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec,
+    Record, ResumeAt, ScanPlan, TokenSeal,
 };
 use crate::storage::{AwaitedSnapshot, EntityView, IndexScan, KeyScan, StorageError, Table, Visit};
 
@@ -105,6 +105,8 @@ enum Source {
         index: Index,
         /// The range of it still to read.
         range: IndexRange,
+        /// Whether its order is the query's `order_by` (no sort needed).
+        gives_order: bool,
     },
 }
 
@@ -126,7 +128,7 @@ impl Scan {
         continuation: &str,
         seal: &TokenSeal,
     ) -> Result<Scan, TableError> {
-        let CheckedQuery { spec, filter } = query;
+        let CheckedQuery { mut spec, filter } = query;
         let source = match spec.index.as_str() {
             "" => {
                 let ScanPlan { ranges, kind } = plan(filter.as_ref(), &spec.key_range());
@@ -139,7 +141,18 @@ impl Scan {
                     filter.as_ref(),
                     spec.partition_key.as_deref(),
                 )?;
-                Source::Index { index, range }
+                // An ordering the index's own order gives is no sort: the query is paged (or
+                // streamed) in index order, its tokens those of an index query.
+                let gives_order =
+                    (spec.order_by).served_by(&index.definition, spec.partition_key.is_some());
+                if gives_order {
+                    spec.order_by = OrderBy::default();
+                }
+                Source::Index {
+                    index,
+                    range,
+                    gives_order,
+                }
             }
         };
         let ttl = table.time_to_live();
@@ -172,10 +185,16 @@ impl Scan {
         Ok(scan)
     }
 
-    /// The plan's name for query stats: `index:<name>` for an index query.
+    /// The plan's name for query stats: `index:<name>` for an index query, `index:<name>
+    /// (order_by)` when the index's order is the query's ordering.
     pub(crate) fn plan_name(&self) -> String {
         match &self.source {
-            Source::Index { index, .. } => format!("index:{}", index.definition.name),
+            Source::Index {
+                index, gives_order, ..
+            } => match gives_order {
+                true => format!("index:{} (order_by)", index.definition.name),
+                false => format!("index:{}", index.definition.name),
+            },
             Source::Keys { kind, .. } => kind.as_str().to_owned(),
         }
     }
@@ -249,7 +268,7 @@ impl Scan {
         let mut visitor = |entity: &EntityView<'_>| chunk.visit(entity);
         let reverse = self.spec.reverse;
         let resume_at = match &self.source {
-            Source::Index { index, range } => {
+            Source::Index { index, range, .. } => {
                 let scan = IndexScan {
                     index,
                     range,

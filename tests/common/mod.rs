@@ -373,6 +373,19 @@ pub async fn query_all(
     }
 }
 
+/// Every entity a server stream of `request` yields.
+pub async fn scan_all(
+    client: &mut RawClient,
+    request: pb::QueryEntitiesRequest,
+) -> Vec<pb::Entity> {
+    let mut stream = client.scan_entities(request).await.unwrap().into_inner();
+    let mut entities = Vec::new();
+    while let Some(batch) = stream.message().await.unwrap() {
+        entities.extend(batch.entities);
+    }
+    entities
+}
+
 /// The (PartitionKey, RowKey) pairs of entities.
 pub fn keys(entities: &[pb::Entity]) -> Vec<(String, String)> {
     entities

@@ -627,25 +627,38 @@ impl service::table_service_server::TableService for TableApi {
         let admitted = self.admit_long(&request)?;
         let slot = self.scan_slot(&request)?;
         let (table, spec, continuation) = scoped_query(&admitted, request.into_inner())?;
-        if !spec.order_by.is_empty() {
-            return Err(invalid(crate::model::ValidationError::Argument(
-                "ScanEntities streams in key or index order: sort with QueryEntities' order_by,                  page by page"
-                    .into(),
-            )));
-        }
-        let cursor = self.executor.open_scan(table, spec, continuation).await?;
         let holds = Holds {
             _in_flight: admitted.permit,
             _slot: slot,
             _open: crate::telemetry::OpenStream::opened(),
         };
+        let limits = self.streams.clone();
+        if !spec.order_by.is_empty() {
+            // Opened first so that a query that cannot start fails before the stream does, and
+            // to learn whether an index's order gives the ordering (then no sort: streamed in
+            // index order).
+            let opened = (self.executor).open_scan(table.clone(), spec.clone(), String::new());
+            let cursor = opened.await?;
+            if !cursor.spec().order_by.is_empty() {
+                cursor
+                    .sorted_resume(&continuation)
+                    .map_err(|error| status::to_status(&error))?;
+                let passes = stream::SortedPasses::new(table, spec, continuation);
+                let reader = stream::sorted_pass_reader(&self.executor);
+                let deadline = admitted.deadline;
+                return Ok(Response::new(stream::start(
+                    passes, holds, deadline, limits, reader,
+                )));
+            }
+        }
+        let cursor = self.executor.open_scan(table, spec, continuation).await?;
         // A chunk that fails or panics ends the stream with its status, never as if the scan
         // were complete.
         Ok(Response::new(stream::start(
             cursor,
             holds,
             admitted.deadline,
-            self.streams.clone(),
+            limits,
             stream::chunk_reader(&self.executor),
         )))
     }

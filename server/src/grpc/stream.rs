@@ -251,29 +251,86 @@ impl Drop for ScanStream {
 /// finished as any other work, on the blocking pool or awaited where the store serves it so).
 pub(crate) fn chunk_reader(
     executor: &Executor,
-) -> impl Fn(ScanCursor, EntityEncoder) -> ChunkFuture + Send + 'static {
+) -> impl Fn(ScanCursor, EntityEncoder) -> ChunkFuture<ScanCursor> + Send + 'static {
     let executor = executor.clone();
     move |cursor: ScanCursor, encoder: EntityEncoder| {
         let executor = executor.clone();
         Box::pin(async move {
             let chunk = executor.read_chunk(cursor, encoder, STREAM_BATCH_BYTES);
             Ok(chunk.await?)
-        }) as ChunkFuture
+        }) as ChunkFuture<ScanCursor>
+    }
+}
+
+/// A sorted stream (`ScanEntities` with an `order_by` that no index's order gives) between
+/// batches: the query, and the sorted token after the last match sent (empty: none sent yet).
+#[derive(Debug)]
+pub(crate) struct SortedPasses {
+    table: String,
+    spec: crate::query::QuerySpec,
+    continuation: String,
+}
+
+impl SortedPasses {
+    /// The sorted stream of `spec` over `table`, from `continuation` (a sorted query's token).
+    pub(crate) fn new(
+        table: String,
+        spec: crate::query::QuerySpec,
+        continuation: String,
+    ) -> SortedPasses {
+        SortedPasses {
+            table,
+            spec,
+            continuation,
+        }
+    }
+}
+
+/// What reads a sorted stream's next batch: one sorted pass of the whole query
+/// ([`Executor::sorted_pass`]: every match examined, the best after the last one sent kept
+/// within one batch's bytes). So a sorted stream holds no more than any stream's batch, and costs
+/// one read of its matches a batch (each pass bounded as a sorted page is); its batches are the
+/// pages a client paging the sorted query would read, writes in between included.
+pub(crate) fn sorted_pass_reader(
+    executor: &Executor,
+) -> impl Fn(SortedPasses, EntityEncoder) -> ChunkFuture<SortedPasses> + Send + 'static {
+    let executor = executor.clone();
+    move |passes: SortedPasses, encoder: EntityEncoder| {
+        let executor = executor.clone();
+        Box::pin(async move {
+            let SortedPasses {
+                table,
+                spec,
+                continuation,
+            } = passes;
+            let pass = executor.sorted_pass(
+                table.clone(),
+                spec.clone(),
+                continuation,
+                encoder,
+                STREAM_BATCH_BYTES,
+            );
+            let (page, encoder) = pass.await?;
+            let more = page.continuation_token.is_some();
+            let next = SortedPasses::new(table, spec, page.continuation_token.unwrap_or_default());
+            Ok((next, encoder, more))
+        }) as ChunkFuture<SortedPasses>
     }
 }
 
 /// Starts streaming `cursor`'s matches with `limits`, stopping at `deadline`; `read_chunk` reads
 /// one chunk (it is the executor's, so that a chunk that fails or panics ends the stream as any
 /// request ends).
-pub(crate) fn start<R>(
-    cursor: ScanCursor,
+pub(crate) fn start<C, R>(
+    cursor: C,
     holds: Holds,
     deadline: Option<Instant>,
     limits: StreamLimits,
     read_chunk: R,
 ) -> ScanStream
 where
-    R: Fn(ScanCursor, EntityEncoder) -> ChunkFuture + Send + 'static,
+    C: Send + 'static,
+    R: Fn(C, EntityEncoder) -> ChunkFuture<C> + Send + 'static,
 {
     let handoff = Arc::new(Handoff::default());
     let stream = ScanStream {
@@ -288,23 +345,22 @@ where
     stream
 }
 
-/// What reading one chunk gives back: the cursor and encoder for the next, and whether the query
-/// has more; or the status that ends the stream.
-pub(crate) type ChunkFuture = Pin<
-    Box<dyn std::future::Future<Output = Result<(ScanCursor, EntityEncoder, bool), Status>> + Send>,
->;
+/// What reading one chunk gives back: the cursor (a [`ScanCursor`], or [`SortedPasses`]) and
+/// encoder for the next, and whether the query has more; or the status that ends the stream.
+pub(crate) type ChunkFuture<C> =
+    Pin<Box<dyn std::future::Future<Output = Result<(C, EntityEncoder, bool), Status>> + Send>>;
 
 /// Reads chunks and hands them over until the query ends (`None`), the reader goes away (`None`:
 /// nobody is left to tell), or something ends it with a status.
-async fn pump<R>(
+async fn pump<C, R>(
     handoff: &Handoff,
-    mut cursor: ScanCursor,
+    mut cursor: C,
     deadline: Option<Instant>,
     limits: &StreamLimits,
     read_chunk: R,
 ) -> Option<Status>
 where
-    R: Fn(ScanCursor, EntityEncoder) -> ChunkFuture,
+    R: Fn(C, EntityEncoder) -> ChunkFuture<C>,
 {
     let mut encoder = EntityEncoder::default();
     loop {

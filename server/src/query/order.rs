@@ -11,7 +11,9 @@
 use std::collections::BinaryHeap;
 
 use super::paths::{check_path, value_at};
-use crate::model::{put_escaped, put_value, Ticks, ValidationError, ValueRef};
+use crate::model::{
+    put_escaped, put_value, IndexDefinition, IndexScope, Ticks, ValidationError, ValueRef,
+};
 
 /// The most terms one `order_by` has.
 pub const MAX_ORDER_TERMS: usize = 4;
@@ -122,6 +124,21 @@ impl OrderBy {
         put_escaped(&mut key, partition_key.as_bytes());
         put_escaped(&mut key, row_key.as_bytes());
         key
+    }
+
+    /// Whether reading `index` in its order (ascending) yields this ordering exactly, ties
+    /// included, so a query through it needs no sort: every term ascending on the index's paths
+    /// in its order, one value per entity (not multi-valued), and for a `PARTITION` index one
+    /// partition (`one_partition`). An index's entries sort by its values, then by the keys
+    /// (a unique index's values alone are distinct), as [`OrderBy::sort_key`] does; the entities
+    /// the index leaves out (lacking a value) are outside a query through it anyway.
+    pub fn served_by(&self, index: &IndexDefinition, one_partition: bool) -> bool {
+        !self.terms.is_empty()
+            && !index.is_multi_valued()
+            && (index.scope == IndexScope::Table || one_partition)
+            && self.terms.len() == index.properties.len()
+            && (self.terms.iter().zip(&index.properties))
+                .all(|(term, path)| !term.descending && &term.path == path)
     }
 
     /// What an ordering's fingerprint holds (for [`super::QuerySpec::shape`]).

@@ -442,7 +442,8 @@ pub(crate) async fn final_lists(servers: &Servers) -> BTreeMap<Key, Vec<Element>
 
 /// Checks the queries that read the lists as a whole against `finals` (the lists as stored now,
 /// read by `GetEntities`): per table, `AggregateEntities`' count; the union of `SEGMENTS`
-/// segments read page by page (each key once); and a query sorted by RowKey descending, paged.
+/// segments read page by page (each key once); and a query sorted by RowKey descending, paged
+/// and streamed.
 pub(crate) async fn check_whole_table_reads(
     servers: &Servers,
     finals: &BTreeMap<Key, Vec<Element>>,
@@ -502,8 +503,19 @@ pub(crate) async fn check_whole_table_reads(
             ..query
         };
         present.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let read = read_pages(&mut client, sorted).await;
+        let read = read_pages(&mut client, sorted.clone()).await;
         assert_eq!(read, present, "{table}: sorted by RowKey descending, paged");
+        // Streamed: a sorted pass per batch of two (the page size).
+        let mut stream = client.scan_entities(sorted).await.unwrap().into_inner();
+        let mut streamed = Vec::new();
+        while let Some(batch) = stream.message().await.unwrap() {
+            let batch = batch.entities.into_iter();
+            streamed.extend(batch.map(|e| (e.partition_key, e.row_key)));
+        }
+        assert_eq!(
+            streamed, present,
+            "{table}: sorted by RowKey descending, streamed"
+        );
     }
 }
 

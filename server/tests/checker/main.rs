@@ -4,7 +4,7 @@
 //! each `GetEntities` reads one snapshot. Feed completeness (`feed.rs`): followers resuming from
 //! their saved cursor after every batch see every committed change exactly once, in commit order,
 //! and nothing of a write that did not commit. At the end, the lists as a whole through an
-//! aggregate's count, scan segments and a sorted query (`lists::check_whole_table_reads`).
+//! aggregate's count, scan segments and a sorted query paged and streamed (`lists::check_whole_table_reads`).
 //! Faults: SIGKILL of the server (embedded store); SIGKILL of one of two servers and an
 //! immediate stop of PostgreSQL (PostgreSQL store).
 //!
