@@ -656,15 +656,8 @@ async fn orderby_sorts_a_query_and_pages_follow_it() {
         .collect();
     create_with_entities(&mut socket, "Ordered", &entities).await;
     let row_keys = |answer: &str| -> Vec<String> {
-        let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
-        let body = &body[body.find('{').unwrap()..];
-        let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
-        json["value"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["RowKey"].as_str().unwrap().to_owned())
-            .collect()
+        let keys = page_keys(answer).into_iter();
+        keys.map(|(_, row_key)| row_key).collect()
     };
     let path = "/devstoreaccount1/Ordered()?$orderby=Age%20desc,RowKey";
     let (status, answer) = exchange(&mut socket, "GET", path, b"").await;
@@ -675,14 +668,7 @@ async fn orderby_sorts_a_query_and_pages_follow_it() {
     let (status, answer) = exchange(&mut socket, "GET", first, b"").await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(row_keys(&answer), ["r2", "r4"]);
-    let token = answer
-        .lines()
-        .find_map(|line| {
-            line.to_ascii_lowercase()
-                .strip_prefix("x-ms-continuation-nextpartitionkey: ")
-                .map(|_| line.split_once(": ").unwrap().1.to_owned())
-        })
-        .expect("a continuation");
+    let token = next_partition_key(&answer).expect("a continuation");
     let next = format!("{first}&NextPartitionKey={token}&NextRowKey=next");
     let (status, answer) = exchange(&mut socket, "GET", &next, b"").await;
     assert_eq!(status, 200, "{answer}");
@@ -691,6 +677,98 @@ async fn orderby_sorts_a_query_and_pages_follow_it() {
         let path = format!("/devstoreaccount1/Ordered()?$orderby={bad}");
         let answer = exchange(&mut socket, "GET", &path, b"").await;
         assert_refused(&answer, 400, "InvalidInput");
+    }
+}
+
+/// The (PartitionKey, RowKey) of each entity of a query's answer, in order.
+fn page_keys(answer: &str) -> Vec<(String, String)> {
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let body = &body[body.find('{').unwrap()..];
+    let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    let entities = json["value"].as_array().unwrap().iter();
+    entities
+        .map(|e| {
+            let key = |name: &str| e[name].as_str().unwrap().to_owned();
+            (key("PartitionKey"), key("RowKey"))
+        })
+        .collect()
+}
+
+/// The continuation a query's answer carries in `x-ms-continuation-NextPartitionKey`.
+fn next_partition_key(answer: &str) -> Option<String> {
+    answer.lines().find_map(|line| {
+        line.to_ascii_lowercase()
+            .strip_prefix("x-ms-continuation-nextpartitionkey: ")
+            .map(|_| line.split_once(": ").unwrap().1.to_owned())
+    })
+}
+
+/// Scan segments over REST (Trestle's own custom query options `segment` and `totalSegments`,
+/// as gRPC's): the segments of one total are disjoint, whole partitions each, each in key order
+/// and paged by its own continuation, together the table; `$apply` counts a segment; bad
+/// numbers are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_split_a_query_into_disjoint_parts_of_whole_partitions() {
+    let (_server, rest) = server(|_| {}).await;
+    let mut socket = TcpStream::connect(rest).await.unwrap();
+    let entities: Vec<String> = (0..40)
+        .map(|n| format!(r#"{{"PartitionKey":"p{:02}","RowKey":"r{n:02}"}}"#, n % 13))
+        .collect();
+    create_with_entities(&mut socket, "Split", &entities).await;
+    let mut everything = Vec::new();
+    for segment in 0..3 {
+        let first = format!("/devstoreaccount1/Split()?segment={segment}&totalSegments=3&$top=4");
+        let mut path = first.clone();
+        let mut read = Vec::new();
+        loop {
+            let (status, answer) = exchange(&mut socket, "GET", &path, b"").await;
+            assert_eq!(status, 200, "{answer}");
+            read.extend(page_keys(&answer));
+            let Some(token) = next_partition_key(&answer) else {
+                break;
+            };
+            path = format!("{first}&NextPartitionKey={token}&NextRowKey=next");
+        }
+        assert!(
+            read.windows(2).all(|w| w[0] < w[1]),
+            "in key order: {read:?}"
+        );
+        let count = format!(
+            "/devstoreaccount1/Split()?segment={segment}&totalSegments=3&$apply=aggregate($count%20as%20N)"
+        );
+        let (status, answer) = exchange(&mut socket, "GET", &count, b"").await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(
+            answer.contains(&format!(r#""N":"{}""#, read.len())),
+            "{answer}"
+        );
+        everything.push(read);
+    }
+    let partitions = |keys: &[(String, String)]| -> std::collections::BTreeSet<String> {
+        keys.iter().map(|(pk, _)| pk.clone()).collect()
+    };
+    for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+        let (a, b) = (partitions(&everything[a]), partitions(&everything[b]));
+        assert!(a.is_disjoint(&b), "no partition in two segments");
+    }
+    let mut all: Vec<(String, String)> = everything.concat();
+    all.sort();
+    let expected: Vec<(String, String)> = (0..40)
+        .map(|n| (format!("p{:02}", n % 13), format!("r{n:02}")))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(all, expected, "the segments together are the table");
+    for (bad, says) in [
+        ("segment=3&totalSegments=3", "numbered 0 to 2"),
+        ("segment=0&totalSegments=2000", "at most 1024"),
+        ("segment=x&totalSegments=2", "is not a number"),
+        ("segment=1", "needs total_segments"),
+    ] {
+        let path = format!("/devstoreaccount1/Split()?{bad}");
+        let answer = exchange(&mut socket, "GET", &path, b"").await;
+        assert_refused(&answer, 400, "InvalidInput");
+        assert!(answer.1.contains(says), "{bad}: {answer:?}");
     }
 }
 

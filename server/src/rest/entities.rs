@@ -259,6 +259,7 @@ pub(super) async fn query(call: &Call<'_>, table: String) -> Answer {
         filter: request.param("$filter").unwrap_or_default(),
         select: selection(request),
         page_size: top.unwrap_or(0),
+        segment: request.segment()?,
         order_by,
         ..QuerySpec::default()
     };
@@ -328,6 +329,7 @@ async fn aggregate(call: &Call<'_>, table: String, apply: &str) -> Answer {
     let apply = Apply::parse(apply).map_err(Failure::invalid)?;
     let mut spec = QuerySpec {
         filter: request.param("$filter").unwrap_or_default(),
+        segment: request.segment()?,
         ..QuerySpec::default()
     };
     access.query(&table, &mut spec)?;

@@ -16,7 +16,7 @@ use crate::auth::Access;
 use crate::error::ErrorCode;
 use crate::error::TableError;
 use crate::idempotency::IdempotencyClaim;
-use crate::model::{AccessPolicy, IfMatch, ValidationError};
+use crate::model::{AccessPolicy, IfMatch, Segment, ValidationError};
 
 /// What the secondary location's account name adds to the primary's.
 const SECONDARY_SUFFIX: &str = "-secondary";
@@ -110,6 +110,23 @@ impl Request {
                 })
             })
             .transpose()
+    }
+
+    /// The scan segment a query names (Trestle's own custom query options, as gRPC's
+    /// `segment`/`total_segments`): `segment=<n>&totalSegments=<total>`, `None` without them.
+    pub(super) fn segment(&self) -> Result<Option<Segment>, Failure> {
+        let number = |name: &str| {
+            let Some(text) = self.param(name) else {
+                return Ok(0);
+            };
+            text.parse::<u32>().map_err(|_| {
+                Failure::invalid(ValidationError::Argument(format!(
+                    "{name} {text:?} is not a number"
+                )))
+            })
+        };
+        let (index, total) = (number("segment")?, number("totalSegments")?);
+        Segment::of(index, total).map_err(Failure::invalid)
     }
 
     /// `AtomFormatNotSupported` when the client takes Atom answers only (`$format`, or else
