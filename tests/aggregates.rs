@@ -1,7 +1,8 @@
 //! `AggregateEntities` end to end, on either store: random entities (numbers of three types,
 //! strings and missing values in the aggregated property; missing group values) compared
-//! with a model's answer for every function, grouped and not, over a partition and a filter; and
-//! every refusal (bounds, overflow, bad paths) with its reason, changing nothing.
+//! with a model's answer for every function, grouped and not, over a partition and a filter;
+//! long aggregates carried across calls by continuation tokens; and every refusal (bounds,
+//! overflow, bad paths, tokens of something else) with its reason, changing nothing.
 
 mod common;
 
@@ -318,6 +319,135 @@ async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
         values(&groups),
         [(vec![], vec![Value::Int64(0), Value::Null], 0)]
     );
+}
+
+/// A server bounded to 37 entities examined per aggregate call answers tokens carrying the
+/// groups so far (no groups with them), each call within the bound, and the answer after the
+/// last equals the model's; the SDK follows them. A token resumes only its own aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_aggregates_continue_across_calls_with_tokens_carrying_their_groups() {
+    use pb::AggregateFunction as F;
+    const BOUND: u64 = 37;
+    let server = TestServer::start_with(|config| {
+        config.limits.aggregate_examined_per_call = BOUND;
+    })
+    .await;
+    let mut client = server.client_with_table(T).await;
+    let mut rng = Rng::new(0xca77);
+    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
+    for n in 0..300 {
+        let (pk, rk) = (format!("p{}", n % 7), format!("r{n:04}"));
+        let row = random_row(&mut rng);
+        let request = common::insert_request(T, wire(&pk, &rk, &row));
+        client.insert_entity(request).await.unwrap();
+        rows.insert((pk, rk), row);
+    }
+    let every = [
+        (F::Count, ""),
+        (F::Count, "Amount"),
+        (F::Sum, "Amount"),
+        (F::Avg, "Amount"),
+        (F::Min, "Amount"),
+        (F::Max, "Amount"),
+    ];
+    let mut request = aggregate_request(&every, &["Region"]);
+    let (mut calls, mut examined) = (0, 0);
+    let last = loop {
+        let answer = client
+            .aggregate_entities(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        calls += 1;
+        let read = answer.stats.as_ref().unwrap().entities_examined;
+        assert!(read <= BOUND, "call {calls} examined {read}");
+        examined += read;
+        if answer.continuation_token.is_empty() {
+            break answer;
+        }
+        assert!(answer.groups.is_empty(), "no groups before the last call");
+        let query = request.query.as_mut().unwrap();
+        query.continuation_token = answer.continuation_token;
+    };
+    assert_eq!(examined, 300);
+    assert!(calls >= 300 / BOUND, "{calls} calls");
+    let mut by_region: BTreeMap<Option<String>, Vec<&Row>> = BTreeMap::new();
+    for row in rows.values() {
+        by_region.entry(row.region.clone()).or_default().push(row);
+    }
+    assert_eq!(last.groups.len(), by_region.len());
+    let expected: Vec<(Vec<Value>, Vec<Value>, u64)> = by_region
+        .iter()
+        .map(|(region, rows)| {
+            let key = region.as_deref().map_or(Value::Null, Value::from);
+            (vec![key], model(rows), rows.len() as u64)
+        })
+        .collect();
+    let table = server.sdk().await.table(T);
+    let sdk = (table.aggregate().count().count_of("Amount").sum("Amount"))
+        .avg("Amount")
+        .min("Amount")
+        .max("Amount")
+        .group_by("Region")
+        .groups()
+        .await
+        .unwrap();
+    assert_eq!(values(&sdk), expected, "the SDK follows the tokens");
+
+    // A token goes on with its own aggregate only; a page's token is not an aggregate's.
+    let first = client
+        .aggregate_entities(aggregate_request(&[(F::Sum, "Amount")], &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let token = first.continuation_token;
+    assert!(!token.is_empty());
+    let page = pb::QueryEntitiesRequest {
+        table: T.into(),
+        page_size: 3,
+        ..Default::default()
+    };
+    let page_token = client.query_entities(page.clone()).await.unwrap();
+    let page_token = page_token.into_inner().continuation_token;
+    let mut altered = token.clone().into_bytes();
+    altered[9] = if altered[9] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    for (aggregations, group_by, token, says) in [
+        (
+            &[(F::Max, "Amount")][..],
+            &[][..],
+            &token,
+            "not one of this aggregate's",
+        ),
+        (
+            &[(F::Sum, "Amount")][..],
+            &["Region"][..],
+            &token,
+            "not one of this aggregate's",
+        ),
+        (
+            &[(F::Sum, "Amount")][..],
+            &[][..],
+            &page_token,
+            "not an aggregate's",
+        ),
+        (&[(F::Sum, "Amount")][..], &[][..], &altered, "altered"),
+    ] {
+        let mut request = aggregate_request(aggregations, group_by);
+        request.query.as_mut().unwrap().continuation_token = token.clone();
+        let status = assert_error(
+            client.aggregate_entities(request).await,
+            Code::InvalidArgument,
+            "InvalidInput",
+        );
+        assert!(status.message().contains(says), "{says}: {status:?}");
+    }
+    let query_with_it = pb::QueryEntitiesRequest {
+        continuation_token: token,
+        ..page
+    };
+    let refused = client.query_entities(query_with_it).await;
+    assert_error(refused, Code::InvalidArgument, "InvalidInput");
 }
 
 fn aggregate_request(

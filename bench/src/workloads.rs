@@ -648,14 +648,15 @@ pub(crate) async fn filter_scan(client: &Client, plan: &Plan) -> Measurement {
 }
 
 /// `AggregateEntities` over the whole main table: the sum of `L1` for each value of `V` (1,000
-/// groups, the most a call keeps), two calls at once as `filter_scan` runs its scans. Counts the
-/// entities examined (as `extra`) and the groups answered.
+/// groups, the most a call keeps), two at once as `filter_scan` runs its scans, each followed
+/// through its continuation tokens to its answer. Counts the entities examined (as `extra`) and
+/// the groups answered.
 pub(crate) async fn aggregate_group(client: &Client, plan: &Plan) -> Measurement {
     let client = client.clone();
     drive(2, plan.warmup, plan.duration, move |_, _| {
         let mut client = client.clone();
         async move {
-            let request = pb::AggregateEntitiesRequest {
+            let mut request = pb::AggregateEntitiesRequest {
                 query: Some(pb::QueryEntitiesRequest {
                     table: MAIN_TABLE.into(),
                     ..Default::default()
@@ -666,14 +667,22 @@ pub(crate) async fn aggregate_group(client: &Client, plan: &Plan) -> Measurement
                 }],
                 group_by: vec!["V".into()],
             };
-            let answer = client
-                .aggregate_entities(request)
-                .await
-                .expect("aggregate")
-                .into_inner();
-            OpResult {
-                entities: answer.groups.len() as u64,
-                extra: answer.stats.map_or(0, |s| s.entities_examined),
+            let mut examined = 0;
+            loop {
+                let answer = client
+                    .aggregate_entities(request.clone())
+                    .await
+                    .expect("aggregate")
+                    .into_inner();
+                examined += answer.stats.map_or(0, |s| s.entities_examined);
+                if answer.continuation_token.is_empty() {
+                    return OpResult {
+                        entities: answer.groups.len() as u64,
+                        extra: examined,
+                    };
+                }
+                let query = request.query.as_mut().expect("set above");
+                query.continuation_token = answer.continuation_token;
             }
         }
     })

@@ -191,20 +191,29 @@ impl Aggregate {
     }
 
     /// Asks the server: the groups, in the order of their keys, each with its keys and values in
-    /// the order they were added.
+    /// the order they were added. A long aggregate takes several calls (the server examines a
+    /// bounded number of entities a call and carries the groups so far in a continuation token):
+    /// this sends each token back until the answer comes.
     pub async fn groups(&self) -> Result<Vec<AggregateGroup>> {
-        let request = pb::AggregateEntitiesRequest {
-            query: Some(self.query.request().clone()),
-            aggregations: self.aggregations.clone(),
-            group_by: self.group_by.clone(),
-        };
+        let mut query = self.query.request().clone();
         let client: &Client = self.query.client();
-        let answer = client
-            .read(
-                request,
-                |mut c, r| async move { c.aggregate_entities(r).await },
-            )
-            .await?;
+        let answer = loop {
+            let request = pb::AggregateEntitiesRequest {
+                query: Some(query.clone()),
+                aggregations: self.aggregations.clone(),
+                group_by: self.group_by.clone(),
+            };
+            let answer = client
+                .read(
+                    request,
+                    |mut c, r| async move { c.aggregate_entities(r).await },
+                )
+                .await?;
+            match answer.continuation_token.is_empty() {
+                true => break answer,
+                false => query.continuation_token = answer.continuation_token,
+            }
+        };
         answer
             .groups
             .into_iter()

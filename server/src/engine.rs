@@ -11,7 +11,7 @@ use crate::model::{
     default_ttl, quoted, ChangeFeed, EntityKey, Index, IndexDefinition, Operation, Refusal,
     StoredEntity, TableName, Ticks, TimeToLive, ValidationError, WorkBudget, MAX_INDEXES_PER_TABLE,
 };
-use crate::query::{self, QuerySpec, ResumeAt, TablesToken, TokenSeal};
+use crate::query::{self, CarryingToken, QuerySpec, ResumeAt, TablesToken, TokenSeal};
 use crate::scan::{Chunk, Scan};
 use crate::storage::{
     self, build_in_background, AwaitedCalls, Commit, CommitOutcome, Committed, CreateRefusal,
@@ -75,9 +75,19 @@ pub struct ScanCursor {
     scan: Scan,
     /// Entities examined by the chunks read so far.
     examined: u64,
+    /// Where the next chunk starts, once a chunk was read (`None` before, or at the end).
+    resume_at: Option<ResumeAt>,
 }
 
 impl ScanCursor {
+    fn at_start(scan: Scan) -> ScanCursor {
+        ScanCursor {
+            scan,
+            examined: 0,
+            resume_at: None,
+        }
+    }
+
     /// Reads the next chunk (at most `page_size` matches, `byte_budget` bytes of output as
     /// `on_match` counts them, and the scan's bounds on work and time), passing each match to
     /// `on_match`; says whether the query has more to read.
@@ -94,6 +104,12 @@ impl ScanCursor {
     /// ends only at the scan's bounds on work and time.
     pub fn unbounded_chunks(&mut self) {
         self.scan.spec.page_size = u32::MAX;
+    }
+
+    /// Bounds the next chunks to `entities` examined (fewer than the scan's own bound).
+    pub fn examine_at_most(&mut self, entities: u64) {
+        self.scan
+            .examine_at_most(usize::try_from(entities).unwrap_or(usize::MAX));
     }
 
     /// The query's plan (for its stats): as [`crate::query::PlanKind`] names it, or `index:<name>`.
@@ -124,6 +140,7 @@ impl ScanCursor {
     /// Moves past `chunk`; whether the query has more to read.
     fn advance(&mut self, chunk: Chunk) -> bool {
         self.examined += chunk.examined as u64;
+        self.resume_at = chunk.resume_at.clone();
         match chunk.resume_at {
             Some(key) => {
                 self.scan.resume_at(key);
@@ -131,6 +148,19 @@ impl ScanCursor {
             }
             None => false,
         }
+    }
+
+    /// The token that resumes the query where the chunks read so far stopped (`None`: none read,
+    /// or the query is complete).
+    pub fn continuation_token(&self) -> Option<String> {
+        (self.resume_at.clone()).map(|position| self.scan.token(position))
+    }
+
+    /// [`ScanCursor::continuation_token`] carrying `carried` (what the chunks computed) with it,
+    /// sealed together ([`CarryingToken`]).
+    pub fn carrying_token(&self, carried: Vec<u8>) -> Option<String> {
+        let scan = self.continuation_token()?;
+        Some(self.scan.seal_carrying(CarryingToken { scan, carried }))
     }
 }
 
@@ -203,6 +233,8 @@ pub struct Engine {
     seal: TokenSeal,
     /// Each request's work budget (`crate::model::WorkBudget`).
     work_budget: WorkBudget,
+    /// About the most entities one aggregate call examines (`crate::query::aggregate`).
+    aggregate_examined_per_call: u64,
     /// How long an idempotency key's record answers retries, in seconds
     /// ([`crate::idempotency`]).
     pub(crate) idempotency_window_seconds: u64,
@@ -220,6 +252,7 @@ impl Engine {
             seal: TokenSeal::new(store.secret().bytes()),
             store,
             work_budget: WorkBudget::default(),
+            aggregate_examined_per_call: query::aggregate::DEFAULT_EXAMINED_PER_CALL,
             idempotency_window_seconds: crate::idempotency::DEFAULT_WINDOW_SECONDS,
         }
     }
@@ -239,6 +272,17 @@ impl Engine {
     /// Each request's work budget.
     pub fn work_budget(&self) -> WorkBudget {
         self.work_budget
+    }
+
+    /// The engine, each aggregate call examining about `entities` at most.
+    pub fn with_aggregate_examined_per_call(mut self, entities: u64) -> Engine {
+        self.aggregate_examined_per_call = entities.max(1);
+        self
+    }
+
+    /// About the most entities one aggregate call examines.
+    pub fn aggregate_examined_per_call(&self) -> u64 {
+        self.aggregate_examined_per_call
     }
 
     /// Whether the store's calls are local and short (see [`Store::calls_are_local`]).
@@ -515,6 +559,12 @@ impl Engine {
         )
     }
 
+    /// The scan token and the carried state of a token that [`ScanCursor::carrying_token`]
+    /// issued; refused if its seal does not hold or it is of another kind.
+    pub fn open_carrying_token(&self, text: &str) -> Result<CarryingToken, TableError> {
+        Ok(CarryingToken::decode(text, &self.seal)?)
+    }
+
     /// Reads one page of a query, passing each match to `sink`.
     pub fn query(
         &self,
@@ -585,7 +635,7 @@ impl Engine {
         let (table, mut snapshot) = read_snapshot(awaited, table).await?;
         snapshot.end().await?;
         let scan = Scan::prepare(table, query, continuation, &self.seal)?;
-        Ok(Attempt::Done(ScanCursor { scan, examined: 0 }))
+        Ok(Attempt::Done(ScanCursor::at_start(scan)))
     }
 
     /// [`ScanCursor::read_chunk`] in a snapshot begun for it, awaited, where the store serves
@@ -619,7 +669,7 @@ impl Engine {
         continuation: &str,
     ) -> Result<ScanCursor, TableError> {
         let scan = self.prepare(table, spec, continuation)?;
-        Ok(ScanCursor { scan, examined: 0 })
+        Ok(ScanCursor::at_start(scan))
     }
 
     /// Streams every match of a query in order to `sink`, ending a batch after at most

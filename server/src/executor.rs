@@ -410,9 +410,13 @@ impl Executor {
     }
 
     /// Aggregates the matches of a query ([`Aggregator`]) as [`Executor::count`] counts them: its
-    /// scan, showing only the properties the aggregation reads, read to the end a chunk at a
-    /// time. Its memory is bounded by the aggregator's bounds on groups; a refusal (a bound
-    /// passed, an overflow) stops the scan after the chunk it happened in.
+    /// scan, showing only the properties the aggregation reads, read a chunk at a time. Its
+    /// memory is bounded by the aggregator's bounds on groups; a refusal (a bound passed, an
+    /// overflow) stops the scan after the chunk it happened in. A call stops after the chunk
+    /// that passes [`Engine::aggregate_examined_per_call`] entities examined (a chunk examining
+    /// no more than what is left of it), answering a token that carries
+    /// the groups so far ([`ScanCursor::carrying_token`]); `continuation` (such a token, or
+    /// empty) goes on from there.
     pub async fn aggregate(
         &self,
         table: String,
@@ -423,16 +427,32 @@ impl Executor {
         let span = traces::engine_span("aggregate", &table);
         async move {
             spec.select = aggregate.properties();
+            let (scan_token, aggregator) = match continuation.as_str() {
+                "" => (String::new(), Aggregator::new(aggregate)),
+                token => {
+                    let token = self.engine.open_carrying_token(token)?;
+                    let aggregator = Aggregator::resume(aggregate, &token.carried);
+                    (token.scan, aggregator.map_err(TableError::Invalid)?)
+                }
+            };
             let sink = Aggregating {
-                aggregator: Aggregator::new(aggregate),
+                aggregator,
                 refused: None,
             };
-            let (cursor, sink) = self.read_to_end(table, spec, continuation, sink).await?;
+            let cursor = self.open_scan(table, spec, scan_token).await?;
+            let bound = self.engine.aggregate_examined_per_call();
+            let read = self.read_cursor_until(cursor, sink, bound);
+            let (cursor, sink, more) = read.await?;
             if let Some(refused) = sink.refused {
                 return Err(TableError::Invalid(refused).into());
             }
+            let (groups, continuation_token) = match more {
+                true => (Vec::new(), cursor.carrying_token(sink.aggregator.carried())),
+                false => (sink.aggregator.finish(), None),
+            };
             Ok(Aggregated {
-                groups: sink.aggregator.finish(),
+                groups,
+                continuation_token,
                 plan: cursor.plan_name(),
                 examined: cursor.examined(),
             })
@@ -461,18 +481,37 @@ impl Executor {
     /// [`Executor::read_to_end`] of a scan opened already.
     async fn read_cursor_to_end<S>(
         &self,
+        cursor: ScanCursor,
+        sink: S,
+    ) -> Result<(ScanCursor, S), WorkError>
+    where
+        S: MatchSink + Send + 'static,
+    {
+        let (cursor, sink, _) = self.read_cursor_until(cursor, sink, u64::MAX).await?;
+        Ok((cursor, sink))
+    }
+
+    /// [`Executor::read_cursor_to_end`], stopping after the chunk in which the scan has examined
+    /// `examined` entities: whether the query has more to read then.
+    async fn read_cursor_until<S>(
+        &self,
         mut cursor: ScanCursor,
         mut sink: S,
-    ) -> Result<(ScanCursor, S), WorkError>
+        examined: u64,
+    ) -> Result<(ScanCursor, S, bool), WorkError>
     where
         S: MatchSink + Send + 'static,
     {
         cursor.unbounded_chunks();
         loop {
+            cursor.examine_at_most(examined.saturating_sub(cursor.examined()));
             let more;
             (cursor, sink, more) = self.read_chunk(cursor, sink, usize::MAX).await?;
             if !more || sink.finished() {
-                return Ok((cursor, sink));
+                return Ok((cursor, sink, false));
+            }
+            if cursor.examined() >= examined {
+                return Ok((cursor, sink, true));
             }
         }
     }
@@ -781,7 +820,11 @@ impl MatchSink for Sorting {
 /// What [`Executor::aggregate`] answers: the groups, and the plan and entities examined.
 #[derive(Debug)]
 pub struct Aggregated {
+    /// The groups; none while `continuation_token` is set.
     pub groups: Vec<Group>,
+    /// The token that goes on with the aggregate, carrying its groups so far, when this call
+    /// stopped at its bound of entities examined ([`Engine::aggregate_examined_per_call`]).
+    pub continuation_token: Option<String>,
     pub plan: String,
     pub examined: u64,
 }

@@ -100,6 +100,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || Engine::open(&store)).await??
     }
     .with_work_budget(model::WorkBudget::new(config.limits.work_budget))
+    .with_aggregate_examined_per_call(config.limits.aggregate_examined_per_call)
     .with_idempotency_window(config.limits.idempotency_window_seconds);
     let engine = Arc::new(engine);
     let housekeeping = housekeeping::run_in_background(engine.clone());

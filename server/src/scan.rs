@@ -10,8 +10,8 @@ use crate::model::{
     Index, IndexRange, IndexState, KeyRange, Ticks, TimeToLive, ValidationError, ValueRef,
 };
 use crate::query::{
-    index_range, order::OrderBy, plan, CheckedQuery, ContinuationToken, Expr, PlanKind, QuerySpec,
-    Record, ResumeAt, ScanPlan, TokenSeal,
+    index_range, order::OrderBy, plan, CarryingToken, CheckedQuery, ContinuationToken, Expr,
+    PlanKind, QuerySpec, Record, ResumeAt, ScanPlan, TokenSeal,
 };
 use crate::storage::{AwaitedSnapshot, EntityView, IndexScan, KeyScan, StorageError, Table, Visit};
 
@@ -87,6 +87,9 @@ pub(crate) struct Scan {
     seal: TokenSeal,
     /// When the table's entities expire (an expired one is examined, never matched).
     ttl: Option<TimeToLive>,
+    /// Most entities one chunk examines ([`MAX_EXAMINED_PER_CHUNK`], or fewer for a reader
+    /// bounded in all: an aggregate call).
+    chunk_examined: usize,
 }
 
 /// What a scan reads, and what of it is still to read.
@@ -163,6 +166,7 @@ impl Scan {
             source,
             seal: seal.clone(),
             ttl,
+            chunk_examined: MAX_EXAMINED_PER_CHUNK,
         };
         if !continuation.is_empty() {
             let token =
@@ -247,6 +251,16 @@ impl Scan {
             resume_at: key,
         }
         .encode(&self.seal)
+    }
+
+    /// Bounds each chunk to `entities` examined (at least one), below [`MAX_EXAMINED_PER_CHUNK`].
+    pub(crate) fn examine_at_most(&mut self, entities: usize) {
+        self.chunk_examined = entities.clamp(1, MAX_EXAMINED_PER_CHUNK);
+    }
+
+    /// `token` sealed with the scan's seal.
+    pub(crate) fn seal_carrying(&self, token: CarryingToken) -> String {
+        token.encode(&self.seal)
     }
 
     /// Whether the request's deadline has passed at `now`.
@@ -395,7 +409,7 @@ where
         }
         if self.matches >= spec.page_size as usize
             || self.bytes >= self.byte_budget
-            || self.examined >= MAX_EXAMINED_PER_CHUNK
+            || self.examined >= self.scan.chunk_examined
             || self.examined_in_partition >= MAX_EXAMINED_IN_ONE_PARTITION
             || over_time
         {

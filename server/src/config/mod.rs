@@ -138,6 +138,9 @@ pub struct Limits {
     pub max_streams_per_credential: usize,
     /// Evaluation steps one request may cost on one entity (`crate::model::WorkBudget`).
     pub work_budget: u64,
+    /// About the most entities one `AggregateEntities` call examines before it answers a
+    /// continuation token (`crate::query::aggregate`).
+    pub aggregate_examined_per_call: u64,
     /// Seconds an idempotency key's record answers retries (`crate::idempotency`).
     pub idempotency_window_seconds: u64,
     /// Concurrent calls per connection.
@@ -174,6 +177,7 @@ impl Default for Limits {
             max_open_streams: DEFAULT_MAX_OPEN_STREAMS,
             max_streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
             work_budget: crate::model::DEFAULT_WORK_BUDGET,
+            aggregate_examined_per_call: crate::query::aggregate::DEFAULT_EXAMINED_PER_CALL,
             idempotency_window_seconds: crate::idempotency::DEFAULT_WINDOW_SECONDS,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             stream_stall: DEFAULT_STREAM_STALL,
@@ -443,6 +447,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::model::DEFAULT_WORK_BUDGET,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub work_budget: u64,
+    /// About the most entities one AggregateEntities call examines (it stops at the end of the
+    /// chunk that passes it): a longer aggregate answers a continuation token carrying its
+    /// groups so far, and the caller sends it back.
+    #[arg(long, default_value_t = crate::query::aggregate::DEFAULT_EXAMINED_PER_CALL,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub aggregate_examined_per_call: u64,
     /// Seconds a write's idempotency key answers retries with the first outcome (its record is
     /// then expired by the housekeeping).
     #[arg(long = "idempotency-window", default_value_t = crate::idempotency::DEFAULT_WINDOW_SECONDS,
@@ -703,6 +713,7 @@ impl ServeArgs {
                 max_open_streams: self.max_open_streams,
                 max_streams_per_credential: self.max_streams_per_credential,
                 work_budget: self.work_budget,
+                aggregate_examined_per_call: self.aggregate_examined_per_call,
                 idempotency_window_seconds: self.idempotency_window_seconds,
                 max_concurrent_streams: self.max_concurrent_streams,
                 stream_stall: Duration::from_secs(self.stream_stall_secs),

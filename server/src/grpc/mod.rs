@@ -698,6 +698,7 @@ impl service::table_service_server::TableService for TableApi {
                 plan: aggregated.plan,
                 entities_examined: aggregated.examined,
             }),
+            continuation_token: aggregated.continuation_token.unwrap_or_default(),
         }))
     }
 

@@ -6,12 +6,15 @@
 //! bounded by the document bound as a filter's are; the groups kept are at most [`MAX_GROUPS`],
 //! their keys at most [`MAX_GROUP_KEY_BYTES`] in all, so the memory a call holds and its answer
 //! (within a client's default 4 MiB message) are bounded whatever the table holds. Past a bound
-//! the call is refused, never answered in part.
+//! the call is refused, never answered in part. A long aggregate is carried across calls
+//! ([`Aggregator::carried`], [`Aggregator::resume`]: its groups so far, in the sealed token
+//! that resumes its scan), so no call examines more than a bound of entities.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use super::paths::{check_path, value_at};
+use crate::model::encoding::{decode_value, encode_owned, Reader};
 use crate::model::{put_value, quoted, type_tag, Path, ValidationError, Value, ValueRef};
 
 /// The most aggregations of one call.
@@ -22,6 +25,10 @@ pub const MAX_GROUP_BY: usize = 4;
 pub const MAX_GROUPS: usize = 1_000;
 /// The most bytes the groups' keys hold in all (as indexes encode values).
 pub const MAX_GROUP_KEY_BYTES: usize = 1024 * 1024;
+/// About the most entities one call examines unless the server says otherwise
+/// (`--aggregate-examined-per-call`; a call stops at the end of the chunk that passes it): a
+/// longer aggregate answers a continuation token carrying its groups so far, and no groups.
+pub const DEFAULT_EXAMINED_PER_CALL: u64 = 1_000_000;
 
 /// What an aggregation computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +96,22 @@ impl AggregateSpec {
         })
     }
 
+    /// The spec as bytes, each function by its number and each path after its length: what
+    /// carried state starts with.
+    fn encoded(&self) -> Vec<u8> {
+        let mut out = vec![self.aggregations.len() as u8, self.group_by.len() as u8];
+        let mut put_path = |path: &str| {
+            out.extend_from_slice(&(path.len() as u32).to_le_bytes());
+            out.extend_from_slice(path.as_bytes());
+        };
+        for aggregation in &self.aggregations {
+            put_path(aggregation.path.as_deref().unwrap_or_default());
+        }
+        self.group_by.iter().for_each(|path| put_path(path));
+        out.extend(self.aggregations.iter().map(|a| a.function as u8));
+        out
+    }
+
     /// The properties the aggregations and groups read (what a scan must show of an entity).
     pub fn properties(&self) -> Vec<String> {
         let paths = self.aggregations.iter().filter_map(|a| a.path.as_deref());
@@ -143,6 +166,49 @@ impl Sum {
             Sum::Double(sum) => Some(sum),
         }
     }
+}
+
+/// Writes `sum` as [`Aggregator::carried`] carries it: a tag, then the sum's bits.
+fn put_sum(sum: Sum, out: &mut Vec<u8>) {
+    match sum {
+        Sum::Nothing => out.push(0),
+        Sum::Integer(sum) => {
+            out.push(1);
+            out.extend_from_slice(&sum.to_le_bytes());
+        }
+        Sum::Double(sum) => {
+            out.push(2);
+            out.extend_from_slice(&sum.to_bits().to_le_bytes());
+        }
+    }
+}
+
+fn read_sum(reader: &mut Reader<'_>) -> Result<Sum, ValidationError> {
+    Ok(match read_byte(reader)? {
+        0 => Sum::Nothing,
+        1 => Sum::Integer(i64::from_le_bytes(reader.take().map_err(not_carried)?)),
+        2 => Sum::Double(f64::from_bits(u64::from_le_bytes(
+            reader.take().map_err(not_carried)?,
+        ))),
+        _ => return Err(not_carried(())),
+    })
+}
+
+fn read_byte(reader: &mut Reader<'_>) -> Result<u8, ValidationError> {
+    Ok(reader.take::<1>().map_err(not_carried)?[0])
+}
+
+fn read_u64(reader: &mut Reader<'_>) -> Result<u64, ValidationError> {
+    Ok(u64::from_le_bytes(reader.take().map_err(not_carried)?))
+}
+
+fn read_value(reader: &mut Reader<'_>) -> Result<Value, ValidationError> {
+    Ok(decode_value(reader).map_err(not_carried)?.to_value())
+}
+
+/// The refusal of carried state that is not this aggregate's (a token of another call).
+fn not_carried<E>(_: E) -> ValidationError {
+    ValidationError::Argument("continuation token is not one of this aggregate's".into())
 }
 
 /// One aggregation's state in one group.
@@ -214,6 +280,39 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Writes the state as [`Aggregator::carried`] carries it (its function is the spec's).
+    fn put(&self, out: &mut Vec<u8>) {
+        match self {
+            State::Count(count) => out.extend_from_slice(&count.to_le_bytes()),
+            State::Sum(sum) => put_sum(*sum, out),
+            State::Avg { sum, numbers } => {
+                put_sum(*sum, out);
+                out.extend_from_slice(&numbers.to_le_bytes());
+            }
+            State::Extreme(None) => out.push(0),
+            State::Extreme(Some(value)) => {
+                out.push(1);
+                encode_owned(value, out);
+            }
+        }
+    }
+
+    /// The state of `function` that [`State::put`] wrote.
+    fn read(function: Function, reader: &mut Reader<'_>) -> Result<State, ValidationError> {
+        Ok(match function {
+            Function::Count => State::Count(read_u64(reader)?),
+            Function::Sum => State::Sum(read_sum(reader)?),
+            Function::Avg => State::Avg {
+                sum: read_sum(reader)?,
+                numbers: read_u64(reader)?,
+            },
+            Function::Min | Function::Max => match read_byte(reader)? {
+                0 => State::Extreme(None),
+                _ => State::Extreme(Some(read_value(reader)?)),
+            },
+        })
     }
 
     fn result(self) -> Value {
@@ -362,6 +461,62 @@ impl Aggregator {
         Ok(())
     }
 
+    /// The aggregation so far, to carry to the call that goes on with the scan
+    /// ([`Aggregator::resume`]): the spec (so that only the same aggregate resumes it), then
+    /// each group's keys, entities and states. At most the groups' bounds (their keys within
+    /// [`MAX_GROUP_KEY_BYTES`], [`MAX_GROUPS`] groups of [`MAX_AGGREGATIONS`] states).
+    pub fn carried(&self) -> Vec<u8> {
+        let mut out = self.spec.encoded();
+        out.extend_from_slice(&(self.groups.len() as u32).to_le_bytes());
+        for group in self.groups.values() {
+            group
+                .keys
+                .iter()
+                .for_each(|key| encode_owned(key, &mut out));
+            out.extend_from_slice(&group.entities.to_le_bytes());
+            group.states.iter().for_each(|state| state.put(&mut out));
+        }
+        out
+    }
+
+    /// The aggregation [`Aggregator::carried`] carried, going on with `spec`; refused unless it
+    /// is `spec`'s.
+    pub fn resume(spec: AggregateSpec, carried: &[u8]) -> Result<Aggregator, ValidationError> {
+        let spec_bytes = spec.encoded();
+        let Some(groups) = carried.strip_prefix(spec_bytes.as_slice()) else {
+            return Err(not_carried(()));
+        };
+        let mut reader = Reader::new(groups, "aggregate");
+        let count = u32::from_le_bytes(reader.take().map_err(not_carried)?) as usize;
+        if count > MAX_GROUPS {
+            return Err(not_carried(()));
+        }
+        let mut aggregator = Aggregator::new(spec);
+        for _ in 0..count {
+            let keys = (aggregator.spec.group_by.iter())
+                .map(|_| read_value(&mut reader))
+                .collect::<Result<Vec<Value>, _>>()?;
+            let entities = read_u64(&mut reader)?;
+            let states = (aggregator.spec.aggregations.iter())
+                .map(|aggregation| State::read(aggregation.function, &mut reader))
+                .collect::<Result<Vec<State>, _>>()?;
+            let mut key = Vec::new();
+            keys.iter()
+                .for_each(|value| put_value(&mut key, value.borrowed()));
+            aggregator.key_bytes += key.len();
+            let running = Running {
+                keys,
+                states,
+                entities,
+            };
+            aggregator.groups.insert(key, running);
+        }
+        if !reader.is_empty() || aggregator.key_bytes > MAX_GROUP_KEY_BYTES {
+            return Err(not_carried(()));
+        }
+        Ok(aggregator)
+    }
+
     /// The groups in their keys' order; one group of nothing when none was met and there are no
     /// group_by paths.
     pub fn finish(self) -> Vec<Group> {
@@ -415,6 +570,57 @@ mod tests {
                 .map_err(|e| e.to_string())?;
         }
         Ok(aggregator.finish())
+    }
+
+    #[test]
+    fn an_aggregation_carried_between_any_two_rows_goes_on_exactly() {
+        let spec = AggregateSpec::new(
+            vec![
+                aggregation(Function::Count, "A"),
+                aggregation(Function::Sum, "A"),
+                aggregation(Function::Avg, "A"),
+                aggregation(Function::Min, "A"),
+                aggregation(Function::Max, "A"),
+            ],
+            vec!["G".into()],
+        )
+        .unwrap();
+        let values = [
+            Value::Int32(3),
+            Value::Double(0.1),
+            Value::Int64(-7),
+            Value::String("s".into()),
+            Value::DateTime(Ticks(42)),
+            Value::Double(1e16),
+        ];
+        let rows: Vec<Vec<(&str, Value)>> = (0..24)
+            .map(|n| {
+                let group = ("G", Value::Int32(n % 3));
+                match n % 4 {
+                    3 => vec![group],
+                    _ => vec![group, ("A", values[n as usize % values.len()].clone())],
+                }
+            })
+            .collect();
+        let whole = run(spec.clone(), &rows).unwrap();
+        let add = |aggregator: &mut Aggregator, row: &Vec<(&str, Value)>| {
+            let value = |name: &str| {
+                row.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.borrowed())
+            };
+            aggregator.add(value).unwrap();
+        };
+        for split in 0..=rows.len() {
+            let mut first = Aggregator::new(spec.clone());
+            rows[..split].iter().for_each(|row| add(&mut first, row));
+            let mut resumed = Aggregator::resume(spec.clone(), &first.carried()).unwrap();
+            rows[split..].iter().for_each(|row| add(&mut resumed, row));
+            assert_eq!(resumed.finish(), whole, "carried after {split} rows");
+        }
+        let other = AggregateSpec::new(vec![aggregation(Function::Count, "A")], vec![]).unwrap();
+        let carried = Aggregator::new(spec).carried();
+        assert!(Aggregator::resume(other, &carried).is_err());
     }
 
     #[test]

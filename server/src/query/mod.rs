@@ -12,7 +12,7 @@ mod token;
 pub use filter::{Expr, Record};
 pub use index_plan::index_range;
 pub use plan::{plan, PlanKind, ScanPlan};
-pub use token::{ContinuationToken, ResumeAt, TablesToken, TokenSeal};
+pub use token::{CarryingToken, ContinuationToken, ResumeAt, TablesToken, TokenSeal};
 
 use crate::model::{
     quoted, validate_key, validate_selected_name, KeyKind, ValidationError, MAX_PAGE_SIZE,

@@ -17,6 +17,8 @@ use crate::model::{quoted, KeyPosition, ValidationError};
 const VERSION: u8 = 2;
 /// The version byte of a token resuming an index query.
 const INDEX_VERSION: u8 = 3;
+/// The version byte of a token resuming an aggregate ([`CarryingToken`]).
+const CARRYING_VERSION: u8 = 4;
 const TABLES_KIND: u8 = b'T';
 /// Bytes of the HMAC kept as a token's seal.
 const SEAL_BYTES: usize = 16;
@@ -47,7 +49,9 @@ impl TokenSeal {
     /// The bytes of token `text` whose seal holds, without the seal.
     fn open(&self, text: &str) -> Result<Vec<u8>, ValidationError> {
         let mut bytes = decode_base64(text)?;
-        if bytes.len() < 1 + SEAL_BYTES || !matches!(bytes[0], VERSION | INDEX_VERSION) {
+        if bytes.len() < 1 + SEAL_BYTES
+            || !matches!(bytes[0], VERSION | INDEX_VERSION | CARRYING_VERSION)
+        {
             return Err(invalid(text, "it is not a token this server issued"));
         }
         let body_len = bytes.len() - SEAL_BYTES;
@@ -160,6 +164,49 @@ impl ContinuationToken {
             table_id: u64::from_be_bytes(bytes[1..9].try_into().expect("8 bytes")),
             shape: u64::from_be_bytes(bytes[9..17].try_into().expect("8 bytes")),
             resume_at: ResumeAt::Key(KeyPosition::row(partition_key, row_key)),
+        })
+    }
+}
+
+/// A token that resumes a scan and carries what the calls before it computed (an aggregate's
+/// groups so far): base64url of `[version u8 = 4][scan token length u32][scan token][carried]
+/// [seal]`, the scan token being a [`ContinuationToken`]'s text (sealed itself: it is checked
+/// again when the scan resumes from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarryingToken {
+    /// The scan's own continuation token.
+    pub scan: String,
+    /// What the calls so far computed.
+    pub carried: Vec<u8>,
+}
+
+impl CarryingToken {
+    /// The token's text form, sealed with `seal`.
+    pub fn encode(&self, seal: &TokenSeal) -> String {
+        let scan_len = u32::try_from(self.scan.len()).expect("a scan token is small");
+        let mut bytes = Vec::with_capacity(5 + self.scan.len() + self.carried.len() + SEAL_BYTES);
+        bytes.push(CARRYING_VERSION);
+        bytes.extend_from_slice(&scan_len.to_be_bytes());
+        bytes.extend_from_slice(self.scan.as_bytes());
+        bytes.extend_from_slice(&self.carried);
+        seal.seal(bytes)
+    }
+
+    /// Parses a token and checks its seal.
+    pub fn decode(text: &str, seal: &TokenSeal) -> Result<CarryingToken, ValidationError> {
+        let bytes = seal.open(text)?;
+        let not_one = || invalid(text, "it is not an aggregate's continuation token");
+        if bytes[0] != CARRYING_VERSION || bytes.len() < 5 {
+            return Err(not_one());
+        }
+        let scan_len = u32::from_be_bytes(bytes[1..5].try_into().expect("4 bytes")) as usize;
+        let Some((scan, carried)) = bytes[5..].split_at_checked(scan_len) else {
+            return Err(not_one());
+        };
+        let scan = std::str::from_utf8(scan).map_err(|_| not_one())?;
+        Ok(CarryingToken {
+            scan: scan.to_owned(),
+            carried: carried.to_vec(),
         })
     }
 }

@@ -90,6 +90,8 @@ impl System {
         for (_, args) in &mut starts {
             let addr = free_port();
             args.extend(["--listen".to_owned(), addr.clone()]);
+            // So that the final aggregate goes through its continuation tokens.
+            args.extend(["--aggregate-examined-per-call".to_owned(), "7".to_owned()]);
             addrs.push(addr);
         }
         let processes = starts
