@@ -178,19 +178,30 @@ fn values(groups: &[trestle_client::AggregateGroup]) -> Vec<(Vec<Value>, Vec<Val
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
-    let server = TestServer::start().await;
-    let mut client = server.client_with_table(T).await;
-    let mut rng = Rng::new(0x5eed_a66e);
-    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
-    for n in 0..400 {
-        let (pk, rk) = (format!("p{}", n % 4), format!("r{n:04}"));
+/// Inserts `count` random rows (seeded by `seed`) over `partitions` partitions, one at a time.
+async fn insert_random(
+    client: &mut common::RawClient,
+    seed: u64,
+    count: usize,
+    partitions: usize,
+) -> BTreeMap<(String, String), Row> {
+    let mut rng = Rng::new(seed);
+    let mut rows = BTreeMap::new();
+    for n in 0..count {
+        let (pk, rk) = (format!("p{}", n % partitions), format!("r{n:04}"));
         let row = random_row(&mut rng);
         let request = common::insert_request(T, wire(&pk, &rk, &row));
         client.insert_entity(request).await.unwrap();
         rows.insert((pk, rk), row);
     }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregates_match_a_model_over_random_mixed_values_grouped_and_not() {
+    let server = TestServer::start().await;
+    let mut client = server.client_with_table(T).await;
+    let mut rows = insert_random(&mut client, 0x5eed_a66e, 400, 4).await;
     let table = server.sdk().await.table(T);
     let all =
         |rows: &BTreeMap<(String, String), Row>| -> Vec<Row> { rows.values().cloned().collect() };
@@ -333,15 +344,7 @@ async fn long_aggregates_continue_across_calls_with_tokens_carrying_their_groups
     })
     .await;
     let mut client = server.client_with_table(T).await;
-    let mut rng = Rng::new(0xca77);
-    let mut rows: BTreeMap<(String, String), Row> = BTreeMap::new();
-    for n in 0..300 {
-        let (pk, rk) = (format!("p{}", n % 7), format!("r{n:04}"));
-        let row = random_row(&mut rng);
-        let request = common::insert_request(T, wire(&pk, &rk, &row));
-        client.insert_entity(request).await.unwrap();
-        rows.insert((pk, rk), row);
-    }
+    let rows = insert_random(&mut client, 0xca77, 300, 7).await;
     let every = [
         (F::Count, ""),
         (F::Count, "Amount"),
