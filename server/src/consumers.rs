@@ -107,6 +107,8 @@ impl Engine {
         leases: &str,
         group: Option<&str>,
     ) -> Result<Consumers, TableError> {
+        // A table without a feed is refused up front (one record read), group or none.
+        self.read_changes(table, None, FeedBatch::records(1))?;
         let mut groups = self.read_groups(leases, group)?;
         let mut examined = 0;
         let mut pending_complete = true;
