@@ -13,6 +13,8 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
 use super::paths::{check_path, value_at};
 use crate::model::encoding::{decode_value, encode_owned, Reader};
 use crate::model::{put_value, quoted, type_tag, Path, ValidationError, Value, ValueRef};
@@ -393,7 +395,7 @@ struct Running {
 pub struct Aggregator {
     spec: AggregateSpec,
     /// The groups by their keys' index encoding (sorted by it for the answer).
-    groups: HashMap<Vec<u8>, Running>,
+    groups: HashMap<Vec<u8>, Running, FxBuildHasher>,
     key_bytes: usize,
     /// The key of the entity being added (kept to spare an allocation per entity).
     key: Vec<u8>,
@@ -404,7 +406,7 @@ impl Aggregator {
     pub fn new(spec: AggregateSpec) -> Aggregator {
         Aggregator {
             spec,
-            groups: HashMap::new(),
+            groups: HashMap::default(),
             key_bytes: 0,
             key: Vec::new(),
         }
